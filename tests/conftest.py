@@ -1,0 +1,94 @@
+"""Markers name the real resources a test needs. Locally a missing resource skips the test with the reason;
+under CI (CI=true) it fails instead, because a CI run that skips Docker, vLLM or agent tests tests nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from functools import cache
+
+import pytest
+
+from examples.qwen_swe import config
+
+SHARED_DATA = config.REPO_ROOT.parent / "shared" / "data" / "swebench"
+
+# 1 intra-op thread per process: on 2 cores, OpenMP threads spinning at barriers cost 4-10x (notes/cpu_fsdp.md)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@cache
+def _docker() -> str | None:
+    try:
+        import docker
+
+        docker.from_env(timeout=10).ping()
+        return None
+    except Exception as exc:  # noqa: BLE001 - any failure means "no engine"
+        return f"no Docker engine ({exc.__class__.__name__}); run scripts/setup.sh"
+
+
+@cache
+def _vllm() -> str | None:
+    if not config.vllm_python().exists():
+        return f"no vLLM environment at {config.vllm_python()}; run scripts/setup.sh"
+    if not (config.embedded_model_dir() / "config.json").exists():
+        return f"no embedded model at {config.embedded_model_dir()}; run scripts/setup.sh"
+    return None
+
+
+@cache
+def _agent() -> str | None:
+    if not (config.agent_bundle_dir() / "ready").exists():
+        return f"no qwen-code runtime bundle at {config.agent_bundle_dir()}; run scripts/setup.sh"
+    return None
+
+
+def _gpu() -> str | None:
+    import torch
+
+    return None if torch.cuda.is_available() else "no CUDA GPU"
+
+
+def _modal() -> str | None:
+    ok = os.environ.get("MODAL_TOKEN_ID") or os.path.exists(os.path.expanduser("~/.modal.toml"))
+    return None if ok else "no Modal credentials"
+
+
+def _slime() -> str | None:
+    return None if os.environ.get("SLIME_PATH") else "SLIME_PATH does not point at a slime checkout"
+
+
+CHECKS = {"docker": _docker, "vllm": _vllm, "agent": _agent, "gpu": _gpu, "modal": _modal, "slime": _slime}
+# Resources CI provides itself; the rest (GPU, Modal account, a slime checkout) are skipped there too.
+CI_PROVIDES = {"docker", "vllm", "agent"}
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for name, check in CHECKS.items():
+        if item.get_closest_marker(name) is None:
+            continue
+        reason = check()
+        if reason is None:
+            continue
+        if os.environ.get("CI") == "true" and name in CI_PROVIDES:
+            pytest.fail(f"CI must provide '{name}': {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def shared_data():
+    if not SHARED_DATA.is_dir():
+        pytest.fail(f"the shared SWE-bench rows are missing at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture
+def docker_client():
+    import docker
+
+    return docker.from_env(timeout=60)
+
+
+def has_binary(name: str) -> bool:
+    return shutil.which(name) is not None
