@@ -220,8 +220,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> Settings:
-    """Settings from ``env`` (default ``os.environ``) overridden by ``argv`` flags."""
+# The embedded default (no VLLM_URL) is a smoke-scale run of the same code path on 2 CPU cores: a 135M model
+# that only calls tools when forced (notes/qwen_vllm_cpu.md), short rollouts, and the shaped reward so that
+# advantages are not all zero. Each value applies only where the user set nothing.
+EMBEDDED_PROFILE: dict[str, Any] = {
+    "num_rollouts": 2, "rollout_batch_size": 2, "n_samples": 2, "max_turns": 4, "agent_timeout": 240.0,
+    "agent_max_tokens": 192, "tool_choice": "required", "reward_mode": "shaped", "lr": 1e-5,
+    "max_response_len": 4096, "max_model_len": 8192, "rollout_concurrency": 4, "boot_concurrency": 2,
+    "eval_timeout": 300.0, "image_namespace": "",
+}
+
+
+def load_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
+                  profile: bool = True) -> Settings:
+    """Settings from ``env`` (default ``os.environ``) overridden by ``argv`` flags.
+
+    With ``profile`` and no VLLM_URL, unset fields take the embedded profile's values (``EMBEDDED_PROFILE``).
+    """
     env = os.environ if env is None else env
     flags = vars(build_parser().parse_args(list(argv or [])))
     values: dict[str, Any] = {}
@@ -231,4 +246,6 @@ def load_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | No
             raw = env.get(_env(f.name))
         if raw is not None:
             values[f.name] = _convert(f, raw)
+    if profile and not values.get("vllm_url"):
+        values = {**EMBEDDED_PROFILE, **values}
     return Settings(**values)
