@@ -151,8 +151,8 @@ class Settings:
 
     @property
     def model_name(self) -> str:
-        """The model to train; for the embedded default, resolved to the converted folder by the launcher."""
-        return self.model or ("embedded:smollm2-135m" if self.embedded else DEFAULT_MODEL)
+        """The model to train and serve: MODEL, else the embedded SmolLM2 folder or the seed's Qwen3-Coder."""
+        return self.model or (str(embedded_model_dir()) if self.embedded else DEFAULT_MODEL)
 
     @property
     def label(self) -> str:
