@@ -131,9 +131,10 @@ class Settings:
                 raise ConfigError(f"{_env(f.name)}={value} is too small: {f.metadata['help']}; use a value >= {lo}")
             if choices and value not in choices:
                 raise ConfigError(f"{_env(f.name)}={value!r} is not one of {', '.join(choices)}")
-        if self.instance_list is not None and not os.access(self.instance_list, os.R_OK):
+        listed = self.instance_list
+        if listed is not None and not (Path(listed).is_file() and os.access(listed, os.R_OK)):
             raise ConfigError(f"INSTANCE_LIST={self.instance_list} cannot be read: give a file of instance ids, one a line")
-        if self.dataset and _looks_local(self.dataset) and not Path(self.dataset).is_file():
+        if self.dataset and _looks_local(self.dataset) and not Path(self.dataset).expanduser().is_file():
             raise ConfigError(f"DATASET={self.dataset} is not a readable file: give a .json, .jsonl or .parquet "
                               "file, or a Hugging Face dataset name")
         if self.backend == "slime" and self.slime_dir is None:
