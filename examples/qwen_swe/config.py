@@ -116,12 +116,15 @@ class Settings:
     lora_alpha: int = _opt(16, "LoRA alpha", minimum=1)
     activation_checkpointing: bool = _opt(False, "recompute activations in the backward pass")
     rollout_timeout: float = _opt(7200.0, "outer time guard for one whole rollout batch, seconds", minimum=1.0)
+    train_procs: int | None = _opt(None, "trainer processes under torchrun; default: the GPU count, or 2 on CPU",
+                                   minimum=1)
 
     # --- inference ---------------------------------------------------------------------------
     tp: int = _opt(1, "tensor parallel size of a locally started vLLM", minimum=1)
     served_model_name: str | None = _opt(None, "model name the server exposes; default MODEL")
     max_model_len: int | None = _opt(None, "vLLM context length")
     request_timeout: float = _opt(600.0, "timeout of one inference request, seconds", minimum=1.0)
+    served_url: str | None = _opt(None, "URL of the server the launcher started (embedded); not set by users")
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -169,6 +172,14 @@ class Settings:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: (str(v) if isinstance(v, Path) else v) for f in fields(self) for v in [getattr(self, f.name)]}
+
+    def to_env(self) -> dict[str, str]:
+        """The resolved settings as environment variables, for child processes (trainer ranks, slime)."""
+        out = {}
+        for name, value in self.to_dict().items():
+            if value is not None:
+                out[_env(name)] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
 
     def write(self, run_dir: Path) -> Path:
         """Write the resolved settings into the run folder as JSON (atomically)."""

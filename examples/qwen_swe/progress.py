@@ -1,0 +1,51 @@
+"""A live view of a rollout batch: groups, samples running / graded / dropped, and the reward so far."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterator
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from .rollout import BatchStats
+
+
+def render(stats: "BatchStats", title: str) -> Table:
+    table = Table(title=title, expand=False)
+    for col in ("groups", "running", "graded", "dropped", "reward mean", "resolved"):
+        table.add_column(col, justify="right")
+    mean = sum(stats.rewards) / len(stats.rewards) if stats.rewards else float("nan")
+    table.add_row(str(stats.groups), str(stats.running), str(stats.graded), str(stats.dropped),
+                  f"{mean:+.3f}", str(stats.resolved))
+    return table
+
+
+@contextmanager
+def live_progress(stats: "BatchStats", title: str) -> Iterator[None]:
+    """Refresh the table while the batch runs (on a terminal); print it once at the end everywhere."""
+    console = Console(file=sys.stderr)
+    if not console.is_terminal:
+        try:
+            yield
+        finally:
+            console.print(render(stats, title))
+        return
+    stop = threading.Event()
+    with Live(render(stats, title), console=console, refresh_per_second=2) as live:
+        def refresh() -> None:
+            while not stop.wait(0.5):
+                live.update(render(stats, title))
+
+        thread = threading.Thread(target=refresh, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=2)
+            live.update(render(stats, title))
