@@ -137,9 +137,9 @@ class Settings:
         listed = self.instance_list
         if listed is not None and not (Path(listed).is_file() and os.access(listed, os.R_OK)):
             raise ConfigError(f"INSTANCE_LIST={self.instance_list} cannot be read: give a file of instance ids, one a line")
-        if self.dataset and _looks_local(self.dataset) and not Path(self.dataset).expanduser().is_file():
-            raise ConfigError(f"DATASET={self.dataset} is not a readable file: give a .json, .jsonl or .parquet "
-                              "file, or a Hugging Face dataset name")
+        if self.dataset and _looks_local(self.dataset) and not Path(self.dataset).expanduser().exists():
+            raise ConfigError(f"DATASET={self.dataset} does not exist: give a .json, .jsonl or .parquet file, "
+                              "a Hugging Face dataset folder, or a Hugging Face dataset name")
         if self.backend == "slime" and self.slime_dir is None:
             raise ConfigError("BACKEND=slime needs SLIME_DIR: point it at a slime v0.2.2 checkout")
 
