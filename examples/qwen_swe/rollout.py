@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from .config import Settings, agent_bundle_dir, load_settings
 from .sample import Sample, Status
 
 AGENT_MOUNT = "/opt/qwen-swe-agent"
+PROBE_TEXT = "def add(a, b):\n    return a + b\n"
 
 
 @dataclass
@@ -251,6 +253,7 @@ class RolloutDriver:
         self._thread.start()
         self.engine = RolloutEngine(settings, upstream=upstream, model=model, served_model=served_model)
         self._call(self.engine.start())
+        self.last_sync: dict[str, float] = {}
 
     def _call(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
@@ -268,11 +271,23 @@ class RolloutDriver:
         dump_rollouts(Path(s.output_dir) / "rollouts" / f"step_{step:06d}.jsonl", kept, dropped)
         metrics = batch_metrics(stats, kept, time.monotonic() - t0)
         metrics.update({f"dropped/{k}": v for k, v in stats.reasons.items()})
+        metrics.update(self.last_sync)
         return [x for g in kept for x in g], metrics
 
     def sync_weights(self, hf_dir: Path, version: int) -> None:
+        before = self.probe_logprob()
         self.client.reload_weights(str(hf_dir))
         self.engine.set_weight_version(version)
+        self.last_sync = {"sync/probe_logprob_before": before, "sync/probe_logprob_after": self.probe_logprob(),
+                          "sync/version": version}
+        logging.getLogger("qwen_swe").info("weights v%d served from %s: %s", version, hf_dir, self.last_sync)
+
+    def probe_logprob(self) -> float:
+        """Log-probability the server gives a fixed text: it changes exactly when the served weights change."""
+        body = {"model": self.engine.served_model, "prompt": PROBE_TEXT, "max_tokens": 1, "temperature": 0.0,
+                "prompt_logprobs": 0}
+        choice = self.client.post_json("/v1/completions", body)["choices"][0]
+        return float(sum(next(iter(d.values()))["logprob"] for d in choice["prompt_logprobs"] if d))
 
     def state_dict(self) -> dict[str, Any]:
         return {"data_source": self.data_source.state_dict()}
