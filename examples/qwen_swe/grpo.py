@@ -1,0 +1,113 @@
+"""Group-relative advantages and the PPO-clip policy loss (pure torch, no I/O).
+
+Why these choices:
+- ``mean`` (r - group mean) is the seed's baseline. ``std`` also divides by the group's std, as slime's
+  default GRPO does; that std is torch's *unbiased* one (``Tensor.std``, divisor n - 1), so results match
+  slime's ``_post_process_rewards``. ``loo`` uses the mean of the *other* samples as the baseline, which
+  is unbiased for the policy gradient: ``r_i - mean_{j!=i} r_j == n / (n - 1) * (r_i - mean)``.
+- Groups whose rewards are all equal have zero advantage everywhere and only dilute the batch;
+  ``zero_variance_mask`` finds them so the trainer can drop them and count them.
+- The importance ratio is taken against the *rollout* log-probs recorded at sampling time, so a stale
+  or numerically different inference engine shows up as clipping and KL instead of silently biasing the
+  update.
+- Normalisation must be global across micro-batches and ranks, so ``policy_loss`` accepts the global
+  denominator (``loss_denominator`` over the whole batch) and returns a loss that sums correctly.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+ADVANTAGE_MODES = ("mean", "std", "loo")
+LOSS_NORMS = ("token", "sample")
+
+
+def group_advantages(rewards: Tensor, mode: str = "mean", eps: float = 1e-6) -> Tensor:
+    """Advantages of ``rewards`` shaped ``[groups, n]`` (every row one group), same shape, float32.
+
+    A group of one sample has no baseline and gets advantage 0 in every mode.
+    """
+    if mode not in ADVANTAGE_MODES:
+        raise ValueError(f"advantage mode {mode!r} is not one of {', '.join(ADVANTAGE_MODES)}")
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be [groups, n], got shape {tuple(rewards.shape)}")
+    r = rewards.to(torch.float32)
+    n = r.shape[1]
+    if n < 2:
+        return torch.zeros_like(r)
+    mean = r.mean(dim=1, keepdim=True)
+    if mode == "mean":
+        return r - mean
+    if mode == "std":
+        return (r - mean) / (r.std(dim=1, keepdim=True, unbiased=True) + eps)
+    others = (r.sum(dim=1, keepdim=True) - r) / (n - 1)
+    return r - others
+
+
+def zero_variance_mask(rewards: Tensor) -> Tensor:
+    """``[groups]`` bool: True where every reward of the group is equal (no learning signal)."""
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be [groups, n], got shape {tuple(rewards.shape)}")
+    return (rewards == rewards[:, :1]).all(dim=1)
+
+
+def loss_denominator(loss_mask: Tensor, norm: str) -> float:
+    """The normaliser of ``policy_loss`` for a batch ``[samples, T]``: masked tokens, or samples that have any.
+
+    Compute it once over the *whole* step's batch and pass it to every micro-batch's ``policy_loss``.
+    """
+    if norm == "token":
+        return float(loss_mask.sum())
+    if norm == "sample":
+        return float((loss_mask.sum(dim=1) > 0).sum())
+    raise ValueError(f"loss norm {norm!r} is not one of {', '.join(LOSS_NORMS)}")
+
+
+def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, loss_mask: Tensor,
+                clip_low: float = 0.2, clip_high: float = 0.2, norm: str = "token",
+                denominator: float | None = None, entropy: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
+    """PPO-clip loss over masked response tokens, and its metrics.
+
+    Shapes: ``logprobs``, ``old_logprobs``, ``loss_mask`` are ``[samples, T]`` (padding masked out);
+    ``advantages`` is ``[samples]`` (broadcast over tokens) or ``[samples, T]``. Per token
+    ``-min(ratio * A, clip(ratio, 1 - clip_low, 1 + clip_high) * A)`` with ``ratio = exp(logp - old_logp)``.
+
+    ``norm="token"``: sum over all masked tokens / ``denominator`` (default: this call's masked tokens).
+    ``norm="sample"``: per-sample masked mean, summed / ``denominator`` (default: samples with tokens).
+
+    Metrics (over this call's masked tokens): ``clip_fraction`` (tokens where the clipped term is the
+    active one), ``approx_kl`` (k3 estimator of KL(rollout || current) with samples from the rollout
+    policy: ``ratio - 1 - log ratio``), ``ratio_mean``, ``entropy`` when given, and ``tokens``.
+    """
+    if norm not in LOSS_NORMS:
+        raise ValueError(f"loss norm {norm!r} is not one of {', '.join(LOSS_NORMS)}")
+    mask = loss_mask.to(logprobs.dtype)
+    adv = advantages.to(logprobs.dtype)
+    if adv.dim() == 1:
+        adv = adv.unsqueeze(1)
+    log_ratio = (logprobs - old_logprobs.to(logprobs.dtype)) * mask  # masked entries: ratio exactly 1
+    ratio = torch.exp(log_ratio)
+    unclipped = -ratio * adv
+    clipped = -torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
+    per_token = torch.maximum(unclipped, clipped) * mask
+
+    if norm == "token":
+        total = per_token.sum()
+    else:
+        total = (per_token.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)).sum()
+    denom = loss_denominator(loss_mask, norm) if denominator is None else float(denominator)
+    loss = total / max(denom, 1.0)
+
+    with torch.no_grad():
+        count = float(mask.sum())
+        safe = max(count, 1.0)
+        metrics = {
+            "clip_fraction": float(((clipped > unclipped).to(mask.dtype) * mask).sum()) / safe,
+            "approx_kl": float(((ratio - 1.0 - log_ratio) * mask).sum()) / safe,
+            "ratio_mean": float((ratio * mask).sum()) / safe,
+            "tokens": count,
+        }
+        if entropy is not None:
+            metrics["entropy"] = float((entropy.to(mask.dtype) * mask).sum()) / safe
+    return loss, metrics
