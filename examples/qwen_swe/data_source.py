@@ -1,7 +1,7 @@
 """SWE-bench instances for the run: loading, validation, per-epoch shuffle, groups, and a resumable position.
 
-``load_instances`` turns a Hugging Face dataset name or a local .json/.jsonl/.parquet file into validated
-rows, so a bad row fails at start (naming the file, the row and the field) instead of inside a rollout.
+``load_instances`` turns a Hugging Face dataset (hub name or local folder) or a .json/.jsonl/.parquet file into
+validated rows, so a bad row fails at start (naming the file, the row and the field) instead of inside a rollout.
 ``SWEBenchDataSource`` follows slime's DataSource plugin contract (``cls(args)``, ``get_samples``,
 ``add_samples``, ``save``/``load``, ``__len__``) so the same class serves the built-in trainer and slime.
 """
@@ -48,7 +48,7 @@ class DataError(ValueError):
 
 def load_instances(source: str | os.PathLike[str], instance_list: str | os.PathLike[str] | Sequence[str] | None = None
                    ) -> list[dict[str, Any]]:
-    """Validated rows from ``source`` (HF ``name`` or ``name:split``, or a local file), in the data's order,
+    """Validated rows from ``source`` (HF ``name[:split]``, a HF dataset folder, or a local file), in order,
     optionally restricted to the ids in ``instance_list`` (a file of ids, one a line, or a list of ids)."""
     origin, located = _read_rows(str(source))
     if not located:
@@ -102,8 +102,10 @@ def read_instance_list(instance_list: str | os.PathLike[str] | Sequence[str]) ->
 def _read_rows(source: str) -> tuple[str, list[tuple[str, Any]]]:
     """(origin, [(location, raw row)]) from a local file or a HF dataset."""
     path = Path(source).expanduser()
-    if path.is_dir():
-        raise DataError(f"dataset {path} is a directory; give a .json, .jsonl or .parquet file")
+    folder, _, split = source.rpartition(":") if ":" in source else (source, "", "")
+    if path.is_dir() or (folder and Path(folder).expanduser().is_dir()):
+        # a Hugging Face dataset folder (e.g. a downloaded copy of the hub repo): datasets reads it offline
+        return _read_hf(str(path) if path.is_dir() else f"{Path(folder).expanduser()}:{split}")
     if path.exists():
         suffix = path.suffix.lower()
         if suffix not in LOCAL_SUFFIXES:
@@ -166,7 +168,7 @@ def _read_parquet(path: Path) -> list[tuple[str, Any]]:
 
 
 def _read_hf(source: str) -> tuple[str, list[tuple[str, Any]]]:
-    name, _, split = source.partition(":")
+    name, _, split = source.rpartition(":") if ":" in source else (source, "", "")
     split = split or "test"
     origin = f"Hugging Face dataset {name} (split {split})"
     try:
