@@ -1,0 +1,144 @@
+"""Settings: the seed's defaults, env parsing, flags over env, the embedded profile, every invalid-input message,
+and the JSON written into the run folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from examples.qwen_swe.config import (DEFAULT_DATASET, DEFAULT_MODEL, EMBEDDED_PROFILE, TASK_PACK, ConfigError,
+                                      Settings, embedded_model_dir, load_settings)
+
+SERVER = {"VLLM_URL": "http://127.0.0.1:8000/v1"}
+
+
+def test_seed_defaults():
+    for s in (Settings(), load_settings([], SERVER), load_settings([], {}, profile=False)):
+        assert (s.num_rollouts, s.rollout_batch_size, s.n_samples) == (10, 4, 2)
+        assert (s.lr, s.max_turns, s.agent_timeout, s.max_response_len) == (1e-6, 50, 1800, 16384)
+        assert s.output_dir == Path(tempfile.gettempdir()) / "qwen_swe_grpo"
+        assert s.model is None and s.dataset is None and s.instance_list is None
+
+
+def test_with_a_server_the_defaults_are_the_seeds_model_and_verified():
+    s = load_settings([], SERVER)
+    assert not s.embedded
+    assert s.model_name == DEFAULT_MODEL == "Qwen/Qwen3-Coder-30B-A3B-Instruct"
+    assert s.dataset_source == DEFAULT_DATASET == "princeton-nlp/SWE-bench_Verified"
+
+
+def test_without_a_server_the_embedded_default():
+    s = load_settings([], {})
+    assert s.embedded and s.vllm_url is None
+    assert s.model_name == str(embedded_model_dir()) != DEFAULT_MODEL
+    assert s.dataset_source == str(TASK_PACK)
+    for name, value in EMBEDDED_PROFILE.items():
+        assert getattr(s, name) == value, name
+    # the profile only fills what the user left unset
+    s = load_settings(["--max-turns", "9"], {"NUM_ROLLOUTS": "7", "MODEL": "/models/mine"})
+    assert (s.num_rollouts, s.max_turns, s.model_name) == (7, 9, "/models/mine")
+    # an empty VLLM_URL is unset
+    assert load_settings([], {"VLLM_URL": ""}).embedded
+
+
+def test_env_parsing_of_every_type(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    env = {**SERVER, "NUM_ROLLOUTS": "3", "ROLLOUT_BATCH_SIZE": " 5 ", "LR": "2e-5", "AGENT_TIMEOUT": "60.5",
+           "MASK_TRUNCATED": "yes", "DROP_ZERO_VARIANCE": "0", "OUTPUT_DIR": "~/runs/a", "MAX_MODEL_LEN": "",
+           "CLIP_EPS_HIGH": "0.28", "MODEL": "Qwen/Qwen3-0.6B", "BACKEND": "slime", "SLIME_DIR": str(tmp_path),
+           "IMAGE_NAMESPACE": "", "UNRELATED": "ignored"}
+    s = load_settings([], env)
+    assert (s.num_rollouts, s.rollout_batch_size, s.lr, s.agent_timeout) == (3, 5, 2e-5, 60.5)
+    assert s.mask_truncated is True and s.drop_zero_variance is False
+    assert s.output_dir == tmp_path / "runs" / "a"
+    assert s.max_model_len is None and s.upper_clip == 0.28 and s.image_namespace == ""
+    assert (s.model_name, s.backend, s.slime_dir) == ("Qwen/Qwen3-0.6B", "slime", tmp_path)
+
+
+def test_flags_win_over_env(tmp_path):
+    env = {**SERVER, "N_SAMPLES": "4", "LR": "1e-4", "OUTPUT_DIR": str(tmp_path / "env")}
+    s = load_settings(["--n-samples", "6", "--output-dir", str(tmp_path / "flag")], env)
+    assert s.n_samples == 6 and s.output_dir == tmp_path / "flag"
+    assert s.lr == 1e-4  # no flag: the env value
+    assert load_settings(["--vllm-url", ""], SERVER).embedded  # an empty flag unsets the env value
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"N_SAMPLES": "1"}, r"^N_SAMPLES=1 is too small: .*GRPO needs at least 2.*; use a value >= 2$"),
+    ({"N_SAMPLES": "abc"}, r"^N_SAMPLES='abc' is not a valid int: samples per group"),
+    ({"N_SAMPLES": "2.5"}, r"^N_SAMPLES='2.5' is not a valid int"),
+    ({"NUM_ROLLOUTS": "0"}, r"^NUM_ROLLOUTS=0 is too small: .*use a value >= 1$"),
+    ({"LR": "fast"}, r"^LR='fast' is not a valid float: AdamW learning rate"),
+    ({"LR": "-1e-6"}, r"^LR=-1e-06 is too small"),
+    ({"MASK_TRUNCATED": "maybe"}, r"^MASK_TRUNCATED='maybe' is not a valid bool"),
+    ({"BACKEND": "tpu"}, r"^BACKEND='tpu' is not one of fsdp, slime$"),
+    ({"SANDBOX_NETWORK": "bridged"}, r"^SANDBOX_NETWORK='bridged' is not one of host, bridge, none$"),
+    ({"REWARD_MODE": "soft"}, r"^REWARD_MODE='soft' is not one of binary, fractional, shaped$"),
+    ({"BACKEND": "slime"}, r"^BACKEND=slime needs SLIME_DIR: point it at a slime v0.2.2 checkout$"),
+])
+def test_invalid_values_name_the_variable(env, message):
+    with pytest.raises(ConfigError, match=message):
+        load_settings([], {**SERVER, **env})
+
+
+def test_invalid_flag_values_name_the_variable_too():
+    with pytest.raises(ConfigError, match=r"^N_SAMPLES=1 is too small"):
+        load_settings(["--n-samples", "1"], SERVER)
+    with pytest.raises(ConfigError, match=r"^MAX_TURNS='many' is not a valid int"):
+        load_settings(["--max-turns", "many"], SERVER)
+
+
+def test_instance_list_must_be_a_readable_file(tmp_path):
+    missing = tmp_path / "missing.txt"
+    with pytest.raises(ConfigError, match=rf"^INSTANCE_LIST={missing} cannot be read: give a file of instance ids"):
+        load_settings([], {**SERVER, "INSTANCE_LIST": str(missing)})
+    with pytest.raises(ConfigError, match=rf"^INSTANCE_LIST={tmp_path} cannot be read"):
+        load_settings([], {**SERVER, "INSTANCE_LIST": str(tmp_path)})
+    ok = tmp_path / "ids.txt"
+    ok.write_text("django__django-10914\n")
+    assert load_settings([], {**SERVER, "INSTANCE_LIST": str(ok)}).instance_list == ok
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file: permissions cannot make one unreadable")
+def test_instance_list_without_read_permission(tmp_path):
+    locked = tmp_path / "ids.txt"
+    locked.write_text("x\n")
+    locked.chmod(0)
+    with pytest.raises(ConfigError, match="INSTANCE_LIST=.* cannot be read"):
+        load_settings([], {**SERVER, "INSTANCE_LIST": str(locked)})
+
+
+def test_dataset_file_must_exist(tmp_path, monkeypatch):
+    missing = tmp_path / "rows.jsonl"
+    with pytest.raises(ConfigError, match=rf"^DATASET={missing} does not exist: give a .json, .jsonl or .parquet"):
+        load_settings([], {**SERVER, "DATASET": str(missing)})
+    with pytest.raises(ConfigError, match=r"^DATASET=rows.parquet does not exist"):
+        load_settings([], {**SERVER, "DATASET": "rows.parquet"})
+    missing.write_text("{}\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert load_settings([], {**SERVER, "DATASET": "~/rows.jsonl"}).dataset == "~/rows.jsonl"
+    assert load_settings([], {**SERVER, "DATASET": str(tmp_path)}).dataset_source == str(tmp_path)  # a HF folder
+    hub = load_settings([], {**SERVER, "DATASET": "princeton-nlp/SWE-bench_Lite:test"})
+    assert hub.dataset_source == "princeton-nlp/SWE-bench_Lite:test"  # hub names are not checked locally
+
+
+def test_write_produces_json_that_round_trips(tmp_path):
+    ids = tmp_path / "ids.txt"
+    ids.write_text("a\n")
+    s = load_settings(["--lr", "3e-7", "--mask-truncated", "true"],
+                      {**SERVER, "INSTANCE_LIST": str(ids), "OUTPUT_DIR": str(tmp_path / "run"), "SEED": "9"})
+    path = s.write(tmp_path / "run")
+    assert path == tmp_path / "run" / "settings.json"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["settings.json"]  # the temp file was renamed
+    data = json.loads(path.read_text())
+    assert data == s.to_dict() and set(data) == {f.name for f in fields(Settings)}
+    assert data["instance_list"] == str(ids) and data["lr"] == 3e-7 and data["mask_truncated"] is True
+    env = {name.upper(): str(value) for name, value in data.items() if value is not None}
+    assert load_settings([], env, profile=False) == s
+    s.replace(seed=10).write(tmp_path / "run")  # rewriting replaces the file
+    assert json.loads(path.read_text())["seed"] == 10
