@@ -72,6 +72,11 @@ class Settings:
     # --- run ---------------------------------------------------------------------------------
     backend: str = _opt("fsdp", "trainer: built-in FSDP2 or slime's train.py", choices=("fsdp", "slime"))
     slime_dir: Path | None = _opt(None, "slime checkout (BACKEND=slime)")
+    slime_python: str | None = _opt(None, "interpreter that runs slime's train.py (BACKEND=slime); "
+                                          "default: the current one")
+    slime_gpus: int | None = _opt(None, "GPUs for slime's FSDP actor (BACKEND=slime); default: all visible", minimum=1)
+    allow_frozen_server: bool = _opt(False, "BACKEND=slime: start even when the server cannot take new weights "
+                                            "(trains against a frozen policy)")
     save_interval: int = _opt(1, "checkpoint every N steps", minimum=1)
     keep_checkpoints: int = _opt(3, "checkpoints kept", minimum=1)
     run_id: str | None = _opt(None, "label for containers and logs; default derived from OUTPUT_DIR")
