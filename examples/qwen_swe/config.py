@@ -123,6 +123,8 @@ class Settings:
     rollout_timeout: float = _opt(7200.0, "outer time guard for one whole rollout batch, seconds", minimum=1.0)
     train_procs: int | None = _opt(None, "trainer processes under torchrun; default: the GPU count, or 2 on CPU",
                                    minimum=1)
+    micro_batch_size: int = _opt(1, "samples per forward/backward pass on each trainer rank", minimum=1)
+    mixed_precision: bool = _opt(False, "bf16 compute with fp32 master weights and gradient reduction (FSDP2)")
 
     # --- inference ---------------------------------------------------------------------------
     tp: int = _opt(1, "tensor parallel size of a locally started vLLM", minimum=1)
