@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field, fields
@@ -137,6 +138,8 @@ class Settings:
         for f in fields(self):
             value = getattr(self, f.name)
             lo, choices = f.metadata.get("min"), f.metadata.get("choices")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{_env(f.name)}={value} is not a finite number: {f.metadata['help']}")
             if lo is not None and value is not None and value < lo:
                 raise ConfigError(f"{_env(f.name)}={value} is too small: {f.metadata['help']}; use a value >= {lo}")
             if choices and value not in choices:
