@@ -1,0 +1,128 @@
+"""The launcher's command: what a Qwen3-Coder user runs, the family -> parser mapping, LoRA and the CPU profile."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from examples.qwen_swe import config, start_vllm
+from examples.qwen_swe.inference import InferenceClient, InferenceError
+from examples.qwen_swe.start_vllm import ServeConfig, tool_call_parser_for
+
+CLEAN_ENV = {k: v for k, v in os.environ.items()
+             if k not in {"MODEL", "VLLM_URL", "TP", "SERVED_MODEL_NAME", "MAX_MODEL_LEN", "LORA_RANK"}}
+
+
+def dry_run(*args: str, **env: str) -> tuple[dict[str, str], list[str]]:
+    """Run the launcher as the seed does (a script path) and parse its printed env and argv."""
+    script = config.REPO_ROOT / "examples" / "qwen_swe" / "start_vllm.py"
+    out = subprocess.run([sys.executable, str(script), "--dry-run", *args], capture_output=True, text=True,
+                         timeout=120, env={**CLEAN_ENV, **env}, cwd="/")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    exports = dict(line.removeprefix("export ").split("=", 1) for line in lines if line.startswith("export "))
+    return exports, shlex.split(lines[-1])
+
+
+def flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_dry_run_tp8_qwen3_coder_is_the_seed_command():
+    env, argv = dry_run("--port", "8000", "--tp", "8", MODEL="Qwen/Qwen3-Coder-30B-A3B-Instruct")
+    assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert flag(argv, "--model") == "Qwen/Qwen3-Coder-30B-A3B-Instruct"
+    assert flag(argv, "--tensor-parallel-size") == "8"
+    assert flag(argv, "--tool-call-parser") == "qwen3_coder"
+    assert "--enable-auto-tool-choice" in argv and "--enable-prefix-caching" in argv
+    assert flag(argv, "--port") == "8000"
+    assert flag(argv, "--max-model-len") == "65536"  # not the embedded profile's 8192
+    assert env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in env and "--enable-lora" not in argv
+
+
+def test_dry_run_defaults_to_qwen3_coder_and_runs_as_module():
+    out = subprocess.run([sys.executable, "-m", "examples.qwen_swe.start_vllm", "--dry-run", "--tp", "2", "--dp", "4",
+                          "--served-model-name", "qwen3-coder", "--", "--max-num-seqs", "64"],
+                         capture_output=True, text=True, timeout=120, env=CLEAN_ENV, cwd=config.REPO_ROOT)
+    assert out.returncode == 0, out.stderr
+    argv = shlex.split(out.stdout.strip().splitlines()[-1])
+    assert flag(argv, "--model") == config.DEFAULT_MODEL
+    assert flag(argv, "--data-parallel-size") == "4" and flag(argv, "--tensor-parallel-size") == "2"
+    assert flag(argv, "--served-model-name") == "qwen3-coder"
+    assert argv[-2:] == ["--max-num-seqs", "64"]
+
+
+def test_unknown_family_fails_with_the_fix():
+    script = config.REPO_ROOT / "examples" / "qwen_swe" / "start_vllm.py"
+    out = subprocess.run([sys.executable, str(script), "--dry-run"], capture_output=True, text=True, timeout=120,
+                         env={**CLEAN_ENV, "MODEL": "meta-llama/Llama-3.1-8B-Instruct"})
+    assert out.returncode == 2 and out.stdout == ""
+    assert "--tool-call-parser" in out.stderr and "Llama-3.1-8B" in out.stderr
+    with pytest.raises(config.ConfigError, match="--tool-call-parser"):
+        tool_call_parser_for("/ckpt/step_3")
+
+
+@pytest.mark.parametrize("model, parser", [
+    ("Qwen/Qwen3-Coder-480B-A35B-Instruct", "qwen3_coder"), ("Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", "qwen3_coder"),
+    ("Qwen/Qwen2.5-Coder-7B-Instruct", "hermes"), ("Qwen/Qwen3-8B", "hermes"),
+    ("/root/.cache/qwen_swe/models/smollm2-135m-instruct", "hermes"), ("embedded", "hermes"),
+])
+def test_family_mapping(model, parser):
+    assert tool_call_parser_for(model) == parser
+
+
+def test_explicit_parser_overrides_mapping():
+    env, argv = dry_run("--tool-call-parser", "llama3_json", MODEL="meta-llama/Llama-3.1-8B-Instruct")
+    assert flag(argv, "--tool-call-parser") == "llama3_json"
+
+
+def test_lora_turns_on_runtime_updating_with_a_valid_rank():
+    env, argv = dry_run("--lora-rank", "24", MODEL="Qwen/Qwen3-Coder-30B-A3B-Instruct")
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    assert "--enable-lora" in argv and flag(argv, "--max-lora-rank") == "32"
+    with pytest.raises(config.ConfigError, match="LORA_RANK"):
+        ServeConfig(model="Qwen/Qwen3-8B", lora_rank=1024).argv()
+
+
+def test_embedded_profile_is_the_measured_cpu_setup(tmp_path: Path):
+    serve = start_vllm.embedded_serve_config(config.load_settings([], env={}), port=8123, model_dir=tmp_path)
+    argv, env = serve.argv(), serve.env()
+    assert argv[0] == str(config.vllm_python())
+    assert flag(argv, "--tool-call-parser") == "hermes" and flag(argv, "--dtype") == "bfloat16"
+    assert flag(argv, "--max-model-len") == "8192" and flag(argv, "--host") == "127.0.0.1"
+    assert Path(flag(argv, "--chat-template")).is_file()
+    assert "--gpu-memory-utilization" not in argv
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+    assert env["VLLM_SERVER_DEV_MODE"] == "1"
+    names = argv[argv.index("--served-model-name") + 1: argv.index("--tensor-parallel-size")]
+    assert names[0] == start_vllm.EMBEDDED_SERVED_NAME and str(tmp_path) in names
+    assert serve.base_url == "http://127.0.0.1:8123/v1"
+
+
+def test_server_that_exits_early_reports_its_log(tmp_path: Path):
+    # The project's interpreter has no vLLM, so the process exits at once: start must say so, with the log tail.
+    serve = ServeConfig(model="Qwen/Qwen3-8B", python=sys.executable, port=start_vllm.free_port())
+    server = start_vllm.VLLMServer(serve, tmp_path / "srv.log")
+    with pytest.raises(InferenceError, match="(?s)exited with code 1.*No module named"):
+        with server:
+            server.start(timeout=60)
+    assert server.process is None
+
+
+def test_client_accepts_both_url_forms_and_names_the_server():
+    for url in ("http://127.0.0.1:9/v1", "http://127.0.0.1:9/", "http://127.0.0.1:9"):
+        client = InferenceClient(url, timeout=2)
+        assert client.root == "http://127.0.0.1:9" and client.openai_url == "http://127.0.0.1:9/v1"
+    client = InferenceClient("http://127.0.0.1:9/v1", timeout=2)
+    assert client.health() is False
+    with pytest.raises(InferenceError, match=r"127\.0\.0\.1:9.*/pause"):
+        client.reload_weights("/tmp")
+    assert client.weight_version.version == 0
+    with pytest.raises(InferenceError, match="http"):
+        InferenceClient("localhost:8000")
