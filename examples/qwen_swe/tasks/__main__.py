@@ -1,0 +1,70 @@
+"""``python -m examples.qwen_swe.tasks generate|build|check``: maintain, build and prove the local task pack."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Sequence
+
+from examples.qwen_swe.tasks import TASKS_JSONL, TaskPackError
+
+
+def _rows(only: Sequence[str] | None) -> list[dict]:
+    from examples.qwen_swe.tasks.source import load_rows
+
+    rows = load_rows(TASKS_JSONL)
+    if only:
+        unknown = sorted(set(only) - {row["instance_id"] for row in rows})
+        if unknown:
+            raise TaskPackError(f"unknown instance id(s): {', '.join(unknown)}")
+        rows = [row for row in rows if row["instance_id"] in only]
+    return rows
+
+
+def _client():
+    import docker
+
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except Exception as exc:  # noqa: BLE001 - any failure here means the engine is unusable
+        raise TaskPackError(f"cannot reach the Docker engine ({exc}); run scripts/setup.sh") from None
+    return client
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m examples.qwen_swe.tasks", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("generate", help="write tasks.jsonl from src/ and repos/")
+    for name, text in (("build", "build (or reuse) the task images"), ("check", "prove every task in containers")):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("instance_ids", nargs="*", help="only these tasks (default: all)")
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    try:
+        if args.command == "generate":
+            from examples.qwen_swe.tasks.source import generate
+
+            rows = generate(TASKS_JSONL)
+            print(f"wrote {len(rows)} tasks to {TASKS_JSONL}")
+        elif args.command == "build":
+            from examples.qwen_swe.tasks.images import build_all
+
+            build_all(_rows(args.instance_ids), _client())
+        else:
+            from examples.qwen_swe.tasks.check import check_all, format_report
+
+            results = check_all(_rows(args.instance_ids), _client())
+            print(format_report(results))
+            if any(not result.ok for result in results):
+                return 1
+    except TaskPackError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.command}: done in {time.monotonic() - start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

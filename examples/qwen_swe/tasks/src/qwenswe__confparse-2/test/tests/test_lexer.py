@@ -1,0 +1,29 @@
+from confparse.lexer import split_assignment, strip_comment, unquote
+
+
+def test_strip_hash_comment():
+    assert strip_comment("port = 80  # web") == "port = 80"
+
+
+def test_strip_semicolon_comment():
+    assert strip_comment("; a comment line") == ""
+
+
+def test_line_without_comment():
+    assert strip_comment("name = demo   ") == "name = demo"
+
+
+def test_unquote():
+    assert unquote('"hello"') == "hello"
+    assert unquote("'x'") == "x"
+    assert unquote("\"mixed'") == "\"mixed'"
+
+
+def test_split_assignment():
+    assert split_assignment("key =  value ") == ("key", "value")
+    assert split_assignment("no assignment here") is None
+
+
+def test_split_assignment_value_with_equals_sign():
+    assert split_assignment("url = http://x/?a=1&b=2") == ("url", "http://x/?a=1&b=2")
+    assert split_assignment("expr = 'a == b'") == ("expr", "a == b")
