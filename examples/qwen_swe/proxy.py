@@ -1,0 +1,429 @@
+"""The recording OpenAI-compatible proxy between the agent and the inference server.
+
+One session per rollout; its id is in the base URL the agent gets (``{root}/s/{id}/v1``), because the
+agent only lets us set a base URL. Two modes:
+
+* ``tokens`` (default when a tokenizer is given): the proxy owns the session's token history. It renders
+  each prompt with the served chat template, splices in the ids the model sampled on earlier turns
+  (``sessions.PromptBuilder``), calls the server's ``/v1/completions`` with token ids, parses tool calls
+  from the completion (``toolcalls``) and answers as a chat completion. The training sequence is then
+  exactly what the model was conditioned on and produced.
+* ``forward``: the chat request goes upstream with ``return_token_ids`` and ``logprobs`` added, the answer
+  streams back unchanged, and the turn is recorded from it. Works in front of any vLLM as-is, but the
+  agent's resent history re-tokenises differently, so trajectories drift.
+
+Every call becomes a ``Turn`` (errors too: upstream statuses >= 400 are passed on, timeouts become 504).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from .sessions import PromptBuilder, Session
+from .toolcalls import FORMATS, ParsedReply, new_call_id, parse_completion, split_reasoning, structural_tag
+from .trajectory import Turn
+
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty", "frequency_penalty",
+                 "repetition_penalty", "n")
+
+
+class ProxyError(RuntimeError):
+    """The proxy cannot start or a session cannot be used; the message says what to do."""
+
+
+class UpstreamFailure(Exception):
+    def __init__(self, status: int, body: Any, message: str) -> None:
+        super().__init__(message)
+        self.status, self.body, self.message = status, body, message
+
+
+def _error_body(message: str, kind: str = "proxy_error", code: int | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "code": code}}
+
+
+class RecordingProxy:
+    """``async with RecordingProxy(url, model=...) as proxy: s = proxy.open_session(); ...; proxy.close_session(s.id)``."""
+
+    def __init__(self, upstream: str, *, model: str | None = None, tokenizer_path: str | None = None,
+                 mode: str | None = None, request_timeout: float = 600.0, tool_parser: str = "hermes",
+                 chat_template: str | None = None, tokenizer: Any = None, host: str = "127.0.0.1",
+                 port: int = 0) -> None:
+        mode = mode or ("tokens" if (tokenizer_path or tokenizer is not None) else "forward")
+        if mode not in ("tokens", "forward"):
+            raise ProxyError(f"mode={mode!r}: use 'tokens' or 'forward'")
+        if mode == "tokens" and not (tokenizer_path or tokenizer is not None):
+            raise ProxyError("mode='tokens' needs tokenizer_path (the served model's folder) to render prompts")
+        if tool_parser not in FORMATS:
+            raise ProxyError(f"tool_parser={tool_parser!r}: use one of {', '.join(FORMATS)}")
+        root = upstream.rstrip("/")
+        self.upstream = root if root.endswith("/v1") else root + "/v1"
+        self.model, self.mode, self.tool_parser = model, mode, tool_parser
+        self.request_timeout = request_timeout
+        self.weight_version: Any = None  # set by the rollout before each batch; recorded on every turn
+        self._tokenizer_path, self._tokenizer, self._chat_template = tokenizer_path, tokenizer, chat_template
+        self._host, self._port = host, port
+        self._builder: PromptBuilder | None = None
+        self._sessions: dict[str, Session] = {}
+        self._closed: set[str] = set()
+        self._runner: web.AppRunner | None = None
+        self._client: aiohttp.ClientSession | None = None
+        self.root: str | None = None
+
+    # --- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> str:
+        if self.mode == "tokens":
+            tokenizer = self._tokenizer
+            if tokenizer is None:
+                from transformers import AutoTokenizer
+
+                tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self._tokenizer_path)
+            self._builder = PromptBuilder(tokenizer, self._chat_template)
+        self._client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=512, force_close=False),
+                                             timeout=aiohttp.ClientTimeout(total=self.request_timeout))
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app.router.add_post("/s/{sid}/v1/chat/completions", self._chat)
+        app.router.add_get("/s/{sid}/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        self.root = f"http://{host}:{port}"
+        return self.root
+
+    async def stop(self) -> None:
+        try:
+            if self._runner is not None:
+                await self._runner.cleanup()
+        finally:
+            self._runner = None
+            if self._client is not None:
+                await self._client.close()
+                self._client = None
+
+    async def __aenter__(self) -> "RecordingProxy":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    # --- sessions --------------------------------------------------------------------------------
+    def open_session(self, meta: dict[str, Any] | None = None) -> Session:
+        if self.root is None:
+            raise ProxyError("open_session before start(): start the proxy first")
+        sid = uuid.uuid4().hex
+        session = Session(id=sid, base_url=f"{self.root}/s/{sid}/v1", meta=dict(meta or {}))
+        self._sessions[sid] = session
+        return session
+
+    def close_session(self, sid: str) -> list[Turn]:
+        """Take the session's turns (in call order); later requests to it get 410."""
+        session = self._sessions.pop(sid, None)
+        if session is None:
+            raise ProxyError(f"session {sid} is not open (unknown or already closed)")
+        self._closed.add(sid)
+        return sorted(session.turns, key=lambda t: t.index)
+
+    def session(self, sid: str) -> Session:
+        return self._sessions[sid]
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._builder.tokenizer if self._builder else None
+
+    # --- routes ----------------------------------------------------------------------------------
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True, "sessions": len(self._sessions)})
+
+    def _lookup(self, request: web.Request) -> Session | web.Response:
+        sid = request.match_info["sid"]
+        session = self._sessions.get(sid)
+        if session is not None:
+            return session
+        status = 410 if sid in self._closed else 404
+        return web.json_response(_error_body(f"session {sid} is {'closed' if status == 410 else 'unknown'}",
+                                             "invalid_request_error", status), status=status)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        found = self._lookup(request)
+        if isinstance(found, web.Response):
+            return found
+        try:
+            async with self._client.get(f"{self.upstream}/models") as resp:
+                return web.Response(status=resp.status, body=await resp.read(), content_type="application/json")
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            return web.json_response(_error_body(f"upstream /models failed: {exc!r}", "upstream_error"), status=502)
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        found = self._lookup(request)
+        if isinstance(found, web.Response):
+            return found
+        session = found
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return web.json_response(_error_body("request body is not JSON", "invalid_request_error"), status=400)
+        turn = Turn(index=session.take_index(), session_id=session.id, request_messages=body.get("messages") or [],
+                    tools=body.get("tools") or None, mode=self.mode, weight_version=self.weight_version,
+                    started_at=time.time(),
+                    params={k: body.get(k) for k in ("temperature", "top_p", "max_tokens", "max_completion_tokens",
+                                                     "tool_choice", "stream") if k in body})
+        t0 = time.perf_counter()
+        try:
+            if self.mode == "tokens":
+                return await self._chat_tokens(request, body, session, turn)
+            return await self._chat_forward(request, body, turn)
+        except UpstreamFailure as exc:
+            turn.status, turn.error = exc.status, exc.message
+            return web.json_response(exc.body, status=exc.status)
+        finally:
+            turn.latency = time.perf_counter() - t0
+            session.turns.append(turn)
+
+    # --- upstream calls --------------------------------------------------------------------------
+    async def _post(self, path: str, payload: dict[str, Any]) -> aiohttp.ClientResponse:
+        try:
+            resp = await self._client.post(f"{self.upstream}{path}", json=payload)
+        except asyncio.TimeoutError:
+            raise UpstreamFailure(504, _error_body(f"upstream {path} timed out after {self.request_timeout}s",
+                                                   "timeout", 504), "timeout") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamFailure(502, _error_body(f"upstream {path} unreachable: {exc!r}", "upstream_error", 502),
+                                  f"unreachable: {exc!r}") from None
+        if resp.status >= 400:
+            raw = await resp.read()
+            resp.release()
+            try:
+                err = json.loads(raw)
+            except json.JSONDecodeError:
+                err = _error_body(raw.decode(errors="replace")[:2000], "upstream_error", resp.status)
+            raise UpstreamFailure(resp.status, err, f"upstream {resp.status}: {raw[:500].decode(errors='replace')}")
+        return resp
+
+    async def _read_json(self, resp: aiohttp.ClientResponse, path: str) -> dict[str, Any]:
+        try:
+            return await resp.json(content_type=None)
+        except asyncio.TimeoutError:
+            raise UpstreamFailure(504, _error_body(f"upstream {path} timed out after {self.request_timeout}s",
+                                                   "timeout", 504), "timeout") from None
+        finally:
+            resp.release()
+
+    # --- forward mode ----------------------------------------------------------------------------
+    async def _chat_forward(self, request: web.Request, body: dict[str, Any], turn: Turn) -> web.StreamResponse:
+        payload = dict(body, return_token_ids=True, logprobs=True)
+        payload.pop("top_logprobs", None)
+        if self.model:
+            payload["model"] = self.model
+        resp = await self._post("/chat/completions", payload)
+        if not body.get("stream"):
+            data = await self._read_json(resp, "/chat/completions")
+            _record_chat(turn, data)
+            return web.json_response(data)
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await out.prepare(request)
+        acc = _StreamAccumulator()
+        try:
+            async for line in resp.content:
+                await out.write(line)
+                acc.feed(line)
+        except asyncio.TimeoutError:
+            turn.status, turn.error = 504, "timeout while streaming"
+        finally:
+            resp.release()
+        acc.apply(turn)
+        await out.write_eof()
+        return out
+
+    # --- token mode ------------------------------------------------------------------------------
+    async def _chat_tokens(self, request: web.Request, body: dict[str, Any], session: Session,
+                           turn: Turn) -> web.StreamResponse:
+        builder = self._builder
+        messages, tools = turn.request_messages, turn.tools
+        tool_choice = body.get("tool_choice")
+        plan = await asyncio.to_thread(builder.plan, messages, tools, list(session.turns),
+                                       body.get("chat_template_kwargs"))
+        turn.prompt_ids, turn.prompt_source, turn.drift = plan.prompt_ids, plan.source, plan.drift
+        payload: dict[str, Any] = {"model": self.model or body.get("model"), "prompt": plan.prompt_ids,
+                                   "max_tokens": body.get("max_completion_tokens") or body.get("max_tokens"),
+                                   "return_token_ids": True, "logprobs": 1, "skip_special_tokens": False}
+        payload.update({k: body[k] for k in SAMPLING_KEYS if body.get(k) is not None})
+        forced = _forced_tools(tools, tool_choice)
+        if forced:
+            payload["structured_outputs"] = {"structural_tag": json.dumps(structural_tag(forced, self.tool_parser))}
+        try:
+            resp = await self._post("/completions", payload)
+        except UpstreamFailure as exc:
+            if not (forced and exc.status == 400):
+                raise
+            # the grammar backend rejected a tool schema: keep the call envelope, free the arguments
+            payload["structured_outputs"] = {"structural_tag": json.dumps(
+                structural_tag(forced, self.tool_parser, strict_arguments=False))}
+            resp = await self._post("/completions", payload)
+        data = await self._read_json(resp, "/completions")
+        choice = (data.get("choices") or [{}])[0]
+        ids = choice.get("token_ids")
+        if ids is None:
+            raise UpstreamFailure(502, _error_body("upstream /completions returned no token_ids; the server must "
+                                                   "be vLLM >= 0.10.2", "upstream_error", 502), "no token ids")
+        turn.sampled_ids = list(ids)
+        lps = (choice.get("logprobs") or {}).get("token_logprobs")
+        turn.logprobs = [float(x) if x is not None else 0.0 for x in lps] if lps is not None else None
+        text = await asyncio.to_thread(builder.decode, turn.sampled_ids)
+        turn.completion_text = text
+        if tools and tool_choice != "none":
+            parsed = parse_completion(text, self.tool_parser, tools)
+        else:
+            reasoning, rest = split_reasoning(text)
+            parsed = ParsedReply(content=rest or None, reasoning_content=reasoning)
+        message = parsed.message()
+        turn.parse_errors = parsed.errors
+        finish = "tool_calls" if message.get("tool_calls") else (choice.get("finish_reason") or "stop")
+        turn.message, turn.finish_reason = message, finish
+        turn.usage = {"prompt_tokens": len(plan.prompt_ids), "completion_tokens": len(turn.sampled_ids),
+                      "total_tokens": len(plan.prompt_ids) + len(turn.sampled_ids)}
+        reply_id = f"chatcmpl-{uuid.uuid4().hex}"
+        model = body.get("model") or self.model or ""
+        if not body.get("stream"):
+            return web.json_response({"id": reply_id, "object": "chat.completion", "created": int(time.time()),
+                                      "model": model, "usage": turn.usage,
+                                      "choices": [{"index": 0, "message": message, "finish_reason": finish,
+                                                   "logprobs": None}]})
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await out.prepare(request)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        await out.write(b"".join(_sse_chunks(reply_id, model, message, finish, turn.usage if include_usage else None)))
+        await out.write_eof()
+        return out
+
+
+def _forced_tools(tools: list[dict] | None, tool_choice: Any) -> list[dict] | None:
+    if not tools:
+        return None
+    if tool_choice == "required":
+        return tools
+    if isinstance(tool_choice, dict):
+        name = (tool_choice.get("function") or {}).get("name")
+        chosen = [t for t in tools if t.get("function", t).get("name") == name]
+        return chosen or None
+    return None
+
+
+def _sse_chunks(reply_id: str, model: str, message: dict[str, Any], finish: str,
+                usage: dict[str, Any] | None) -> list[bytes]:
+    created = int(time.time())
+
+    def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        obj = {"id": reply_id, "object": "chat.completion.chunk", "created": created, "model": model,
+               "choices": choices, **extra}
+        return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
+
+    def delta(d: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        return chunk([{"index": 0, "delta": d, "logprobs": None, "finish_reason": finish_reason}])
+
+    out = [delta({"role": "assistant", "content": ""})]
+    if message.get("reasoning_content"):
+        out.append(delta({"reasoning_content": message["reasoning_content"]}))
+    if message.get("content"):
+        out.append(delta({"content": message["content"]}))
+    for i, call in enumerate(message.get("tool_calls") or ()):
+        out.append(delta({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                          "function": {"name": call["function"]["name"],
+                                                       "arguments": call["function"]["arguments"]}}]}))
+    out.append(delta({}, finish))
+    if usage is not None:
+        out.append(chunk([], usage=usage))
+    out.append(b"data: [DONE]\n\n")
+    return out
+
+
+def _record_chat(turn: Turn, data: dict[str, Any]) -> None:
+    choice = (data.get("choices") or [{}])[0]
+    msg = dict(choice.get("message") or {})
+    if "reasoning" in msg and "reasoning_content" not in msg:
+        msg["reasoning_content"] = msg.pop("reasoning")
+    turn.message = {k: v for k, v in msg.items() if v is not None or k == "content"}
+    turn.finish_reason = choice.get("finish_reason")
+    turn.usage = data.get("usage")
+    turn.prompt_ids = data.get("prompt_token_ids")
+    turn.sampled_ids = choice.get("token_ids")
+    content = (choice.get("logprobs") or {}).get("content")
+    turn.logprobs = [float(e.get("logprob", 0.0)) for e in content] if content is not None else None
+
+
+class _StreamAccumulator:
+    """Rebuilds the assistant message, ids and logprobs from a chat-completion SSE stream."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.prompt_ids: list[int] | None = None
+        self.ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.has_ids = self.has_logprobs = False
+        self.finish: str | None = None
+        self.usage: dict[str, Any] | None = None
+
+    def feed(self, line: bytes) -> None:
+        if not line.startswith(b"data:"):
+            return
+        raw = line[5:].strip()
+        if not raw or raw == b"[DONE]":
+            return
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError:
+            return
+        if data.get("prompt_token_ids") is not None:
+            self.prompt_ids = data["prompt_token_ids"]
+        if data.get("usage"):
+            self.usage = data["usage"]
+        for choice in data.get("choices") or ():
+            if choice.get("token_ids") is not None:
+                self.has_ids = True
+                self.ids.extend(choice["token_ids"])
+            content = (choice.get("logprobs") or {}).get("content")
+            if content is not None:
+                self.has_logprobs = True
+                self.logprobs.extend(float(e.get("logprob", 0.0)) for e in content)
+            d = choice.get("delta") or {}
+            if d.get("content"):
+                self.content.append(d["content"])
+            r = d.get("reasoning_content") or d.get("reasoning")
+            if r:
+                self.reasoning.append(r)
+            for tc in d.get("tool_calls") or ():
+                slot = self.calls.setdefault(tc.get("index", 0), {"id": None, "type": "function",
+                                                                   "function": {"name": "", "arguments": ""}})
+                slot["id"] = tc.get("id") or slot["id"]
+                fn = tc.get("function") or {}
+                slot["function"]["name"] += fn.get("name") or ""
+                slot["function"]["arguments"] += fn.get("arguments") or ""
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+
+    def apply(self, turn: Turn) -> None:
+        msg: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
+        if self.calls:
+            msg["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
+            for call in msg["tool_calls"]:
+                call["id"] = call["id"] or new_call_id()
+        if self.reasoning:
+            msg["reasoning_content"] = "".join(self.reasoning)
+        turn.message, turn.finish_reason, turn.usage = msg, self.finish, self.usage
+        turn.prompt_ids = self.prompt_ids
+        turn.sampled_ids = self.ids if self.has_ids else None
+        turn.logprobs = self.logprobs if self.has_logprobs else None
+
+
+__all__ = ["RecordingProxy", "ProxyError", "Session", "Turn"]
