@@ -1,0 +1,129 @@
+"""The real embedded vLLM CPU server: tool calls, exact token ids and logprobs (chat and token-id completions), the
+chat template shared with the tokenizer, and weight reload from disk (changed weights change the output; the
+original folder restores it exactly)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from examples.qwen_swe import config
+from examples.qwen_swe.inference import InferenceClient
+from examples.qwen_swe.start_vllm import EMBEDDED_SERVED_NAME
+
+pytestmark = pytest.mark.vllm
+
+MODEL = EMBEDDED_SERVED_NAME
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "read_file", "description": "Reads a file from the repository. Returns its text.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string", "description": "file path"}},
+                       "required": ["path"]}}},
+    {"type": "function", "function": {
+        "name": "run_shell_command", "description": "Runs a shell command.",
+        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}},
+]
+
+
+@pytest.fixture(scope="module")
+def client(embedded_vllm: str) -> InferenceClient:
+    return InferenceClient(embedded_vllm, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(config.embedded_model_dir()))
+
+
+def test_server_lists_the_embedded_model(client: InferenceClient):
+    assert client.health()
+    assert MODEL in client.models()
+
+
+def test_forced_tool_call_comes_back_parsed_with_token_ids(client: InferenceClient, tokenizer):
+    messages = [{"role": "system", "content": "You are a coding agent."},
+                {"role": "user", "content": [{"type": "text", "text": "Show me the file setup.py"}]}]
+    body = client.post("/v1/chat/completions", {
+        "model": MODEL, "messages": messages, "tools": TOOLS, "tool_choice": "required", "max_tokens": 96,
+        "temperature": 0.0, "return_token_ids": True, "logprobs": True})
+    choice = body["choices"][0]
+    calls = choice["message"]["tool_calls"]
+    assert calls and calls[0]["function"]["name"] in {"read_file", "run_shell_command"}
+    assert isinstance(json.loads(calls[0]["function"]["arguments"]), dict)
+    ids, lps = choice["token_ids"], choice["logprobs"]["content"]
+    assert ids and len(ids) == len(lps) == body["usage"]["completion_tokens"]
+    assert all(isinstance(x["logprob"], float) and x["logprob"] <= 0.0 for x in lps)
+    # The server renders with the folder's chat_template.jinja: the same ids the trainer's tokenizer produces.
+    expected = tokenizer.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True, tokenize=True,
+                                             return_dict=False)
+    assert body["prompt_token_ids"] == list(expected)
+
+
+def test_history_with_null_content_and_tool_results_renders(client: InferenceClient, tokenizer):
+    """What qwen-code resends: assistant tool calls with null content, tool results, content as a list of parts."""
+    messages = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "List the files."},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+            "name": "run_shell_command", "arguments": "{\"command\": \"ls\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "setup.py\nsrc"}]},
+    ]
+    body = client.post("/v1/chat/completions", {
+        "model": MODEL, "messages": messages, "tools": TOOLS, "max_tokens": 8, "temperature": 0.0,
+        "return_token_ids": True})
+    text = tokenizer.decode(body["prompt_token_ids"])
+    assert '<tool_call>\n{"name": "run_shell_command", "arguments": {"command": "ls"}}\n</tool_call><|im_end|>' in text
+    assert "<|im_start|>user\n<tool_response>\nsetup.py\nsrc\n</tool_response><|im_end|>" in text
+    assert text.endswith("<|im_start|>assistant\n")
+    assert text.count("\n{\"name\": \"read_file\"") == 1  # one compact line per tool
+
+
+def test_completion_from_token_ids_returns_ids_and_logprobs(client: InferenceClient, tokenizer):
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2+2?"}], add_generation_prompt=True,
+                                           tokenize=True, return_dict=False)
+    body = client.post("/v1/completions", {"model": MODEL, "prompt": list(prompt), "max_tokens": 12,
+                                           "temperature": 1.0, "seed": 7, "return_token_ids": True, "logprobs": 0})
+    choice = body["choices"][0]
+    assert choice["prompt_token_ids"] == list(prompt)
+    assert 0 < len(choice["token_ids"]) == len(choice["logprobs"]["token_logprobs"]) <= 12
+    assert tokenizer.decode(choice["token_ids"]) == choice["text"]
+
+
+def _probe(client: InferenceClient) -> tuple[list[int], list[float]]:
+    body = client.post("/v1/completions", {"model": MODEL, "prompt": "The capital of France is", "max_tokens": 8,
+                                           "temperature": 0.0, "return_token_ids": True, "logprobs": 0})
+    choice = body["choices"][0]
+    return choice["token_ids"], choice["logprobs"]["token_logprobs"]
+
+
+def test_reload_changed_weights_then_restore(client: InferenceClient, tmp_path: Path):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    original = config.embedded_model_dir()
+    changed = tmp_path / "step_000001"
+    changed.mkdir()
+    weights = load_file(str(original / "model.safetensors"))
+    for name in weights:  # silence every MLP of the first ten layers
+        if "down_proj" in name and int(name.split(".")[2]) < 10:
+            weights[name] = torch.zeros_like(weights[name])
+    save_file(weights, str(changed / "model.safetensors"), metadata={"format": "pt"})
+    shutil.copy(original / "config.json", changed / "config.json")
+
+    before = _probe(client)
+    try:
+        assert client.reload_weights(changed) == 1
+        assert client.weight_version.path == str(changed)
+        after = _probe(client)
+        assert after != before
+    finally:
+        client.reload_weights(original)  # the server is shared by the session: leave it as it was
+    assert _probe(client) == before
+    assert client.weight_version.version == 2
+    status = client.get("/is_paused")
+    assert status == {"is_paused": False}
