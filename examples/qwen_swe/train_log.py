@@ -1,0 +1,83 @@
+"""Per-step training metrics on rank 0: ``metrics.jsonl``, TensorBoard scalars (``tb/``), one printed line
+per step, and ``rewards.png`` (reward and resolve rate over steps) when the run ends.
+
+On resume, lines of steps at or after the resumed step (written after the checkpoint, before a crash)
+are dropped from ``metrics.jsonl`` and purged from TensorBoard, so every step appears once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("qwen_swe.train_log")
+
+
+class MetricsLog:
+    def __init__(self, output_dir: Path, resume_step: int = 0) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.dir = Path(output_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / "metrics.jsonl"
+        if self.path.exists():
+            kept = [line for line in self.path.read_text().splitlines()
+                    if line.strip() and json.loads(line).get("step", -1) < resume_step]
+            self.path.write_text("".join(line + "\n" for line in kept))
+        self.writer = SummaryWriter(str(self.dir / "tb"), purge_step=resume_step if resume_step else None)
+
+    def write(self, metrics: dict[str, Any], total_steps: int) -> None:
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(metrics, sort_keys=True, default=str) + "\n")
+        step = int(metrics["step"])
+        for key, value in metrics.items():
+            if isinstance(value, (int, float)) and key != "step":
+                self.writer.add_scalar(key, float(value), step)
+        self.writer.flush()
+        print(format_line(metrics, total_steps), flush=True)
+
+    def close(self) -> None:
+        self.writer.close()
+        try:
+            plot_rewards(self.path, self.dir / "rewards.png")
+        except Exception as exc:  # noqa: BLE001 - a missing plot must not fail a finished run
+            log.warning("could not draw %s: %r", self.dir / "rewards.png", exc)
+
+
+def format_line(m: dict[str, Any], total_steps: int) -> str:
+    update = "skipped" if m.get("skipped_update") else f"loss {m.get('loss', 0.0):+.4f} grad {m.get('grad_norm', 0.0):.3f}"
+    return (f"step {int(m['step']) + 1}/{total_steps} v{m.get('weight_version')} | reward {m.get('reward_mean', 0.0):+.3f} "
+            f"resolved {m.get('resolve_rate', 0.0):.2f} | samples {m.get('samples', 0)} "
+            f"dropped {m.get('dropped_samples', 0):g} zero-var groups {m.get('zero_variance_groups', 0)} "
+            f"resp len {m.get('response_length_mean', 0.0):.0f} | {update} clip {m.get('clip_fraction', 0.0):.3f} "
+            f"kl {m.get('approx_kl', 0.0):.2e} | rollout {m.get('time/rollout', 0.0):.1f}s "
+            f"train {m.get('time/train', 0.0):.1f}s sync {m.get('time/sync', 0.0):.1f}s "
+            f"save {m.get('time/save', 0.0):.1f}s")
+
+
+def plot_rewards(metrics_path: Path, png: Path) -> Path:
+    """Reward mean and resolve rate over steps, from ``metrics.jsonl``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    steps = [r["step"] + 1 for r in rows]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
+    try:
+        ax1.plot(steps, [r.get("reward_mean", 0.0) for r in rows], marker="o")
+        ax1.set_ylabel("reward mean")
+        ax1.grid(alpha=0.3)
+        ax2.plot(steps, [r.get("resolve_rate", 0.0) for r in rows], marker="o", color="tab:green")
+        ax2.set_ylabel("resolve rate")
+        ax2.set_xlabel("step")
+        ax2.set_ylim(-0.05, 1.05)
+        ax2.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(png, dpi=100)
+    finally:
+        plt.close(fig)
+    return png
