@@ -1,0 +1,330 @@
+"""Keep an external vLLM server on-policy under slime's FSDP backend: newest slime checkpoint -> HF folder -> reload.
+
+slime v0.2.2 pushes weights only into SGLang engines it manages; with ``--debug-train-only`` (no engines) its
+``update_weights`` is a no-op, so nothing would ever reach our vLLM server. What slime does do, with
+``--save-interval 1``, is write a checkpoint after every training step, synchronously, before it asks for the next
+rollout. Its FSDP layout (``slime/backends/fsdp_utils/checkpoint.py`` at v0.2.2)::
+
+    {save}/latest_checkpointed_iteration.txt   "<rollout_id + 1>", written last by rank 0
+    {save}/iter_{rollout_id + 1:07d}/model/     torch.distributed.checkpoint of {"model_state": {"model": sd}}
+    {save}/iter_{rollout_id + 1:07d}/meta.json  iteration, rollout_id, next_rollout_id, global_step, ...
+
+so before rollout ``r`` the weights trained on rollout ``r - 1`` are ``iter_{r:07d}``. ``SlimeWeightSync`` reads
+that folder without a process group, writes HF safetensors (the model's own parameter names, the dtype of its
+config, its config and tokenizer files) into a new folder, and asks the server to reload it. The weight version
+is the checkpoint's iteration: the number of training steps baked into the served weights (0 = the base model).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+log = logging.getLogger(__name__)
+
+TRACKER = "latest_checkpointed_iteration.txt"
+MODEL_PREFIX = "model_state.model."  # how DCP flattens slime's {"model_state": ModelState} -> {"model": sd}
+WRAPPER_INFIXES = ("_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
+EXPORT_DIR = "hf_export"
+AUX_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "vocab.json",
+             "merges.txt", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
+             "chat_template.json", "tokenizer.model")
+_ITER_RE = re.compile(r"^iter_(\d{7,})$")
+DEFAULT_SHARD_BYTES = 4 << 30
+DEFAULT_KEEP_CHECKPOINTS = 3  # Settings.keep_checkpoints' default; slime's args do not carry it
+
+
+class SlimeWeightSyncError(RuntimeError):
+    """The served weights cannot be brought up to date; the message names the checkpoint and what to do."""
+
+
+@dataclass(frozen=True)
+class SlimeCheckpoint:
+    """One complete checkpoint slime wrote: ``iteration`` = rollout_id + 1 of the step that produced it."""
+
+    iteration: int
+    path: Path
+
+    @property
+    def model_dir(self) -> Path:
+        return self.path / "model"
+
+    @property
+    def rollout_id(self) -> int:
+        return self.iteration - 1
+
+
+# ------------------------------------------------------------------------------------------------
+# finding checkpoints
+# ------------------------------------------------------------------------------------------------
+
+def read_tracker(save_dir: str | os.PathLike[str]) -> int | None:
+    """The iteration in ``latest_checkpointed_iteration.txt`` (slime writes it after the checkpoint), or None."""
+    path = Path(save_dir).expanduser() / TRACKER
+    try:
+        return int(path.read_text().strip())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise SlimeWeightSyncError(f"{path} is unreadable ({exc}); it should hold one iteration number") from None
+
+
+def list_checkpoints(save_dir: str | os.PathLike[str]) -> list[SlimeCheckpoint]:
+    """Complete checkpoints, oldest first: the DCP ``model/.metadata`` exists (DCP writes it last) and the
+    iteration is not newer than the tracker (slime bumps the tracker only after a save finished)."""
+    root = Path(save_dir).expanduser()
+    tracker = read_tracker(root)
+    if tracker is None or not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        m = _ITER_RE.match(child.name)
+        if m and int(m.group(1)) <= tracker and (child / "model" / ".metadata").is_file():
+            found.append(SlimeCheckpoint(int(m.group(1)), child))
+    return sorted(found, key=lambda c: c.iteration)
+
+
+def newest_checkpoint(save_dir: str | os.PathLike[str]) -> SlimeCheckpoint | None:
+    found = list_checkpoints(save_dir)
+    return found[-1] if found else None
+
+
+# ------------------------------------------------------------------------------------------------
+# DCP -> HF conversion
+# ------------------------------------------------------------------------------------------------
+
+def hf_name(dcp_key: str) -> str:
+    """The HF parameter name of one DCP key of slime's model checkpoint."""
+    if not dcp_key.startswith(MODEL_PREFIX):
+        raise SlimeWeightSyncError(f"checkpoint key {dcp_key!r} does not start with {MODEL_PREFIX!r}: this is not "
+                                   "a model checkpoint written by slime v0.2.2's FSDP backend")
+    name = dcp_key[len(MODEL_PREFIX):]
+    for infix in WRAPPER_INFIXES:
+        name = name.replace(infix, "")
+    return name
+
+
+def convert_checkpoint(model_dir: str | os.PathLike[str], hf_source: str | os.PathLike[str],
+                       out_dir: str | os.PathLike[str], *, dtype: Any = "auto",
+                       shard_bytes: int = DEFAULT_SHARD_BYTES) -> Path:
+    """Write the DCP model checkpoint in ``model_dir`` as an HF folder ``out_dir``: safetensors shards with the
+    model's own parameter names, cast to ``dtype`` ("auto" = the dtype in the config; None = as stored), plus
+    the config and tokenizer files of ``hf_source``. Loads one shard's worth of tensors at a time, so memory
+    stays near ``shard_bytes`` whatever the model size. Atomic: the folder appears complete or not at all."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import save_file
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    model_dir, out = Path(model_dir), Path(out_dir)
+    source = resolve_hf_dir(hf_source)
+    config = json.loads((source / "config.json").read_text())
+    target = _target_dtype(config, dtype)
+    try:
+        meta = dcp.FileSystemReader(str(model_dir)).read_metadata()
+    except Exception as exc:  # noqa: BLE001 - any reader failure means "not a readable DCP folder"
+        raise SlimeWeightSyncError(f"cannot read the DCP checkpoint in {model_dir} ({exc.__class__.__name__}: "
+                                   f"{exc}); is the save complete?") from None
+    entries = {k: v for k, v in meta.state_dict_metadata.items() if isinstance(v, TensorStorageMetadata)}
+    names = {k: hf_name(k) for k in entries}
+    tied = bool(config.get("tie_word_embeddings", False))
+    keys = [k for k in entries if not (tied and names[k] == "lm_head.weight")]  # the HF folder stores it once
+    _check_names([names[k] for k in keys], source, tied)
+
+    def out_dtype(k: str) -> torch.dtype:
+        stored = entries[k].properties.dtype
+        return target if target is not None and stored.is_floating_point else stored
+
+    shards, size = [[]], 0
+    for k in keys:
+        nbytes = entries[k].size.numel() * out_dtype(k).itemsize
+        if shards[-1] and size + nbytes > shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(k)
+        size += nbytes
+
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        weight_map: dict[str, str] = {}
+        total = 0
+        for n, group in enumerate(shards, 1):
+            state = {k: torch.empty(tuple(entries[k].size), dtype=entries[k].properties.dtype) for k in group}
+            with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+                warnings.simplefilter("ignore", UserWarning)
+                dcp.load(state, checkpoint_id=str(model_dir), no_dist=True)
+            fname = "model.safetensors" if len(shards) == 1 else f"model-{n:05d}-of-{len(shards):05d}.safetensors"
+            tensors = {names[k]: state[k].to(out_dtype(k)).contiguous() for k in group}
+            save_file(tensors, str(tmp / fname), metadata={"format": "pt"})
+            total += sum(t.numel() * t.element_size() for t in tensors.values())
+            weight_map.update({name: fname for name in tensors})
+            del state, tensors
+        if len(shards) > 1:
+            index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+            (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+        for name in AUX_FILES:
+            if (source / name).is_file():
+                shutil.copy2(source / name, tmp / name)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def resolve_hf_dir(hf_checkpoint: str | os.PathLike[str]) -> Path:
+    """A local folder with the model's config and tokenizer: ``hf_checkpoint`` itself, or its Hugging Face
+    cache snapshot (the same files slime's ``--hf-checkpoint`` loads)."""
+    local = Path(hf_checkpoint).expanduser()
+    if (local / "config.json").is_file():
+        return local
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(str(hf_checkpoint), allow_patterns=list(AUX_FILES)))
+    except Exception as exc:  # noqa: BLE001 - hub errors vary; the message says what to do
+        raise SlimeWeightSyncError(f"--hf-checkpoint {hf_checkpoint!r} is neither a folder with config.json nor a "
+                                   f"downloadable Hugging Face model ({exc.__class__.__name__}); pass a local "
+                                   "folder") from None
+
+
+def _target_dtype(config: dict[str, Any], dtype: Any) -> Any:
+    import torch
+
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    name = config.get("torch_dtype") or config.get("dtype") if dtype == "auto" else dtype
+    if not name:
+        return None
+    value = getattr(torch, str(name).replace("torch.", ""), None)
+    if not isinstance(value, torch.dtype):
+        raise SlimeWeightSyncError(f"unknown dtype {name!r} (config.json torch_dtype/dtype or the dtype argument)")
+    return value
+
+
+def _check_names(names: list[str], source: Path, tied: bool) -> None:
+    """The converted names must be the HF checkpoint's own (when its weights are local), else vLLM rejects them."""
+    expected = _hf_weight_names(source)
+    if expected is None:
+        return
+    if tied:
+        expected.discard("lm_head.weight")
+    got = set(names)
+    missing, extra = sorted(expected - got), sorted(got - expected)
+    if missing or extra:
+        raise SlimeWeightSyncError(f"the checkpoint's parameters do not match {source}: missing {missing[:5]} "
+                                   f"({len(missing)}), unexpected {extra[:5]} ({len(extra)}); was it trained "
+                                   "from this --hf-checkpoint?")
+
+
+def _hf_weight_names(source: Path) -> set[str] | None:
+    index = source / "model.safetensors.index.json"
+    if index.is_file():
+        return set(json.loads(index.read_text())["weight_map"])
+    single = source / "model.safetensors"
+    if single.is_file():
+        from safetensors import safe_open
+
+        with safe_open(str(single), framework="pt") as fh:
+            return set(fh.keys())
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# the sync before each rollout
+# ------------------------------------------------------------------------------------------------
+
+class SlimeWeightSync:
+    """Called by the rollout function before each training rollout; see the module docstring.
+
+    ``settings_or_args``: slime's ``args`` (``save``, ``hf_checkpoint``) or the project's ``Settings``
+    (``output_dir``, ``model``). ``client``: an object with ``reload_weights(path) -> int``
+    (``examples.qwen_swe.inference.InferenceClient``) or the server's URL. Stateless between calls apart from
+    the files it writes, so a fresh instance per rollout behaves the same as one kept for the whole run.
+    """
+
+    def __init__(self, settings_or_args: Any, client: Any, *, export_root: str | os.PathLike[str] | None = None,
+                 keep_exports: int = 2, keep_checkpoints: int | None = None,
+                 allow_frozen: bool | None = None) -> None:
+        src = settings_or_args
+        save = getattr(src, "save", None) or getattr(src, "output_dir", None)
+        if not save:
+            raise SlimeWeightSyncError("no checkpoint folder: slime's --save (or OUTPUT_DIR) must be set, with "
+                                       "--save-interval 1, for the vLLM server to follow training")
+        self.save_dir = Path(save).expanduser()
+        self.hf_checkpoint = getattr(src, "hf_checkpoint", None) or getattr(src, "model", None)
+        if isinstance(client, str):
+            from .inference import InferenceClient
+
+            client = InferenceClient(client)
+        self.client = client
+        self.export_root = Path(export_root) if export_root else self.save_dir / EXPORT_DIR
+        self.keep_exports = max(1, keep_exports)
+        keep = keep_checkpoints or getattr(src, "keep_checkpoints", None) or os.environ.get("KEEP_CHECKPOINTS")
+        self.keep_checkpoints = int(keep) if keep else DEFAULT_KEEP_CHECKPOINTS
+        frozen = allow_frozen if allow_frozen is not None else getattr(src, "allow_frozen_server", None)
+        if frozen is None:
+            frozen = os.environ.get("ALLOW_FROZEN_SERVER", "").strip().lower() in ("1", "true", "yes", "on")
+        self.allow_frozen = bool(frozen)
+        self.timings: dict[str, float] = {}
+
+    def before_rollout(self, rollout_id: int) -> int:
+        """Make the server serve the weights trained on rollout ``rollout_id - 1``; return their version
+        (the checkpoint iteration; 0 = the base model, allowed only for rollout 0)."""
+        newest = newest_checkpoint(self.save_dir)
+        if rollout_id >= 1 and (newest is None or newest.iteration < rollout_id):
+            have = f"the newest is iter_{newest.iteration:07d}" if newest else "there is none"
+            message = (f"rollout {rollout_id} must run on the weights trained on rollout {rollout_id - 1}: "
+                       f"{self.save_dir / f'iter_{rollout_id:07d}'}/model is missing ({have}). Run slime with "
+                       f"--save-interval 1 and the same --save folder as this rollout function reads")
+            if not self.allow_frozen:
+                raise SlimeWeightSyncError(message)
+            log.warning("ALLOW_FROZEN_SERVER: %s; serving older weights", message)
+        if newest is None:
+            return 0
+        if self.hf_checkpoint is None:
+            raise SlimeWeightSyncError("no --hf-checkpoint (MODEL): the HF folder needs the model's config and "
+                                       "tokenizer")
+        t0 = time.monotonic()
+        target = self.export_root / newest.path.name
+        if not (target / "config.json").is_file():
+            convert_checkpoint(newest.model_dir, self.hf_checkpoint, target)
+        t1 = time.monotonic()
+        try:
+            self.client.reload_weights(str(target))
+        except Exception as exc:
+            if not self.allow_frozen:
+                raise SlimeWeightSyncError(f"reloading {target} into the inference server failed: {exc}") from exc
+            log.warning("ALLOW_FROZEN_SERVER: reload of %s failed (%s); the server keeps its old weights",
+                        target, exc)
+            return 0
+        self.timings = {"convert_seconds": round(t1 - t0, 3), "reload_seconds": round(time.monotonic() - t1, 3)}
+        self._prune(newest)
+        log.info("serving %s (weight version %d) for rollout %d: %s", target, newest.iteration, rollout_id,
+                 self.timings)
+        return newest.iteration
+
+    def _prune(self, served: SlimeCheckpoint) -> None:
+        """Drop old exports (the served one and the one before stay) and all but the newest ``keep_checkpoints``
+        slime checkpoints: with one checkpoint per step (model + optimizer) they would otherwise fill the disk."""
+        exports = sorted((p for p in self.export_root.iterdir() if _ITER_RE.match(p.name)),
+                         key=lambda p: int(_ITER_RE.match(p.name).group(1))) if self.export_root.is_dir() else []
+        _remove(p for p in exports[:-self.keep_exports] if p.name != served.path.name)
+        old = list_checkpoints(self.save_dir)[:-self.keep_checkpoints]
+        _remove(c.path for c in old if c.iteration < served.iteration)
+
+
+def _remove(paths: Iterable[Path]) -> None:
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
