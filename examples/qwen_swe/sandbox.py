@@ -1,0 +1,444 @@
+"""Containers for rollouts and grading: a small async contract and its Docker implementation.
+
+Why this shape:
+- The agent and the grader only need start / exec / read / write / diff / stop, so the contract is that small;
+  another backend (Modal, E2B) implements the same six methods.
+- The ``docker`` package is blocking, so every call runs in a worker thread (``asyncio.to_thread``); calls that
+  create or remove a container are finished even when the awaiting task is cancelled, so a cancelled rollout
+  never leaks a container it did not get to see.
+- ``exec`` runs the command as the leader of a fresh process group (``setsid``) and, at its timeout or when the
+  command returns, kills that whole group: nothing a command started outlives it, except processes that made
+  their own session on purpose.
+- Removal is ``remove(force=True)`` (SIGKILL), never ``docker stop`` with a grace period: the container only
+  runs ``sleep infinity`` (under Docker's init, which reaps the processes ``exec`` kills), so there is nothing
+  to shut down gracefully.
+- Every container carries labels (``LABEL``, run id, role) so ``reap`` can remove what a killed run left behind.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import io
+import shlex
+import tarfile
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import docker
+import docker.errors
+
+LABEL = "qwen-swe"
+ARCH = "x86_64"
+DOCKER_TIMEOUT = 120      # seconds a Docker API call may stall (exec streams are not bounded by it)
+KILL_GRACE = 10.0         # seconds to wait for an exec stream to end after its process group was killed
+_PG_DIR = "/tmp"
+
+# $0 = pg file, $1 = command.  The inner bash becomes the leader of a new session and process group (setsid -w
+# waits for it either way), writes its pid (= the group id) to the pg file and execs the command; afterwards the
+# outer shell kills whatever the command left running in that group, so the exec stream can end.
+_WRAPPER = (
+    'setsid -w bash -c \'echo $$ > "$0"; exec bash -c "$1"\' "$0" "$1"; rc=$?; '
+    'pg=$(cat "$0" 2>/dev/null) && kill -KILL -- "-$pg" 2>/dev/null; rm -f "$0"; exit $rc'
+)
+_KILLER = 'for i in $(seq 50); do [ -s "$0" ] && break; sleep 0.1; done; kill -KILL -- "-$(cat "$0")"'
+
+# Hide the future: keep only HEAD (at base_commit) and its ancestry.  Drops every other ref (branches, tags,
+# remotes, notes, stash), expires reflogs, prunes unreachable objects, then proves no other commit is left.
+_HIDE_FUTURE = r"""
+set -eu
+cd "$1"; base="$2"
+git config --global --add safe.directory '*'
+head=$(git rev-parse HEAD)
+if [ -n "$base" ] && [ "$head" != "$(git rev-parse "$base^{commit}")" ]; then
+  echo "HEAD is $head, not base_commit $base" >&2; exit 3
+fi
+keep=$(git symbolic-ref -q HEAD || true)
+for r in $(git remote); do git remote remove "$r"; done
+git for-each-ref --format='%(refname)' | while read -r ref; do
+  [ "$ref" = "$keep" ] || git update-ref -d "$ref"
+done
+git reflog expire --expire=now --all
+git gc --prune=now --quiet
+reachable=$(git rev-list HEAD | wc -l)
+all=$(git rev-list --all --reflog | wc -l)
+objects=$(git cat-file --batch-all-objects --batch-check='%(objecttype)' | grep -c '^commit$' || true)
+if [ "$all" != "$reachable" ] || [ "$objects" != "$reachable" ]; then
+  echo "future still reachable: HEAD ancestry $reachable, all refs $all, commit objects $objects" >&2; exit 4
+fi
+"""
+
+T = TypeVar("T")
+
+
+class SandboxError(RuntimeError):
+    """A container could not be created, used or removed; the message says which and what to do."""
+
+
+@dataclass
+class ExecResult:
+    exit_code: int
+    output: str          # stdout and stderr merged, head and tail kept when over the limit
+    timed_out: bool
+    truncated: bool
+    seconds: float
+
+
+class Sandbox(abc.ABC):
+    """An isolated machine with a repository in it; ``async with`` guarantees it is removed on every path."""
+
+    @abc.abstractmethod
+    async def start(self) -> None: ...
+
+    @abc.abstractmethod
+    async def exec(self, cmd: str, timeout: float, *, workdir: str | None = None,
+                   env: dict[str, str] | None = None) -> ExecResult: ...
+
+    @abc.abstractmethod
+    async def read_file(self, path: str) -> bytes: ...
+
+    @abc.abstractmethod
+    async def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None: ...
+
+    @abc.abstractmethod
+    async def stop(self) -> None: ...
+
+    async def git_diff(self, repo: str = "/testbed", exclude: Sequence[str] = ()) -> str:
+        """The working tree against HEAD, new files included (``git add -N``), minus the ``exclude`` paths."""
+        specs = " ".join(shlex.quote(f":(exclude){p}") for p in exclude)
+        cmd = (f"git -c safe.directory='*' add -N . && "
+               f"git -c safe.directory='*' -c core.fileMode=false diff --no-color --no-ext-diff -- . {specs}")
+        res = await self.exec(cmd, timeout=120, workdir=repo)
+        if res.exit_code != 0 or res.truncated:
+            raise SandboxError(f"git diff in {repo} failed (exit {res.exit_code}, truncated={res.truncated}): "
+                               f"{res.output[-2000:]}")
+        return res.output
+
+    async def __aenter__(self) -> "Sandbox":
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+def image_for(instance: dict, namespace: str = "swebench") -> str:
+    """The instance's image: its ``image`` column when present, else swebench's official name.
+
+    With a namespace the name is ``<ns>/sweb.eval.x86_64.<id>:latest`` with ``__`` written ``_1776_`` (Docker Hub
+    forbids double underscores); with ``namespace=""`` it is the local name ``sweb.eval.x86_64.<id>:latest``.
+    Both follow swebench 4.1.0's ``TestSpec.instance_image_key``.
+    """
+    if instance.get("image"):
+        return str(instance["image"])
+    key = f"sweb.eval.{ARCH}.{instance['instance_id'].lower()}:latest"
+    return f"{namespace}/{key}".replace("__", "_1776_") if namespace else key
+
+
+def labels_for(run_id: str, role: str) -> dict[str, str]:
+    return {LABEL: "1", f"{LABEL}.run": run_id, f"{LABEL}.role": role}
+
+
+def docker_client(timeout: int = DOCKER_TIMEOUT) -> docker.DockerClient:
+    """A client for the local engine, with an error that says how to start one."""
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+        return client
+    except Exception as exc:  # noqa: BLE001 - docker raises several unrelated types here
+        raise SandboxError(f"cannot reach the Docker engine ({exc}); start it (scripts/setup.sh) or set DOCKER_HOST")\
+            from exc
+
+
+def ensure_image(client: docker.DockerClient, image: str) -> None:
+    """Make sure ``image`` is present locally; pull it once when its name has a registry namespace.
+
+    Never builds and never retries: a missing image is a setup problem and the error says how to fix it. The pull
+    streams progress, so the client's timeout bounds a stall, not a long download. Blocking; call it from a thread.
+    """
+    try:
+        client.images.get(image)
+        return
+    except docker.errors.ImageNotFound:
+        pass
+    except docker.errors.APIError as exc:
+        raise SandboxError(f"Docker could not inspect image {image}: {exc}") from exc
+    how = (f"pull it (docker pull {image}) on a host that reaches its registry, or build the local task images "
+           f"with `python -m examples.qwen_swe.tasks build`")
+    name, tag = _split_ref(image)
+    if "/" not in name:
+        raise SandboxError(f"image {image} is not present locally; {how}")
+    try:
+        client.images.pull(name, tag=tag)
+    except Exception as exc:  # noqa: BLE001 - network, registry and auth errors all mean "not available"
+        raise SandboxError(f"image {image} is not present locally and pulling it failed ({exc}); {how}") from exc
+
+
+def _split_ref(image: str) -> tuple[str, str | None]:
+    """(repository, tag) of an image reference; a digest reference keeps its digest in the repository part."""
+    if "@" in image:
+        return image, None
+    if ":" in image.rsplit("/", 1)[-1]:
+        name, tag = image.rsplit(":", 1)
+        return name, tag
+    return image, "latest"
+
+
+def reap(run_id: str | None = None, client: docker.DockerClient | None = None) -> int:
+    """Force-remove every container labelled by this project (of one run when ``run_id`` is given).
+
+    A run calls this at start and at exit, so containers of a runner killed with SIGKILL are gone by the next start.
+    Returns how many were removed.
+    """
+    own = client is None
+    client = client or docker_client()
+    filters = [f"{LABEL}=1"] + ([f"{LABEL}.run={run_id}"] if run_id else [])
+    removed = 0
+    try:
+        for c in client.containers.list(all=True, filters={"label": filters}, ignore_removed=True):
+            try:
+                c.remove(force=True)
+                removed += 1
+            except docker.errors.NotFound:
+                pass
+    finally:
+        if own:
+            client.close()
+    return removed
+
+
+async def _finish(fn: Callable[[], T]) -> T:
+    """Run ``fn`` in a thread and let it finish even if the caller is cancelled (then re-raise the cancel)."""
+    task = asyncio.ensure_future(asyncio.to_thread(fn))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        try:
+            await task
+        except Exception:  # noqa: BLE001 - the cancellation is what the caller must see
+            pass
+        raise
+
+
+class _Capped:
+    """Collects a byte stream keeping the first and last ``limit/2`` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.half = max(limit // 2, 1)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            extra = len(self.tail) - self.half
+            if extra > 0:
+                del self.tail[:extra]
+                self.dropped += extra
+
+    def text(self) -> str:
+        mid = f"\n[... {self.dropped} bytes truncated ...]\n".encode() if self.dropped else b""
+        return bytes(self.head + mid + self.tail).decode("utf-8", errors="replace")
+
+
+class DockerSandbox(Sandbox):
+    """One container from ``image``; see the module docstring for the guarantees."""
+
+    def __init__(self, image: str, *, run_id: str, role: str = "rollout", cpus: float = 1.0, memory: str = "4g",
+                 network: str = "host", mounts: Mapping[str, str] | None = None,
+                 env: Mapping[str, str] | None = None, workdir: str = "/testbed", base_commit: str | None = None,
+                 hide_future: bool = True, boot_limit: asyncio.Semaphore | None = None, output_limit: int = 1 << 20,
+                 client: docker.DockerClient | None = None) -> None:
+        self.image, self.run_id, self.role = image, run_id, role
+        self.cpus, self.memory, self.network = cpus, memory, network
+        self.mounts = dict(mounts or {})
+        self.env = dict(env or {})
+        self.workdir, self.base_commit, self.hide_future = workdir, base_commit, hide_future
+        self.boot_limit, self.output_limit = boot_limit, output_limit
+        self.name = f"{LABEL}-{role}-{uuid.uuid4().hex[:12]}"
+        self._client = client
+        self._own_client = client is None
+        self._container: Any = None
+
+    @property
+    def container_id(self) -> str | None:
+        return self._container.id if self._container is not None else None
+
+    # --- lifecycle --------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self.boot_limit is None:
+            await self._boot()
+        else:
+            async with self.boot_limit:
+                await self._boot()
+
+    async def _boot(self) -> None:
+        if self._client is None:
+            self._client = await asyncio.to_thread(docker_client)
+        await asyncio.to_thread(ensure_image, self._client, self.image)
+        await _finish(self._create)
+        if self.hide_future:
+            res = await self.exec(_sh(_HIDE_FUTURE, self.workdir, self.base_commit or ""), timeout=600)
+            if res.exit_code != 0:
+                raise SandboxError(f"hiding the future in {self.workdir} of {self.image} failed "
+                                   f"(exit {res.exit_code}): {res.output[-2000:]}")
+
+    def _create(self) -> None:
+        volumes = {host: {"bind": inside, "mode": "ro"} for host, inside in self.mounts.items()}
+        try:
+            self._container = self._client.containers.run(
+                self.image, entrypoint=["sleep", "infinity"], command=[], detach=True, name=self.name,
+                labels=labels_for(self.run_id, self.role), network_mode=self.network, environment=self.env,
+                working_dir=self.workdir, volumes=volumes, nano_cpus=int(self.cpus * 1e9), mem_limit=self.memory,
+                memswap_limit=self.memory, pids_limit=4096, user="root", init=True)
+        except docker.errors.ImageNotFound as exc:
+            raise SandboxError(f"image {self.image} vanished before its container started: {exc}") from exc
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"Docker could not start a container from {self.image}: {exc}") from exc
+
+    async def stop(self) -> None:
+        """Force-remove the container (found by name, so a half-finished start is covered too)."""
+        if self._client is None:
+            return
+        try:
+            await _finish(self._remove)
+        finally:
+            if self._own_client:
+                self._client.close()
+                self._client = None
+
+    def _remove(self) -> None:
+        try:
+            target = self._container or self._client.containers.get(self.name)
+            target.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if "already in progress" not in str(exc):
+                raise SandboxError(f"could not remove container {self.name}: {exc}; "
+                                   f"`reap` removes it later") from exc
+        finally:
+            self._container = None
+
+    # --- commands ---------------------------------------------------------------------------
+    async def exec(self, cmd: str, timeout: float, *, workdir: str | None = None,
+                   env: dict[str, str] | None = None) -> ExecResult:
+        container = self._require()
+        pg_file = f"{_PG_DIR}/.{LABEL}-pg-{uuid.uuid4().hex[:12]}"
+        api = self._client.api
+        t0 = time.monotonic()
+        try:
+            created = await asyncio.to_thread(
+                api.exec_create, container.id, ["bash", "-c", _WRAPPER, pg_file, cmd],
+                workdir=workdir or self.workdir, environment=env or None, user="root")
+            exec_id = created["Id"]
+            stream = await asyncio.to_thread(api.exec_start, exec_id, stream=True)
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"exec in container {self.name} ({self.image}) failed: {exc}; "
+                               "the container may have crashed or been removed") from exc
+        buf = _Capped(self.output_limit)
+        reader = asyncio.ensure_future(asyncio.to_thread(_drain, stream, buf))
+        timed_out = False
+        try:
+            await asyncio.wait_for(asyncio.shield(reader), timeout)
+        except asyncio.TimeoutError:
+            timed_out = True
+            await self._kill_group(pg_file)
+            try:
+                await asyncio.wait_for(asyncio.shield(reader), KILL_GRACE)
+            except asyncio.TimeoutError:
+                stream.close()   # a process outside the group still holds the pipe: stop listening
+                await reader
+        except asyncio.CancelledError:
+            await asyncio.shield(self._cancel_exec(pg_file, stream, reader))
+            raise
+        exit_code = -1
+        if not timed_out:
+            info = await asyncio.to_thread(api.exec_inspect, exec_id)
+            exit_code = info.get("ExitCode")
+            exit_code = -1 if exit_code is None else int(exit_code)
+        return ExecResult(exit_code=exit_code, output=buf.text(), timed_out=timed_out, truncated=buf.dropped > 0,
+                          seconds=time.monotonic() - t0)
+
+    async def _kill_group(self, pg_file: str) -> None:
+        try:
+            await asyncio.to_thread(self._kill_sync, pg_file)
+        except docker.errors.APIError:
+            pass   # the container is gone, and with it the group
+
+    def _kill_sync(self, pg_file: str) -> None:
+        self._container.exec_run(["bash", "-c", _KILLER, pg_file], user="root")
+
+    async def _cancel_exec(self, pg_file: str, stream: Any, reader: asyncio.Future) -> None:
+        await self._kill_group(pg_file)
+        try:
+            await asyncio.wait_for(reader, KILL_GRACE)
+        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - cleanup on cancel must not raise
+            stream.close()
+
+    async def read_file(self, path: str) -> bytes:
+        container = self._require()
+
+        def read() -> bytes:
+            chunks, _ = container.get_archive(path)
+            with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
+                member = tar.next()
+                f = tar.extractfile(member) if member is not None else None
+                if f is None:
+                    raise SandboxError(f"{path} in {self.name} is not a regular file")
+                return f.read()
+        try:
+            return await asyncio.to_thread(read)
+        except docker.errors.NotFound as exc:
+            raise SandboxError(f"{path} does not exist in container {self.name}") from exc
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"reading {path} from container {self.name} failed: {exc}") from exc
+
+    async def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+        """Write ``data`` to the absolute ``path`` (parents created), owned by root."""
+        container = self._require()
+        if not path.startswith("/"):
+            raise SandboxError(f"write_file needs an absolute path, got {path!r}")
+        raw = data.encode() if isinstance(data, str) else data
+        blob = io.BytesIO()
+        with tarfile.open(fileobj=blob, mode="w") as tar:
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode, info.mtime = len(raw), mode, int(time.time())
+            tar.addfile(info, io.BytesIO(raw))
+        try:
+            ok = await asyncio.to_thread(container.put_archive, "/", blob.getvalue())
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"writing {path} into container {self.name} failed: {exc}") from exc
+        if not ok:
+            raise SandboxError(f"writing {path} into container {self.name} failed")
+
+    def _require(self) -> Any:
+        if self._container is None:
+            raise SandboxError(f"sandbox {self.name} is not running: call start() or use `async with`")
+        return self._container
+
+
+def _drain(stream: Any, buf: _Capped) -> None:
+    try:
+        for chunk in stream:
+            buf.add(chunk)
+    except Exception:  # noqa: BLE001 - a closed stream ends the read; the caller knows why it closed it
+        pass
+
+
+def _sh(script: str, *args: str) -> str:
+    """A shell command that runs ``script`` with positional arguments, quoted safely."""
+    return "bash -c " + shlex.quote(script) + " qwen-swe " + " ".join(shlex.quote(a) for a in args)
+
