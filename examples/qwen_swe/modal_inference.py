@@ -22,6 +22,7 @@ Modal ends any web request after 150 s (it answers 303, which OpenAI clients do 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -115,15 +116,23 @@ app = modal.App(APP_NAME)
          scaledown_window=SCALEDOWN_WINDOW, max_containers=1)  # one replica: every request sees the same weights
 @modal.concurrent(max_inputs=MAX_INPUTS)
 class Server:
-    @modal.web_server(port=PORT, startup_timeout=STARTUP_TIMEOUT, label=APP_NAME)
-    def serve(self) -> None:
+    @modal.enter()
+    def start(self) -> None:
+        """Start vLLM when the container starts, so a reload call that wakes the container also gets a server."""
         cfg = serve_config()
         print("starting:", cfg.shell(), flush=True)
         self.process = subprocess.Popen(cfg.argv(), env={**os.environ, **cfg.env()}, start_new_session=True)
 
+    @modal.web_server(port=PORT, startup_timeout=STARTUP_TIMEOUT, label=APP_NAME)
+    def serve(self) -> None:
+        """Modal forwards the public URL to PORT once vLLM listens there (started in ``start``)."""
+
     @modal.method()
     def reload(self, path: str, lora_name: str | None = None) -> dict:
         """Serve new weights from the Volume: full HF safetensors folder, or a PEFT adapter with ``lora_name``."""
+        from examples.qwen_swe.inference import InferenceClient
+
+        InferenceClient(f"http://127.0.0.1:{PORT}").wait_ready(STARTUP_TIMEOUT)
         weights_volume.reload()
         return reload_server(path, lora_name)
 
@@ -131,11 +140,11 @@ class Server:
     def stop(self) -> None:
         process = getattr(self, "process", None)
         if process is not None and process.poll() is None:
-            os.killpg(process.pid, 15)
+            os.killpg(process.pid, signal.SIGTERM)
             try:
                 process.wait(timeout=60)
             except subprocess.TimeoutExpired:
-                os.killpg(process.pid, 9)
+                os.killpg(process.pid, signal.SIGKILL)
 
 
 def reload_remote(path: str, lora_name: str | None = None) -> dict:

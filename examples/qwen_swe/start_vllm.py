@@ -320,8 +320,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         print(f"starting vLLM (log: {log}):\n  {serve.shell()}", flush=True)
         url = server.start(args.startup_timeout)
-        print(f"vLLM is ready (pid {server.pid}). In another shell:\n  export VLLM_URL={url}\n"
-              f"  export MODEL={(serve.served_model_names or (serve.model,))[0]}\nCtrl-C stops it.", flush=True)
+        exports = [f"export VLLM_URL={url}", f"export MODEL={shlex.quote(serve.model)}"]
+        if serve.served_model_names:
+            exports.append(f"export SERVED_MODEL_NAME={shlex.quote(serve.served_model_names[0])}")
+        print(f"vLLM is ready (pid {server.pid}). In another shell:\n  " + "\n  ".join(exports) +
+              "\nCtrl-C stops it.", flush=True)
         while server.process is not None and server.process.poll() is None:
             time.sleep(1.0)
         print(f"vLLM exited with code {server.process.returncode if server.process else '?'}; see {log}",

@@ -57,6 +57,7 @@ def test_gpu_volumes_and_timeouts(mi):
     assert web.web_server_startup_timeout == mi.STARTUP_TIMEOUT >= 20 * 60
     assert web.requested_suffix == mi.APP_NAME
     assert params["reload"].webhook_config is None  # a plain Modal method: no 150 s HTTP limit on reloads
+    assert "start" in params  # vLLM starts with the container (@modal.enter), also when a reload wakes it
     assert mi.FUNCTION_TIMEOUT > mi.WEB_REQUEST_LIMIT and mi.MAX_INPUTS >= 64
 
 
