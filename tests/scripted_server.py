@@ -107,6 +107,7 @@ class ScriptedServer:
         self.url: str | None = None
 
     async def start(self) -> str:
+        self._stopping = asyncio.Event()
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
@@ -121,7 +122,9 @@ class ScriptedServer:
 
     async def stop(self) -> None:
         if self._runner is not None:
-            await self._runner.cleanup(); self._runner = None  # noqa: E702
+            self._stopping.set()
+            await self._runner.cleanup()
+            self._runner = None
 
     async def __aenter__(self) -> "ScriptedServer":
         await self.start()
@@ -134,8 +137,8 @@ class ScriptedServer:
     async def _reply(self, ctx: Context) -> Reply:
         reply = self.script(ctx)
         reply = Reply(text=reply) if isinstance(reply, str) else reply
-        if reply.hang:
-            await asyncio.sleep(3600)
+        if reply.hang:  # until the server stops, so a test's cleanup does not wait out aiohttp's grace period
+            await self._stopping.wait()
         if reply.delay:
             await asyncio.sleep(reply.delay)
         return reply
@@ -313,3 +316,26 @@ async def chat(http: aiohttp.ClientSession, base_url: str, body: dict[str, Any])
         if any(reasoning):
             message["reasoning_content"] = "".join(reasoning)
         return {"message": message, "finish_reason": finish, "usage": usage, "chunks": chunks}
+
+
+# --- command line: serve a fixed conversation script in its own process (benchmarks) -----------------
+def _main() -> None:
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description="Serve a scripted OpenAI-compatible model until stdin closes.")
+    parser.add_argument("--tokenizer", choices=("smollm2", "qwen3", "none"), default="smollm2")
+    parser.add_argument("--replies", default="[]", help="JSON list of completion texts, one per assistant turn")
+    args = parser.parse_args()
+    tok = {"smollm2": smollm2_tokenizer, "qwen3": qwen3_tokenizer, "none": lambda: None}[args.tokenizer]()
+
+    async def serve() -> None:
+        async with ScriptedServer(json.loads(args.replies) or ["ok"], tokenizer=tok) as server:
+            print(server.url, flush=True)
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    _main()

@@ -224,9 +224,11 @@ class RecordingProxy:
         payload.pop("top_logprobs", None)
         if self.model:
             payload["model"] = self.model
+        t0 = time.perf_counter()
         resp = await self._post("/chat/completions", payload)
         if not body.get("stream"):
             data = await self._read_json(resp, "/chat/completions")
+            turn.upstream_latency = time.perf_counter() - t0
             _record_chat(turn, data)
             return web.json_response(data)
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -240,6 +242,7 @@ class RecordingProxy:
             turn.status, turn.error = 504, "timeout while streaming"
         finally:
             resp.release()
+            turn.upstream_latency = time.perf_counter() - t0
         acc.apply(turn)
         await out.write_eof()
         return out
@@ -251,7 +254,7 @@ class RecordingProxy:
         messages, tools = turn.request_messages, turn.tools
         tool_choice = body.get("tool_choice")
         plan = await asyncio.to_thread(builder.plan, messages, tools, list(session.turns),
-                                       body.get("chat_template_kwargs"))
+                                       body.get("chat_template_kwargs"), session.last_render)
         turn.prompt_ids, turn.prompt_source, turn.drift = plan.prompt_ids, plan.source, plan.drift
         payload: dict[str, Any] = {"model": self.model or body.get("model"), "prompt": plan.prompt_ids,
                                    "max_tokens": body.get("max_completion_tokens") or body.get("max_tokens"),
@@ -260,6 +263,7 @@ class RecordingProxy:
         forced = _forced_tools(tools, tool_choice)
         if forced:
             payload["structured_outputs"] = {"structural_tag": json.dumps(structural_tag(forced, self.tool_parser))}
+        t0 = time.perf_counter()
         try:
             resp = await self._post("/completions", payload)
         except UpstreamFailure as exc:
@@ -270,12 +274,14 @@ class RecordingProxy:
                 structural_tag(forced, self.tool_parser, strict_arguments=False))}
             resp = await self._post("/completions", payload)
         data = await self._read_json(resp, "/completions")
+        turn.upstream_latency = time.perf_counter() - t0
         choice = (data.get("choices") or [{}])[0]
         ids = choice.get("token_ids")
         if ids is None:
             raise UpstreamFailure(502, _error_body("upstream /completions returned no token_ids; the server must "
                                                    "be vLLM >= 0.10.2", "upstream_error", 502), "no token ids")
         turn.sampled_ids = list(ids)
+        session.last_render = (turn.index, plan.text)
         lps = (choice.get("logprobs") or {}).get("token_logprobs")
         turn.logprobs = [float(x) if x is not None else 0.0 for x in lps] if lps is not None else None
         text = await asyncio.to_thread(builder.decode, turn.sampled_ids)

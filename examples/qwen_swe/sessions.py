@@ -26,6 +26,7 @@ class PromptPlan:
     source: str  # "splice" (continues a recorded turn) or "render" (whole prompt rendered)
     matched_turn: int | None = None
     drift: dict[str, Any] | None = None
+    text: str = ""  # the rendered prompt; the next call reuses it instead of rendering the same prefix again
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Session:
     meta: dict[str, Any] = field(default_factory=dict)
     turns: list[Turn] = field(default_factory=list)
     next_index: int = 0
+    last_render: tuple[int, str] | None = None  # (turn index, its rendered prompt)
 
     def take_index(self) -> int:
         self.next_index += 1
@@ -96,8 +98,16 @@ class PromptBuilder:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     def plan(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, history: list[Turn],
-             template_kwargs: dict[str, Any] | None = None) -> PromptPlan:
+             template_kwargs: dict[str, Any] | None = None, last_render: tuple[int, str] | None = None) -> PromptPlan:
+        """The prompt ids for ``messages``; ``last_render`` = (turn index, its rendered prompt) saves a render."""
         full = self.render(messages, tools, True, template_kwargs)
+        plan = self._plan(full, messages, tools, history, template_kwargs, last_render)
+        plan.text = full
+        return plan
+
+    def _plan(self, full: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+              history: list[Turn], template_kwargs: dict[str, Any] | None,
+              last_render: tuple[int, str] | None) -> PromptPlan:
         recorded = [t for t in history if t.ok and t.prompt_ids is not None and t.sampled_ids is not None
                     and t.message is not None]
         if not recorded:
@@ -112,7 +122,9 @@ class PromptBuilder:
             if (turn.tools or None) != (tools or None):
                 return PromptPlan(self.encode(full), "render", None,
                                   {"reason": "tools_changed", "turn": turn.index, "message_index": n})
-            before = self.render(messages[:n], tools, True, template_kwargs)
+            before = last_render[1] if last_render and last_render[0] == turn.index else None
+            if before is None or not full.startswith(before):
+                before = self.render(messages[:n], tools, True, template_kwargs)
             if not full.startswith(before):
                 return PromptPlan(self.encode(full), "render", None,
                                   {"reason": "render_not_prefix", "turn": turn.index, "message_index": n})

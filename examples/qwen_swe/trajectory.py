@@ -78,7 +78,8 @@ class Turn:
     logprobs: list[float] | None = None
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
-    latency: float = 0.0
+    latency: float = 0.0  # seconds the agent waited
+    upstream_latency: float = 0.0  # of which the inference server took
     weight_version: Any = None
     status: int = 200
     error: str | None = None

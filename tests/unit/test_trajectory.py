@@ -287,3 +287,14 @@ def test_to_sample_fills_a_sample(builder):
 def test_turn_round_trips_through_a_dict(builder):
     turn = three_turns(builder)[1]
     assert Turn.from_dict(json.loads(json.dumps(turn.to_dict()))) == turn
+
+
+def test_reusing_the_last_render_gives_the_same_prompt(builder):
+    turns = three_turns(builder)
+    msgs = turns[2].request_messages
+    fresh = builder.plan(msgs, TOOLS, turns[:2])
+    previous = builder.plan(turns[1].request_messages, TOOLS, turns[:1])
+    reused = builder.plan(msgs, TOOLS, turns[:2], None, (1, previous.text))
+    stale = builder.plan(msgs, TOOLS, turns[:2], None, (1, "not a prefix"))
+    assert fresh.prompt_ids == reused.prompt_ids == stale.prompt_ids == turns[2].prompt_ids
+    assert fresh.source == reused.source == "splice"

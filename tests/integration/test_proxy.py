@@ -1,0 +1,312 @@
+"""The real recording proxy over loopback, in front of the scripted server (and, marked vllm, the real vLLM CPU server).
+
+The scripted server stands in only for the model's choices; the proxy, HTTP, SSE and tokenizers are real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import aiohttp
+import pytest
+
+from examples.qwen_swe import config
+from examples.qwen_swe.proxy import ProxyError, RecordingProxy
+from examples.qwen_swe.trajectory import build_sample
+from tests.scripted_server import APIError, Context, Reply, ScriptedServer, chat, fake_logprob, smollm2_tokenizer
+
+TOOLS = [
+    {"type": "function", "function": {"name": "run_shell_command", "description": "Executes a shell command.",
+                                      "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
+                                                     "required": ["command"]}}},
+    {"type": "function", "function": {"name": "read_file", "description": "Reads a file.",
+                                      "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                                                     "required": ["path"]}}},
+]
+CALL_LS = '<tool_call>\n{"name": "run_shell_command", "arguments": {"command" : "ls  -la"}}\n</tool_call>'
+CALL_READ = '<tool_call>\n{"name": "read_file", "arguments": {"path": "calc.py"}}\n</tool_call>'
+FINAL = "The bug is in add(): it subtracts. Fixed."
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return smollm2_tokenizer()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def agent_copy(message: dict) -> dict:
+    """How qwen-code resends an assistant reply: compact JSON arguments, reasoning dropped."""
+    out = {"role": "assistant", "content": message.get("content")}
+    if message.get("tool_calls"):
+        out["tool_calls"] = [{"id": c["id"], "type": "function", "function": {
+            "name": c["function"]["name"],
+            "arguments": json.dumps(json.loads(c["function"]["arguments"]), separators=(",", ":"))}}
+            for c in message["tool_calls"]]
+    return out
+
+
+async def agent_loop(http: aiohttp.ClientSession, base_url: str, task: str, *, turns: int, stream: bool = True,
+                     tool_choice: str | None = "required") -> tuple[list[dict], list[dict]]:
+    """A qwen-code-shaped conversation: streamed requests with usage, text parts, tool results fed back."""
+    messages = [{"role": "system", "content": "You are a coding agent."},
+                {"role": "user", "content": [{"type": "text", "text": task}]}]
+    replies = []
+    for _ in range(turns):
+        body = {"model": "agent-model", "messages": messages, "tools": TOOLS, "temperature": 1.0, "top_p": 1.0,
+                "max_tokens": 256, "stream": stream}
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        if tool_choice:
+            body["tool_choice"] = tool_choice
+        reply = await chat(http, base_url, body)
+        replies.append(reply)
+        messages = messages + [agent_copy(reply["message"])]
+        for call in reply["message"].get("tool_calls") or ():
+            messages.append({"role": "tool", "tool_call_id": call["id"],
+                             "content": [{"type": "text", "text": f"output of {call['function']['name']}"}]})
+        if not reply["message"].get("tool_calls"):
+            break
+    return messages, replies
+
+
+def check_chain(turns) -> None:
+    for prev, cur in zip(turns, turns[1:]):
+        held = prev.prompt_ids + prev.sampled_ids
+        assert cur.prompt_ids[:len(held)] == held
+
+
+# --- token mode ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("stream", [True, False])
+def test_token_mode_multi_turn_session(tok, stream):
+    async def main():
+        async with ScriptedServer([CALL_LS, CALL_READ, FINAL], tokenizer=tok) as server, \
+                RecordingProxy(server.url, model="scripted", tokenizer=tok, request_timeout=30) as proxy, \
+                aiohttp.ClientSession() as http:
+            proxy.weight_version = 7
+            session = proxy.open_session({"instance_id": "demo"})
+            assert session.base_url == f"{proxy.root}/s/{session.id}/v1"
+            messages, replies = await agent_loop(http, session.base_url, "Fix calc.py", turns=5, stream=stream)
+            return proxy.close_session(session.id), replies, server.requests
+
+    turns, replies, upstream = run(main())
+    assert [r["finish_reason"] for r in replies] == ["tool_calls", "tool_calls", "stop"]
+    first = replies[0]["message"]["tool_calls"][0]
+    assert first["id"].startswith("call_") and first["function"]["name"] == "run_shell_command"
+    assert json.loads(first["function"]["arguments"]) == {"command": "ls  -la"}
+    assert json.loads(replies[1]["message"]["tool_calls"][0]["function"]["arguments"]) == {"path": "calc.py"}
+    assert replies[2]["message"]["content"] == FINAL
+    if stream:  # include_usage: the usage chunk comes last, counted in tokens
+        assert replies[0]["usage"]["completion_tokens"] == len(turns[0].sampled_ids)
+        assert replies[0]["usage"]["prompt_tokens"] == len(turns[0].prompt_ids)
+    assert len(turns) == 3 and all(t.ok and t.mode == "tokens" and t.weight_version == 7 for t in turns)
+    assert [t.prompt_source for t in turns] == ["render", "splice", "splice"]
+    check_chain(turns)
+    # upstream saw exactly the recorded prompt ids, through the completions API, constrained to a tool call
+    assert [kind for kind, _ in upstream] == ["completions"] * 3
+    for (_, body), turn in zip(upstream, turns):
+        assert body["prompt"] == turn.prompt_ids and body["return_token_ids"] is True and body["logprobs"] == 1
+        tag = json.loads(body["structured_outputs"]["structural_tag"])
+        assert [t["begin"].split('"')[3] for t in tag["format"]["tags"]] == ["run_shell_command", "read_file"]
+        assert body["max_tokens"] == 256 and body["temperature"] == 1.0
+    assert turns[0].sampled_ids == tok.encode(CALL_LS, add_special_tokens=False) + [2]
+    assert turns[0].logprobs == [fake_logprob(t, i) for i, t in enumerate(turns[0].sampled_ids)]
+    traj = build_sample(turns, max_response_len=100_000, mask_truncated=False)
+    assert traj.metadata["retained_fraction"] == 1.0 and traj.metadata["drift_count"] == 0
+    assert traj.tokens == turns[-1].prompt_ids + turns[-1].sampled_ids
+
+
+def test_token_mode_without_tool_choice_sends_no_constraint(tok):
+    async def main():
+        async with ScriptedServer(["Just text."], tokenizer=tok) as server, \
+                RecordingProxy(server.url, tokenizer=tok, request_timeout=30) as proxy, \
+                aiohttp.ClientSession() as http:
+            session = proxy.open_session()
+            _, replies = await agent_loop(http, session.base_url, "hi", turns=1, tool_choice=None)
+            return replies, server.requests, proxy.close_session(session.id)
+
+    replies, upstream, turns = run(main())
+    assert replies[0]["message"]["content"] == "Just text." and replies[0]["finish_reason"] == "stop"
+    assert "structured_outputs" not in upstream[0][1]
+    assert upstream[0][1]["model"] == "agent-model"  # no served name given: the agent's passes through
+    assert turns[0].completion_text == "Just text."
+
+
+# --- forward mode ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("stream", [True, False])
+def test_forward_mode_records_ids_and_streams_unchanged(tok, stream):
+    async def main():
+        async with ScriptedServer([CALL_LS, CALL_READ, FINAL], tokenizer=tok) as server, \
+                RecordingProxy(server.url, model="served", mode="forward", request_timeout=30) as proxy, \
+                aiohttp.ClientSession() as http:
+            session = proxy.open_session()
+            _, replies = await agent_loop(http, session.base_url, "Fix calc.py", turns=5, stream=stream)
+            return proxy.close_session(session.id), replies, server.requests
+
+    turns, replies, upstream = run(main())
+    assert len(turns) == 3 and all(t.ok and t.mode == "forward" for t in turns)
+    for (kind, body), turn, reply in zip(upstream, turns, replies):
+        assert kind == "chat" and body["return_token_ids"] is True and body["logprobs"] is True
+        assert body["model"] == "served" and "top_logprobs" not in body
+        assert turn.message.get("tool_calls") == reply["message"].get("tool_calls")
+        assert turn.finish_reason == reply["finish_reason"]
+        assert len(turn.sampled_ids) == len(turn.logprobs) == turn.usage["completion_tokens"]
+        assert len(turn.prompt_ids) == turn.usage["prompt_tokens"]
+        assert turn.logprobs == [fake_logprob(t, i) for i, t in enumerate(turn.sampled_ids)]
+    assert turns[0].sampled_ids == tok.encode(CALL_LS, add_special_tokens=False) + [2]
+    # the server re-rendered the non-canonical call text: forward mode drifts where token mode did not
+    traj = build_sample(turns, max_response_len=100_000, mask_truncated=False)
+    assert traj.metadata["drift_count"] >= 1 and traj.metadata["retained_fraction"] < 1.0
+
+
+# --- many sessions at once -------------------------------------------------------------------------
+def test_64_concurrent_sessions_keep_their_own_turns(tok):
+    def script(ctx: Context) -> str:
+        n = re.search(r"task number (\d+)", ctx.prompt_text).group(1)
+        if ctx.assistant_turns == 0:
+            return f'<tool_call>\n{{"name": "run_shell_command", "arguments": {{"command": "echo {n}"}}}}\n</tool_call>'
+        return f"finished task {n}"
+
+    async def one(http, proxy, n):
+        session = proxy.open_session({"n": n})
+        _, replies = await agent_loop(http, session.base_url, f"task number {n}", turns=3)
+        return n, replies, proxy.close_session(session.id)
+
+    async def main():
+        async with ScriptedServer(script, tokenizer=tok) as server, \
+                RecordingProxy(server.url, tokenizer=tok, request_timeout=60) as proxy, \
+                aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+            return await asyncio.gather(*(one(http, proxy, n) for n in range(64)))
+
+    results = run(main())
+    assert len(results) == 64
+    for n, replies, turns in results:
+        assert json.loads(replies[0]["message"]["tool_calls"][0]["function"]["arguments"]) == {"command": f"echo {n}"}
+        assert replies[1]["message"]["content"] == f"finished task {n}"
+        assert len(turns) == 2 and [t.prompt_source for t in turns] == ["render", "splice"]
+        check_chain(turns)
+        text = tok.decode(build_sample(turns, max_response_len=10_000, mask_truncated=False).tokens)
+        assert f"task number {n}<" in text and f"finished task {n}" in text
+        assert len(set(re.findall(r"task number (\d+)", text))) == 1
+
+
+# --- failures --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["tokens", "forward"])
+def test_upstream_500_is_passed_on_and_recorded(tok, mode):
+    def script(ctx: Context):
+        return Reply(status=500) if "please fail" in ctx.prompt_text else "fine"
+
+    async def main():
+        async with ScriptedServer(script, tokenizer=tok) as server, \
+                RecordingProxy(server.url, tokenizer=tok if mode == "tokens" else None, mode=mode,
+                               request_timeout=30) as proxy, aiohttp.ClientSession() as http:
+            session = proxy.open_session()
+            with pytest.raises(APIError) as err:
+                await agent_loop(http, session.base_url, "please fail", turns=1)
+            ok = await agent_loop(http, session.base_url, "all good", turns=1, tool_choice=None)
+            return err.value, ok, proxy.close_session(session.id)
+
+    err, ok, turns = run(main())
+    assert err.status == 500 and "scripted failure" in json.dumps(err.body)
+    assert ok[1][0]["message"]["content"] == "fine"
+    assert [t.status for t in turns] == [500, 200]
+    assert turns[0].error and not turns[0].ok and turns[0].sampled_ids is None
+    traj = build_sample(turns, max_response_len=1000, mask_truncated=False)
+    assert traj.metadata["error_turns"] == 1 and traj.metadata["model_turns"] == 1
+
+
+@pytest.mark.parametrize("mode", ["tokens", "forward"])
+def test_upstream_hang_becomes_504_after_the_request_timeout(tok, mode):
+    def script(ctx: Context):
+        return Reply(hang=True) if "hang now" in ctx.prompt_text else "fine"
+
+    async def main():
+        async with ScriptedServer(script, tokenizer=tok) as server, \
+                RecordingProxy(server.url, tokenizer=tok if mode == "tokens" else None, mode=mode,
+                               request_timeout=1.0) as proxy, aiohttp.ClientSession() as http:
+            session = proxy.open_session()
+            with pytest.raises(APIError) as err:
+                await agent_loop(http, session.base_url, "hang now", turns=1)
+            ok = await agent_loop(http, session.base_url, "no hang", turns=1, tool_choice=None)
+            return err.value, ok, proxy.close_session(session.id)
+
+    err, ok, turns = run(main())
+    assert err.status == 504 and err.body["error"]["type"] == "timeout"
+    assert ok[1][0]["message"]["content"] == "fine"
+    assert [t.status for t in turns] == [504, 200] and turns[0].error == "timeout"
+    assert turns[0].latency >= 1.0
+
+
+def test_closed_and_unknown_sessions_are_refused_and_models_forwarded(tok):
+    async def main():
+        async with ScriptedServer(["x"], tokenizer=tok) as server, \
+                RecordingProxy(server.url, tokenizer=tok, request_timeout=30) as proxy, \
+                aiohttp.ClientSession() as http:
+            session = proxy.open_session()
+            async with http.get(f"{session.base_url}/models") as resp:
+                models = (resp.status, await resp.json())
+            assert proxy.close_session(session.id) == []
+            with pytest.raises(ProxyError):
+                proxy.close_session(session.id)
+            statuses = []
+            for url in (session.base_url, f"{proxy.root}/s/nope/v1"):
+                async with http.post(f"{url}/chat/completions", json={"messages": []}) as resp:
+                    statuses.append(resp.status)
+            return models, statuses
+
+    models, statuses = run(main())
+    assert models[0] == 200 and models[1]["data"][0]["id"] == "scripted"
+    assert statuses == [410, 404]
+
+
+def test_token_mode_needs_a_tokenizer():
+    with pytest.raises(ProxyError, match="tokenizer"):
+        RecordingProxy("http://127.0.0.1:1", mode="tokens")
+
+
+# --- the real vLLM CPU server ----------------------------------------------------------------------
+@pytest.mark.vllm
+def test_token_mode_against_real_vllm_keeps_every_sampled_token(embedded_vllm):
+    """SmolLM2 on vLLM CPU, forced to call tools: >= 99% of sampled ids kept with their logprobs, prompts chained."""
+    model_dir = str(config.embedded_model_dir())
+
+    async def main():
+        async with RecordingProxy(embedded_vllm, model=model_dir, tokenizer_path=model_dir, mode="tokens",
+                                  request_timeout=300) as proxy, aiohttp.ClientSession() as http:
+            session = proxy.open_session()
+            messages = [{"role": "system", "content": "You are a coding agent. Call a tool on every turn."},
+                        {"role": "user", "content": [{"type": "text", "text": "List the files, then read calc.py."}]}]
+            replies = []
+            for _ in range(4):
+                body = {"model": "smollm2-135m", "messages": messages, "tools": TOOLS, "tool_choice": "required",
+                        "temperature": 1.0, "top_p": 1.0, "max_tokens": 64, "stream": True,
+                        "stream_options": {"include_usage": True}}
+                reply = await chat(http, session.base_url, body)
+                replies.append(reply)
+                messages = messages + [agent_copy(reply["message"])]
+                for call in reply["message"].get("tool_calls") or ():
+                    messages.append({"role": "tool", "tool_call_id": call["id"],
+                                     "content": [{"type": "text", "text": "calc.py\ntest_calc.py"}]})
+                if not reply["message"].get("tool_calls"):
+                    messages.append({"role": "user", "content": "Call a tool."})
+            return replies, proxy.close_session(session.id)
+
+    replies, turns = run(main())
+    assert len(turns) == 4 and all(t.ok for t in turns)
+    assert sum(bool(r["message"].get("tool_calls")) for r in replies) >= 3
+    for turn in turns:
+        assert len(turn.sampled_ids) == len(turn.logprobs) == turn.usage["completion_tokens"] > 0
+        assert all(lp <= 0.0 for lp in turn.logprobs)
+    check_chain(turns)
+    traj = build_sample(turns, max_response_len=100_000, mask_truncated=False)
+    meta = traj.metadata
+    assert meta["retained_fraction"] >= 0.99, meta
+    response = traj.tokens[traj.prompt_length:]
+    kept_ids = [response[i] for i, m in enumerate(traj.loss_mask) if m]
+    kept_lps = [traj.rollout_log_probs[i] for i, m in enumerate(traj.loss_mask) if m]
+    assert kept_ids == [i for t in turns for i in t.sampled_ids]
+    assert kept_lps == [lp for t in turns for lp in t.logprobs]
