@@ -27,7 +27,8 @@ def rows():
 def test_generate_reproduces_committed_tasks_jsonl(tmp_path):
     out = tmp_path / "tasks.jsonl"
     generate(out)
-    assert out.read_bytes() == TASKS_JSONL.read_bytes(), "tasks.jsonl is stale: run `python -m examples.qwen_swe.tasks generate`"
+    stale = "tasks.jsonl is stale: run `python -m examples.qwen_swe.tasks generate`"
+    assert out.read_bytes() == TASKS_JSONL.read_bytes(), stale
 
 
 def test_rows_have_swebench_columns(rows):

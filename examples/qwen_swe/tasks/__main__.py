@@ -62,6 +62,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TaskPackError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # noqa: BLE001 - Docker/HTTP failures: one clear line instead of a traceback
+        import docker.errors
+        import requests
+
+        if not isinstance(exc, (docker.errors.DockerException, requests.exceptions.RequestException)):
+            raise
+        print(f"error: Docker failed during {args.command}: {exc}", file=sys.stderr)
+        return 2
     print(f"{args.command}: done in {time.monotonic() - start:.1f} s")
     return 0
 

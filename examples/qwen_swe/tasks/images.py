@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import requests
+
 from examples.qwen_swe.config import cache_home
 from examples.qwen_swe.tasks import TaskPackError
 from examples.qwen_swe.tasks.repo import make_repo
@@ -208,7 +210,11 @@ def ensure_python(client: Any, log: Callable[[str], None] = print) -> StepResult
                                           labels=BUILD_LABELS)
     try:
         container.start()
-        status = container.wait(timeout=APT_TIMEOUT).get("StatusCode")
+        try:
+            status = container.wait(timeout=APT_TIMEOUT).get("StatusCode")
+        except requests.exceptions.RequestException:
+            raise TaskPackError(f"apt-get install in {BASE_IMAGE} did not finish within {APT_TIMEOUT} s; "
+                                "check the Debian mirror (DEBIAN_MIRROR) and the host network") from None
         if status != 0:
             tail = container.logs(tail=40).decode(errors="replace")
             raise TaskPackError(f"apt-get install in {BASE_IMAGE} failed (exit {status}); check the Debian mirror "
@@ -257,7 +263,8 @@ def ensure_task(client: Any, row: dict[str, Any], log: Callable[[str], None] = p
         repository, tag = name.rsplit(":", 1)
         twins[0].tag(repository, tag)
         _drop_replaced(client, old, name)
-        return StepResult(name, "tagged", time.monotonic() - start, f"same repository state as {twins[0].tags[0]}")
+        twin = twins[0].tags[0] if twins[0].tags else twins[0].short_id
+        return StepResult(name, "tagged", time.monotonic() - start, f"same repository state as {twin}")
     with tempfile.TemporaryDirectory(prefix="qwen-swe-testbed-") as tmp:
         repo_dir = Path(tmp) / "testbed"
         sha = make_repo(repo.split("/", 1)[1], repo_dir)
