@@ -172,7 +172,7 @@ def _commit(container: Any, name: str, inputs: str, workdir: str = "/") -> Any:
     repository, tag = name.rsplit(":", 1)
     # Docker merges the build container's labels into the image and no API removes a label, so the role is
     # overridden: containers started from the image must not look like build leftovers to a reaper.
-    conf = {"Labels": {**BUILD_LABELS, **IMAGE_LABELS, LABEL_INPUTS: inputs}, "Cmd": ["/bin/bash"],
+    conf = {"Labels": {**IMAGE_LABELS, LABEL_INPUTS: inputs}, "Cmd": ["/bin/bash"],
             "WorkingDir": workdir, "Env": [PATH_ENV, "LANG=C.UTF-8"]}
     return container.commit(repository=repository, tag=tag, conf=conf)
 
