@@ -99,9 +99,10 @@ def turn_script(replies: list["Reply | str"]) -> Script:
 
 class ScriptedServer:
     def __init__(self, script: Script | list["Reply | str"], *, tokenizer: Any = None, tool_parser: str = "hermes",
-                 model: str = "scripted") -> None:
+                 model: str = "scripted", max_model_len: int = 8192) -> None:
         self.script = turn_script(script) if isinstance(script, list) else script
         self.tokenizer, self.tool_parser, self.model = tokenizer, tool_parser, model
+        self.max_model_len = max_model_len
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self._runner: web.AppRunner | None = None
         self.url: str | None = None
@@ -162,7 +163,8 @@ class ScriptedServer:
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model",
-                                                              "owned_by": "scripted"}]})
+                                                              "owned_by": "scripted",
+                                                              "max_model_len": self.max_model_len}]})
 
     # --- /v1/completions (token mode upstream) -----------------------------------------------------
     async def _completions(self, request: web.Request) -> web.Response:

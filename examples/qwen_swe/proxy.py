@@ -31,7 +31,7 @@ from .toolcalls import FORMATS, ParsedReply, new_call_id, parse_completion, spli
 from .trajectory import Turn
 
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty", "frequency_penalty",
-                 "repetition_penalty", "n")
+                 "repetition_penalty")
 
 
 class ProxyError(RuntimeError):
@@ -70,6 +70,7 @@ class RecordingProxy:
         self._tokenizer_path, self._tokenizer, self._chat_template = tokenizer_path, tokenizer, chat_template
         self._host, self._port = host, port
         self._builder: PromptBuilder | None = None
+        self._max_model_len: int | None = None  # from the server's /models card, to bound max_tokens
         self._sessions: dict[str, Session] = {}
         self._closed: set[str] = set()
         self._runner: web.AppRunner | None = None
@@ -185,6 +186,12 @@ class RecordingProxy:
         except UpstreamFailure as exc:
             turn.status, turn.error = exc.status, exc.message
             return web.json_response(exc.body, status=exc.status)
+        except asyncio.CancelledError:  # the agent hung up; the turn must not look like a success without ids
+            turn.status, turn.error = 499, "client disconnected"
+            raise
+        except Exception as exc:  # noqa: BLE001 - a proxy bug is the agent's API error, recorded, not a crash
+            turn.status, turn.error = 500, f"proxy error: {exc!r}"
+            return web.json_response(_error_body(f"proxy error: {exc!r}"), status=500)
         finally:
             turn.latency = time.perf_counter() - t0
             session.turns.append(turn)
@@ -248,6 +255,25 @@ class RecordingProxy:
         return out
 
     # --- token mode ------------------------------------------------------------------------------
+    async def _max_tokens(self, body: dict[str, Any], prompt_len: int) -> int | None:
+        """The agent's limit, bounded by what fits the context (the completions API defaults to 16 tokens)."""
+        wanted = body.get("max_completion_tokens") or body.get("max_tokens")
+        if self._max_model_len is None:
+            try:
+                async with self._client.get(f"{self.upstream}/models") as resp:
+                    cards = (await resp.json(content_type=None)).get("data") or []
+                self._max_model_len = next((int(c["max_model_len"]) for c in cards if c.get("max_model_len")), 0)
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError):
+                self._max_model_len = 0
+        room = self._max_model_len - prompt_len if self._max_model_len else None
+        if room is not None and room <= 0:
+            raise UpstreamFailure(400, _error_body(
+                f"the prompt has {prompt_len} tokens, the server's context is {self._max_model_len}",
+                "invalid_request_error", 400), "context length exceeded")
+        if wanted is None:
+            return room
+        return min(int(wanted), room) if room is not None else int(wanted)
+
     async def _chat_tokens(self, request: web.Request, body: dict[str, Any], session: Session,
                            turn: Turn) -> web.StreamResponse:
         builder = self._builder
@@ -257,7 +283,7 @@ class RecordingProxy:
                                        body.get("chat_template_kwargs"), session.last_render)
         turn.prompt_ids, turn.prompt_source, turn.drift = plan.prompt_ids, plan.source, plan.drift
         payload: dict[str, Any] = {"model": self.model or body.get("model"), "prompt": plan.prompt_ids,
-                                   "max_tokens": body.get("max_completion_tokens") or body.get("max_tokens"),
+                                   "max_tokens": await self._max_tokens(body, len(plan.prompt_ids)),
                                    "return_token_ids": True, "logprobs": 1, "skip_special_tokens": False}
         payload.update({k: body[k] for k in SAMPLING_KEYS if body.get(k) is not None})
         forced = _forced_tools(tools, tool_choice)

@@ -136,6 +136,26 @@ def test_token_mode_without_tool_choice_sends_no_constraint(tok):
     assert turns[0].completion_text == "Just text."
 
 
+def test_token_mode_bounds_max_tokens_by_the_context(tok):
+    async def main():
+        async with ScriptedServer(["ok"], tokenizer=tok, max_model_len=600) as server, \
+                RecordingProxy(server.url, tokenizer=tok, request_timeout=30) as proxy, \
+                aiohttp.ClientSession() as http:
+            session = proxy.open_session()
+            msgs = [{"role": "user", "content": "short"}]
+            await chat(http, session.base_url, {"messages": msgs})  # no max_tokens: all the room left
+            await chat(http, session.base_url, {"messages": msgs, "max_tokens": 100_000})
+            with pytest.raises(APIError) as err:
+                await chat(http, session.base_url, {"messages": [{"role": "user", "content": "word " * 700}]})
+            return server.requests, err.value, proxy.close_session(session.id)
+
+    upstream, err, turns = run(main())
+    room = 600 - len(turns[0].prompt_ids)
+    assert [body["max_tokens"] for _, body in upstream] == [room, room]
+    assert err.status == 400 and "context" in err.body["error"]["message"]
+    assert [t.status for t in turns] == [200, 200, 400]
+
+
 # --- forward mode ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("stream", [True, False])
 def test_forward_mode_records_ids_and_streams_unchanged(tok, stream):
