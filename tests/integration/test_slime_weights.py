@@ -149,6 +149,15 @@ def test_converted_checkpoint_reloads_into_the_embedded_server(tmp_path, embedde
     assert greedy() == before, "reloading the base folder restores the original output"
 
 
+@pytest.mark.vllm
+def test_launcher_accepts_a_server_with_the_reload_routes(tmp_path, embedded_vllm):
+    from examples.qwen_swe.config import Settings
+    from examples.qwen_swe.slime_backend import check_server
+
+    problems, _ = check_server(Settings(vllm_url=str(embedded_vllm), output_dir=tmp_path))
+    assert problems == [], "the embedded server runs with VLLM_SERVER_DEV_MODE=1, so it takes new weights"
+
+
 # ------------------------------------------------------------------------------------------------
 # torchrun worker: an FSDP2 model saved exactly in slime v0.2.2's FSDP checkpoint layout
 # ------------------------------------------------------------------------------------------------
