@@ -138,7 +138,9 @@ def train_on_batch(policy: PolicyModel, items: Sequence[dict], settings: Setting
         t = m["tokens"]
         sums += torch.tensor([loss.item(), t, m["clip_fraction"] * t, m["approx_kl"] * t, m["ratio_mean"] * t,
                               m["entropy"] * t], dtype=torch.float64)
+    sums = sums.to(device)  # NCCL reduces device tensors only
     dist.all_reduce(sums)
+    sums = sums.cpu()
     tokens = max(float(sums[1]), 1.0)
     return {"loss": float(sums[0]), "loss_tokens": float(sums[1]), "clip_fraction": float(sums[2]) / tokens,
             "approx_kl": float(sums[3]) / tokens, "ratio_mean": float(sums[4]) / tokens,
@@ -211,7 +213,7 @@ def _init_distributed(settings: Settings) -> tuple[bool, torch.device]:
         torch.cuda.set_device(device)
     if dist.is_initialized():
         return False, device
-    # rank 0 may spend a whole rollout (RolloutTimeout) in generate while the others wait in a broadcast
+    # rank 0 may spend a whole rollout (ROLLOUT_TIMEOUT) in generate while the others wait in a broadcast
     timeout = timedelta(seconds=max(1800.0, 1.5 * settings.rollout_timeout + 600.0))
     backend = "nccl" if cuda else "gloo"
     if "RANK" in os.environ:
@@ -263,7 +265,7 @@ def _train(settings: Settings, driver: RolloutDriver | None, model_path: str, de
             on_rank0(lambda: driver.load_state_dict(state["driver"]), "driver.load_state_dict")
         folder = exporter.export(version)
         on_rank0(lambda: driver.sync_weights(folder, version), "driver.sync_weights (resume)")
-    elif rank == 0:
+    if rank == 0:
         settings.write(out)
 
     metrics_log = MetricsLog(out, resume_step=step) if rank == 0 else None
