@@ -197,7 +197,8 @@ class WeightExporter:
             ckpt.check_disk(self.root, self.bytes + ckpt.MARGIN_BYTES)
             self.root.mkdir(parents=True, exist_ok=True)
             save_hf_folder(sd, folder, self.model_path, self.tokenizer)
-            for old in sorted(p for p in self.root.glob("v*") if p.is_dir())[:-KEEP_WEIGHT_VERSIONS]:
+            versions = sorted(p for p in self.root.glob("v*") if p.is_dir() and p.name[1:].isdigit())
+            for old in versions[:-KEEP_WEIGHT_VERSIONS]:
                 shutil.rmtree(old, ignore_errors=True)
             return folder
 
