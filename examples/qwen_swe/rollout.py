@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import Settings, agent_bundle_dir, load_settings
+from .config import Settings, agent_bundle_dir
 from .sample import Sample, Status
 
 AGENT_MOUNT = "/opt/qwen-swe-agent"
@@ -320,10 +320,9 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     Before a training rollout, the newest slime checkpoint is converted and reloaded into the vLLM server so
     the rollout is on-policy; groups that lost samples are replaced by fresh groups from the data source.
     """
-    settings = load_settings([], profile=True).replace(
-        n_samples=getattr(args, "n_samples_per_prompt", None) or 2,
-        rollout_batch_size=getattr(args, "rollout_batch_size", None) or 1)
-    return asyncio.run(_slime_rollout(settings, args, rollout_id, data_source, evaluation))
+    from .slime_backend import settings_from_slime_args
+
+    return asyncio.run(_slime_rollout(settings_from_slime_args(args), args, rollout_id, data_source, evaluation))
 
 
 async def _slime_rollout(settings: Settings, args: Any, rollout_id: int, data_source: Any,
@@ -347,6 +346,11 @@ async def _slime_rollout(settings: Settings, args: Any, rollout_id: int, data_so
             raise RuntimeError(f"rollout {rollout_id}: only {len(kept)} of {want} groups survived 3 attempts; "
                                f"dropped samples by reason: {stats.reasons}")
         kept = sorted(kept[:want], key=lambda g: g[0].index)
+        from .slime_backend import trim_trailing_pad, validate_rollout_batch
+
+        for x in (x for g in kept for x in g):
+            trim_trailing_pad(x)
+        validate_rollout_batch(kept, n_samples_per_prompt=settings.n_samples, rollout_batch_size=want)
         if evaluation:
             flat = [x for g in kept for x in g]
             return {"swebench": {"rewards": [x.reward for x in flat],
