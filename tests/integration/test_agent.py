@@ -1,0 +1,232 @@
+"""The real qwen-code (from the runtime bundle) in a real container of a local task, through the real recording
+proxy, against a scripted OpenAI-compatible server that stands in for the model's choices only.
+
+Checked: the edit happens and the diff is captured without agent state; the proxy's turns and the trajectory's
+loss mask cover exactly the scripted-sampled tokens; a repository's own .qwen/settings.json cannot override
+ours; the turn limit maps to ``turn_limit``; a hung server hits the time budget and leaves no process and no
+container; a 500 ends as an infrastructure ``agent_error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import uuid
+from typing import Any
+
+import docker
+import pytest
+
+from examples.qwen_swe import qwen_agent as qa
+from examples.qwen_swe.agent_bundle import AGENT_MOUNT, AgentBundle, QWEN_CODE_VERSION
+from examples.qwen_swe.config import TASK_PACK, agent_bundle_dir, load_settings
+from examples.qwen_swe.prompts import SYSTEM_PROMPT_COMPACT, build_prompt
+from examples.qwen_swe.proxy import RecordingProxy
+from examples.qwen_swe.sandbox import LABEL, DockerSandbox, reap
+from examples.qwen_swe.trajectory import build_sample
+from tests.scripted_server import Reply, ScriptedServer, fake_logprob, smollm2_tokenizer
+
+BUILD_HINT = "build them with `.venv/bin/python -m examples.qwen_swe.tasks build`"
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI must provide the local task pack: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def task() -> dict[str, Any]:
+    """A task row of the local pack whose image is built, with a one-line gold change to replay."""
+    if not TASK_PACK.is_file():
+        _missing(f"no task pack at {TASK_PACK}; {BUILD_HINT}")
+    client = docker.from_env(timeout=60)
+    try:
+        for line in TASK_PACK.read_text().splitlines():
+            row = json.loads(line)
+            if client.images.list(name=row["image"]) and _gold_edit(row.get("patch", "")):
+                return row
+    finally:
+        client.close()
+    _missing(f"no task image of {TASK_PACK} is built; {BUILD_HINT}")
+
+
+@pytest.fixture
+def run_id():
+    rid = f"test-agent-{uuid.uuid4().hex[:8]}"
+    yield rid
+    assert reap(rid) == 0, f"the test left containers labelled {LABEL}.run={rid}"
+
+
+def _gold_edit(patch: str) -> tuple[str, str, str] | None:
+    """(path, old line, new line) of the gold patch's first single-line replacement in a non-test file."""
+    path = None
+    lines = patch.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("+++ b/"):
+            path = line[6:]
+        elif (path and not path.startswith("tests/") and line.startswith("-") and not line.startswith("---")
+              and i + 1 < len(lines) and lines[i + 1].startswith("+") and not lines[i + 1].startswith("+++")
+              and (i + 2 >= len(lines) or not lines[i + 2].startswith(("+", "-"))) and line[1:].strip()):
+            return path, line[1:], lines[i + 1][1:]
+    return None
+
+
+def _call(name: str, **arguments: Any) -> str:
+    """A completion text in the Hermes format the proxy parses (what the embedded model is asked to write)."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+def _box(task: dict, run_id: str) -> DockerSandbox:
+    return DockerSandbox(task["image"], run_id=run_id, cpus=1.0, memory="2g", network="host",
+                         mounts={str(agent_bundle_dir()): AGENT_MOUNT}, base_commit=task.get("base_commit"),
+                         hide_future=False)
+
+
+async def _processes(box: DockerSandbox) -> list[str]:
+    """Command lines of every process in the container except PID 1 and this listing itself."""
+    res = await box.exec("for d in /proc/[0-9]*; do p=${d#/proc/}; [ $p = 1 ] && continue; "
+                         "c=$(tr '\\0' ' ' < $d/cmdline 2>/dev/null); echo \"$p $c\"; done", timeout=60)
+    return [line for line in res.output.splitlines() if line.strip() and "/proc/[0-9]*" not in line
+            and "tr \\0" not in line]
+
+
+def _containers(run_id: str) -> list:
+    client = docker.from_env(timeout=60)
+    try:
+        return client.containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"})
+    finally:
+        client.close()
+
+
+async def _rollout(task: dict, run_id: str, script: list, settings, *, before=None, after=None):
+    tokenizer = smollm2_tokenizer()
+    async with ScriptedServer(script, tokenizer=tokenizer) as server:
+        async with RecordingProxy(server.url, model="scripted", tokenizer=tokenizer, mode="tokens") as proxy:
+            session = proxy.open_session({"test": run_id})
+            async with _box(task, run_id) as box:
+                if before:
+                    await before(box)
+                result = await qa.run_agent(box, base_url=session.base_url, model="smollm2-135m",
+                                            prompt=build_prompt(task), settings=settings, profile="compact")
+                extra = await after(box) if after else None
+            turns = proxy.close_session(session.id)
+    return result, turns, tokenizer, server, extra
+
+
+# --- the bundle -------------------------------------------------------------------------------------------------
+@pytest.mark.agent
+def test_bundle_is_complete_and_knows_every_tool_we_disable():
+    bundle = AgentBundle(agent_bundle_dir())
+    assert bundle.info()["qwen_code"] == QWEN_CODE_VERSION
+    names: set[str] = set()
+    for chunk in (bundle.cli.parent / "chunks").glob("*.js"):
+        text = chunk.read_text(errors="replace")
+        block = re.search(r"var ToolNames = \{(.*?)\n\};", text, re.S)
+        if block:
+            names = set(re.findall(r':\s*"([a-z_]+)"', block.group(1)))
+            break
+    assert names, "qwen-code's ToolNames table was not found in the bundle"
+    assert names <= set(qa.ALL_TOOLS), f"tools qwen-code has that our disabled list misses: {names - set(qa.ALL_TOOLS)}"
+
+
+# --- a scripted rollout ---------------------------------------------------------------------------------------
+@pytest.mark.docker
+@pytest.mark.agent
+def test_scripted_rollout_edits_records_and_masks(task, run_id):
+    path, old, new = _gold_edit(task["patch"])
+    target = f"/testbed/{path}"
+    script = [
+        _call("run_shell_command", command=f"cat {target}"),
+        _call("read_file", file_path=target),  # qwen-code refuses to edit a file it has not read
+        _call("edit", file_path=target, old_string=old, new_string=new),
+        # agents commit although told not to; the patch must still be the change since the start
+        _call("run_shell_command", command="git -c user.email=a@b.c -c user.name=agent commit -qam wip"),
+        "Fixed the bug.",
+    ]
+    settings = load_settings([], env={}).replace(max_turns=8, agent_timeout=300.0)
+
+    async def plant_repo_settings(box):  # a repository's own settings must not win over ours
+        await box.write_file("/testbed/.qwen/settings.json", json.dumps(
+            {"model": {"generationConfig": {"samplingParams": {"max_tokens": 7}}}, "tools": {"core": ["glob"]}}))
+
+    async def reflog(box):
+        return (await box.exec("git -c safe.directory='*' reflog --format=%gs", timeout=60)).output
+
+    result, turns, tok, server, log = asyncio.run(_rollout(task, run_id, script, settings, before=plant_repo_settings,
+                                                           after=reflog))
+
+    assert result.outcome == "completed" and not result.infra and result.exit_code == 0, result.log_tail
+    assert result.tool_calls == 4
+    assert result.final_message == "Fixed the bug."
+    # the diff: exactly the edit, no agent state, no planted settings
+    assert re.findall(r"^diff --git a/(\S+)", result.patch, re.M) == [path], result.patch
+    assert f"\n-{old}\n+{new}\n" in result.patch
+    assert ".qwen" not in result.patch and "qwen-home" not in result.patch
+    assert "commit: wip" in log and "reset: moving to " + task["base_commit"] in log, log
+    # what the agent sent, as the proxy recorded it
+    assert [t.status for t in turns] == [200] * 5 and all(t.ok for t in turns)
+    for t in turns:
+        assert t.params["max_tokens"] == settings.agent_max_tokens and t.params["tool_choice"] == "required"
+        assert sorted(tool["function"]["name"] for tool in t.tools) == sorted(qa.COMPACT_TOOLS)
+    system = turns[0].request_messages[0]
+    assert system["role"] == "system" and system["content"].startswith(SYSTEM_PROMPT_COMPACT.strip()[:200])
+    assert [c["role"] for c in turns[-1].request_messages].count("tool") == 4
+    # the trajectory: mask 1 exactly on the tokens the scripted server sampled, with their logprobs
+    sampled = []
+    for text, t in zip(script, turns):
+        ids = tok.encode(text, add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
+        assert t.sampled_ids == ids
+        assert t.logprobs == [fake_logprob(x, i) for i, x in enumerate(ids)]
+        sampled.append((ids, t.logprobs))
+    traj = build_sample(turns, max_response_len=settings.max_response_len, mask_truncated=False, tokenizer=tok)
+    response = traj.tokens[traj.prompt_length:]
+    assert [x for x, m in zip(response, traj.loss_mask) if m] == [x for ids, _ in sampled for x in ids]
+    assert [lp for lp, m in zip(traj.rollout_log_probs, traj.loss_mask) if m] == [v for _, lps in sampled for v in lps]
+    assert traj.metadata["retained_fraction"] == 1.0 and traj.metadata["drift_count"] == 0
+    assert 0 in traj.loss_mask  # tool results sit between the turns, untrained
+    assert traj.tokens[:traj.prompt_length] == turns[0].prompt_ids
+
+
+@pytest.mark.docker
+@pytest.mark.agent
+def test_turn_limit(task, run_id):
+    settings = load_settings([], env={}).replace(max_turns=2, agent_timeout=300.0)
+    result, turns, *_ = asyncio.run(_rollout(task, run_id, [_call("run_shell_command", command="true")], settings))
+    assert result.outcome == "turn_limit" and result.exit_code == qa.EXIT_TURN_LIMIT and not result.infra
+    assert len(turns) == 2 and result.tool_calls == 2
+    assert result.patch == ""
+
+
+# --- failures ---------------------------------------------------------------------------------------------------
+@pytest.mark.docker
+@pytest.mark.agent
+def test_hung_server_hits_the_budget_and_leaves_nothing_behind(task, run_id):
+    script = [_call("run_shell_command", command="echo started > /tmp/bg-started; exec sleep 300", is_background=True,
+                    description="a background job that would outlive a careless kill"),
+              # silent for twice the budget: to the agent a hung server; it still answers in the end, so the
+              # proxy and the scripted server shut down at once instead of waiting out aiohttp's grace period
+              Reply(text="late", delay=40.0)]
+    settings = load_settings([], env={}).replace(max_turns=8, agent_timeout=20.0)
+    async def after(box):
+        return await _processes(box), await box.read_file("/tmp/bg-started")
+
+    result, turns, _, _, (left, started) = asyncio.run(_rollout(task, run_id, script, settings, after=after))
+    assert result.outcome == "timeout" and not result.infra, result.log_tail
+    assert result.tool_calls == 1 and started == b"started\n"  # the background job did run
+    assert not [p for p in left if "node" in p or "sleep 300" in p], left
+    assert turns[0].ok and len(turns) <= 2  # the second call, if recorded yet, was answered after the agent was gone
+    assert _containers(run_id) == []
+
+
+@pytest.mark.docker
+@pytest.mark.agent
+def test_server_error_is_an_infrastructure_failure(task, run_id):
+    settings = load_settings([], env={}).replace(max_turns=8, agent_timeout=300.0)
+    result, turns, *_ = asyncio.run(_rollout(task, run_id, [Reply(status=500)], settings))
+    assert result.outcome == "agent_error" and result.infra, result.log_tail
+    assert "API Error" in result.log_tail
+    assert turns and all(t.status == 500 for t in turns)
+    assert result.patch == ""
