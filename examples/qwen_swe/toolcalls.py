@@ -174,17 +174,20 @@ def _arguments_schema(tool: dict) -> dict[str, Any]:
     return params
 
 
-def structural_tag(tools: list[dict], fmt: str = "hermes", *, strict_arguments: bool = True) -> dict[str, Any]:
+def structural_tag(tools: list[dict], fmt: str = "hermes", *, strict_arguments: bool | None = None) -> dict[str, Any]:
     """A vLLM ``structured_outputs.structural_tag`` (xgrammar format) that admits only tool calls.
 
     One tag per tool, the calls separated by a newline as the templates render them; after the last call
-    the grammar ends, so the model can only stop. Without ``strict_arguments`` the arguments need only be
-    a JSON object (for tool schemas the grammar backend rejects).
+    the grammar ends, so the model can only stop. The arguments follow the tool's schema when the tool is
+    marked ``strict`` (vLLM's own rule for ``tool_choice: "required"``), else need only be a JSON object;
+    ``strict_arguments`` True/False applies the schema to every tool / to none.
     """
     tags = []
     for tool in tools:
-        name = tool.get("function", tool)["name"]
-        schema = _arguments_schema(tool) if strict_arguments else {"type": "object"}
+        fn = tool.get("function", tool)
+        name = fn["name"]
+        strict = fn.get("strict") is True if strict_arguments is None else strict_arguments
+        schema = _arguments_schema(tool) if strict else {"type": "object"}
         if fmt == "hermes":
             tags.append({"type": "tag", "begin": f'{CALL_OPEN}\n{{"name": {json.dumps(name)}, "arguments": ',
                          "content": {"type": "json_schema", "json_schema": schema}, "end": f"}}\n{CALL_CLOSE}"})

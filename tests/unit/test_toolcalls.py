@@ -115,9 +115,14 @@ def test_structural_tag_hermes_matches_the_template_prefix():
     # what the tag admits is exactly what render_calls writes and the parser reads back
     call = render_calls([{"name": "run_shell_command", "arguments": {"command": "ls"}}], "hermes")
     assert call.startswith(begins[0]) and call.endswith(fmt["tags"][0]["end"])
-    assert fmt["tags"][0]["content"]["json_schema"]["required"] == ["command"]
-    loose = structural_tag(TOOLS, "hermes", strict_arguments=False)
-    assert loose["format"]["tags"][1]["content"]["json_schema"] == {"type": "object"}
+    # as vLLM does for tool_choice "required": the schema binds only tools marked strict
+    assert fmt["tags"][0]["content"]["json_schema"] == {"type": "object"}
+    strict_tools = [{"type": "function", "function": {**TOOLS[0]["function"], "strict": True}}, TOOLS[1]]
+    mixed = structural_tag(strict_tools, "hermes")["format"]["tags"]
+    assert mixed[0]["content"]["json_schema"]["required"] == ["command"]
+    assert mixed[1]["content"]["json_schema"] == {"type": "object"}
+    forced = structural_tag(TOOLS, "hermes", strict_arguments=True)["format"]["tags"]
+    assert forced[1]["content"]["json_schema"]["properties"]["limit"] == {"type": "integer"}
 
 
 def test_structural_tag_qwen3_coder():
