@@ -239,7 +239,9 @@ async def run_agent(sandbox: SandboxLike, *, base_url: str, model: str, prompt: 
         raise ValueError(f"profile must be 'full' or 'compact', got {profile!r}")
     marker = secrets.token_hex(8)
     config = json.dumps(agent_settings(settings, profile), indent=1)
-    await sandbox.exec(f"mkdir -p {QWEN_HOME} {RUN_DIR}", timeout=60)
+    started = await sandbox.exec(f"mkdir -p {QWEN_HOME} {RUN_DIR} && {_GIT} rev-parse HEAD", timeout=60,
+                                 workdir=REPO_DIR)
+    base = started.output.strip().splitlines()[-1] if started.exit_code == 0 and started.output.strip() else ""
     await sandbox.write_file(f"{QWEN_HOME}/settings.json", config)
     await sandbox.write_file(SYSTEM_SETTINGS, config)
     await sandbox.write_file(f"{QWEN_HOME}/output-language.md", OUTPUT_LANGUAGE_MARKER)
@@ -247,13 +249,14 @@ async def run_agent(sandbox: SandboxLike, *, base_url: str, model: str, prompt: 
         await sandbox.write_file(f"{QWEN_HOME}/system.md", SYSTEM_PROMPT_COMPACT)
     await sandbox.write_file(f"{RUN_DIR}/prompt.txt", prompt)
 
-    base = (await sandbox.exec(f"{_GIT} rev-parse HEAD", timeout=60, workdir=REPO_DIR)).output.strip()
     start = time.monotonic()
     budget = max(1, int(settings.agent_timeout))
     done = await sandbox.exec(agent_command(settings, bundle), timeout=budget + 2 * KILL_GRACE + EXEC_SLACK,
                               workdir=REPO_DIR, env=agent_env(base_url, model, profile, marker))
     seconds = time.monotonic() - start
-    swept = await sandbox.exec(sweep_command(marker), timeout=60)
+    # then undo any commit or staging of the agent's, so the diff below is against the starting commit
+    reset = f"; {_GIT} reset -q {base} >/dev/null 2>&1" if re.fullmatch(r"[0-9a-f]{40}", base) else ""
+    swept = await sandbox.exec(sweep_command(marker) + reset, timeout=120, workdir=REPO_DIR)
     stray = int(m.group(1)) if (m := re.search(r"swept=(\d+)", swept.output or "")) else 0
 
     stdout = await _read_text(sandbox, f"{RUN_DIR}/stdout.jsonl")
@@ -263,8 +266,6 @@ async def run_agent(sandbox: SandboxLike, *, base_url: str, model: str, prompt: 
     outcome, infra = classify(exit_code, done.timed_out, summary, stderr)
     if exit_code in (126, 127):
         outcome, infra = "agent_error", True  # the bundle is not mounted or Node cannot start in this image
-    if re.fullmatch(r"[0-9a-f]{40}", base):  # the agent may have committed or staged: diff against the start
-        await sandbox.exec(f"{_GIT} reset -q {base}", timeout=120, workdir=REPO_DIR)
     patch = await sandbox.git_diff(REPO_DIR, exclude=(".qwen",))
     tail = (stderr[-3000:] + ("\n" + json.dumps(summary.result)[-1000:] if summary.result else "")).strip()
     return AgentResult(outcome=outcome, patch=patch, final_message=summary.final_message, exit_code=exit_code,

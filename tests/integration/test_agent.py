@@ -26,7 +26,7 @@ from examples.qwen_swe.prompts import SYSTEM_PROMPT_COMPACT, build_prompt
 from examples.qwen_swe.proxy import RecordingProxy
 from examples.qwen_swe.sandbox import LABEL, DockerSandbox, reap
 from examples.qwen_swe.trajectory import build_sample
-from tests.scripted_server import Reply, ScriptedServer, fake_logprob, smollm2_tokenizer
+from tests.scripted_server import Reply, ScriptedServer, fake_logprob, qwen3_tokenizer, smollm2_tokenizer
 
 BUILD_HINT = "build them with `.venv/bin/python -m examples.qwen_swe.tasks build`"
 
@@ -101,16 +101,17 @@ def _containers(run_id: str) -> list:
         client.close()
 
 
-async def _rollout(task: dict, run_id: str, script: list, settings, *, before=None, after=None):
-    tokenizer = smollm2_tokenizer()
-    async with ScriptedServer(script, tokenizer=tokenizer) as server:
+async def _rollout(task: dict, run_id: str, script: list, settings, *, before=None, after=None, profile="compact",
+                   tokenizer=None, max_model_len=8192):
+    tokenizer = tokenizer or smollm2_tokenizer()
+    async with ScriptedServer(script, tokenizer=tokenizer, max_model_len=max_model_len) as server:
         async with RecordingProxy(server.url, model="scripted", tokenizer=tokenizer, mode="tokens") as proxy:
             session = proxy.open_session({"test": run_id})
             async with _box(task, run_id) as box:
                 if before:
                     await before(box)
                 result = await qa.run_agent(box, base_url=session.base_url, model="smollm2-135m",
-                                            prompt=build_prompt(task), settings=settings, profile="compact")
+                                            prompt=build_prompt(task), settings=settings, profile=profile)
                 extra = await after(box) if after else None
             turns = proxy.close_session(session.id)
     return result, turns, tokenizer, server, extra
@@ -188,6 +189,30 @@ def test_scripted_rollout_edits_records_and_masks(task, run_id):
     assert traj.metadata["retained_fraction"] == 1.0 and traj.metadata["drift_count"] == 0
     assert 0 in traj.loss_mask  # tool results sit between the turns, untrained
     assert traj.tokens[:traj.prompt_length] == turns[0].prompt_ids
+
+
+@pytest.mark.docker
+@pytest.mark.agent
+def test_full_profile_with_qwen3_tokens(task, run_id):
+    """The real-model path: qwen-code's own system prompt, 7 tools, no forced tool choice, Qwen3's template."""
+    path, old, new = _gold_edit(task["patch"])
+    target = f"/testbed/{path}"
+    script = [_call("read_file", file_path=target), _call("edit", file_path=target, old_string=old, new_string=new),
+              "Done."]
+    settings = load_settings([], env={"VLLM_URL": "http://unused:8000", "AGENT_MAX_TOKENS": "4096"}).replace(
+        max_turns=10, agent_timeout=300.0)
+    result, turns, tok, *_ = asyncio.run(_rollout(task, run_id, script, settings, profile="full",
+                                                  tokenizer=qwen3_tokenizer(), max_model_len=65536))
+    assert result.outcome == "completed" and result.tool_calls == 2, result.log_tail
+    assert f"\n-{old}\n+{new}\n" in result.patch
+    assert len(turns) == 3 and all(t.ok for t in turns)
+    for t in turns:
+        assert t.params["max_tokens"] == 4096 and "tool_choice" not in t.params
+        assert sorted(tool["function"]["name"] for tool in t.tools) == sorted(qa.FULL_TOOLS)
+    assert len(turns[0].request_messages[0]["content"]) > 5000  # qwen-code's own system prompt, not the compact one
+    traj = build_sample(turns, max_response_len=settings.max_response_len, mask_truncated=False, tokenizer=tok)
+    assert traj.metadata["retained_fraction"] == 1.0
+    assert sum(traj.loss_mask) == sum(len(t.sampled_ids) for t in turns)
 
 
 @pytest.mark.docker
