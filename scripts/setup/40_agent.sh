@@ -3,4 +3,5 @@
 # pinned and integrity-checked) at $QWEN_SWE_HOME/agent, mounted read-only into rollout containers.
 # Idempotent: the bundle's `ready` file is the stamp; a complete bundle of the pinned version is kept.
 set -euo pipefail
+cd "$(dirname "$0")/../.."
 exec .venv/bin/python -m examples.qwen_swe.agent_bundle "$@"
