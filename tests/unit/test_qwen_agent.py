@@ -6,8 +6,6 @@ import json
 import os
 import shlex
 import subprocess
-import sys
-import time
 
 import pytest
 
@@ -159,3 +157,24 @@ API_ERR = qa.StreamSummary(0, "", {"type": "result", "is_error": True, "result":
 ])
 def test_classify(exit_code, timed_out, summary, stderr, expected):
     assert qa.classify(exit_code, timed_out, summary, stderr) == expected
+
+
+# --- the bundle's readiness check -------------------------------------------------------------------------------
+def test_bundle_info_refuses_missing_stale_and_incomplete_bundles(tmp_path):
+    from examples.qwen_swe.agent_bundle import QWEN_CODE_VERSION, AgentBundle, BundleError
+
+    bundle = AgentBundle(tmp_path / "agent")
+    with pytest.raises(BundleError, match="40_agent.sh"):
+        bundle.info()
+    bundle.cli.parent.mkdir(parents=True)
+    bundle.node.parent.mkdir(parents=True)
+    bundle.cli.write_text("")
+    bundle.node.write_text("")
+    bundle.ready_file.write_text(json.dumps({"node": "v22.20.0", "qwen_code": "0.15.10"}))
+    with pytest.raises(BundleError, match="stale"):
+        bundle.info()
+    bundle.ready_file.write_text(json.dumps({"node": "v22.20.0", "qwen_code": QWEN_CODE_VERSION}))
+    assert bundle.info()["qwen_code"] == QWEN_CODE_VERSION
+    bundle.node.unlink()
+    with pytest.raises(BundleError):
+        bundle.info()
