@@ -30,7 +30,7 @@ from typing import Any
 import docker
 
 from examples.qwen_swe import grading
-from examples.qwen_swe.config import Settings
+from examples.qwen_swe.config import Settings, load_settings
 from examples.qwen_swe.sandbox import DockerSandbox, SandboxError, docker_client, ensure_image, image_for
 
 PATCH_PATH = "/tmp/patch.diff"
@@ -70,10 +70,12 @@ async def grade_async(instance: dict, patch: str, *, settings: Settings | None =
                       boot_limit: asyncio.Semaphore | None = None) -> Grade:
     """Grade ``patch`` for ``instance`` (a SWE-bench row) in a fresh container; see the module docstring.
 
-    ``mode`` defaults to ``settings.reward_mode``; ``run_id`` (default ``settings.label``) labels the container so
-    the run's ``reap`` finds it; ``agent_stats`` feeds the shaped mode.
+    ``settings`` defaults to the environment's (``load_settings``); ``mode`` to ``settings.reward_mode``; ``run_id``
+    (default ``settings.label``) labels the container so the run's ``reap`` finds it; ``agent_stats``
+    (``response_tokens``, ``tool_calls``, ``completed``) feeds the shaped mode; ``boot_limit`` bounds container
+    starts shared with other work.
     """
-    settings = settings or Settings()
+    settings = settings or load_settings([])
     mode = mode or settings.reward_mode
     if mode not in MODES:
         raise ValueError(f"reward mode {mode!r} is not one of {', '.join(MODES)}")
@@ -145,7 +147,10 @@ async def _grade(instance: dict, patch: str, settings: Settings, run_id: str, ag
         t = time.monotonic()
         async with box:
             timings["start"] = time.monotonic() - t
-            return await _run_in(box, instance, kept, script, settings, gdir, details, timings)
+            result = await _run_in(box, instance, kept, script, settings, gdir, details, timings)
+            t = time.monotonic()
+        timings["remove"] = time.monotonic() - t
+        return result
     except SandboxError as exc:
         return _aborted(str(exc), details, timings)
     except docker.errors.DockerException as exc:

@@ -107,15 +107,21 @@ class Sandbox(abc.ABC):
     async def stop(self) -> None: ...
 
     async def git_diff(self, repo: str = "/testbed", exclude: Sequence[str] = ()) -> str:
-        """The working tree against HEAD, new files included (``git add -N``), minus the ``exclude`` paths."""
+        """The working tree against HEAD, new files included (``git add -N``), minus the ``exclude`` paths.
+
+        The diff goes through a file, so git's warnings on stderr never end up in the patch and no cap cuts it.
+        """
+        out = f"{_PG_DIR}/.{LABEL}-diff-{uuid.uuid4().hex[:12]}"
         specs = " ".join(shlex.quote(f":(exclude){p}") for p in exclude)
-        cmd = (f"git -c safe.directory='*' add -N . && "
-               f"git -c safe.directory='*' -c core.fileMode=false diff --no-color --no-ext-diff -- . {specs}")
-        res = await self.exec(cmd, timeout=120, workdir=repo)
-        if res.exit_code != 0 or res.truncated:
-            raise SandboxError(f"git diff in {repo} failed (exit {res.exit_code}, truncated={res.truncated}): "
-                               f"{res.output[-2000:]}")
-        return res.output
+        git = "git -c safe.directory='*' -c core.fileMode=false"
+        res = await self.exec(f"{git} add -N . && {git} diff --no-color --no-ext-diff -- . {specs} > {out}",
+                              timeout=120, workdir=repo)
+        if res.exit_code != 0:
+            raise SandboxError(f"git diff in {repo} failed (exit {res.exit_code}): {res.output[-2000:]}")
+        try:
+            return (await self.read_file(out)).decode("utf-8", errors="replace")
+        finally:
+            await self.exec(f"rm -f {out}", timeout=30)
 
     async def __aenter__(self) -> "Sandbox":
         try:
@@ -366,9 +372,11 @@ class DockerSandbox(Sandbox):
             raise
         exit_code = -1
         if not timed_out:
-            info = await asyncio.to_thread(api.exec_inspect, exec_id)
-            exit_code = info.get("ExitCode")
-            exit_code = -1 if exit_code is None else int(exit_code)
+            try:
+                code = (await asyncio.to_thread(api.exec_inspect, exec_id)).get("ExitCode")
+            except docker.errors.APIError as exc:
+                raise SandboxError(f"container {self.name} ({self.image}) vanished during exec: {exc}") from exc
+            exit_code = -1 if code is None else int(code)
         return ExecResult(exit_code=exit_code, output=buf.text(), timed_out=timed_out, truncated=buf.dropped > 0,
                           seconds=time.monotonic() - t0)
 

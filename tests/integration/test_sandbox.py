@@ -52,6 +52,19 @@ def run_id():
     assert reap(rid) == 0, f"test left containers labelled {LABEL}.run={rid}"
 
 
+@pytest.fixture(scope="module")
+def box(image):
+    """One sandbox shared by the tests that only exec and touch files (container starts are the slow part)."""
+    rid = f"test-{uuid.uuid4().hex[:10]}"
+    sb = _box(image, rid, output_limit=64 * 1024)
+    asyncio.run(sb.start())
+    try:
+        yield sb
+    finally:
+        asyncio.run(sb.stop())
+        assert reap(rid) == 0
+
+
 def _box(image: str, run_id: str, **kw) -> DockerSandbox:
     kw.setdefault("hide_future", False)
     kw.setdefault("network", "none")
@@ -66,77 +79,72 @@ def _exists(client: docker.DockerClient, name: str) -> bool:
         return False
 
 
-def test_exec_exit_codes_output_workdir_env(image, run_id):
+def test_exec_exit_codes_output_workdir_env(box):
     async def body():
-        async with _box(image, run_id) as sb:
-            r = await sb.exec("echo out; echo err >&2; exit 3", timeout=30)
-            assert (r.exit_code, r.timed_out, r.truncated) == (3, False, False)
-            assert "out\n" in r.output and "err\n" in r.output
-            r = await sb.exec('pwd; echo "$FOO"', timeout=30, workdir="/tmp", env={"FOO": "bar baz"})
-            assert r.exit_code == 0 and r.output == "/tmp\nbar baz\n"
-            r = await sb.exec("pwd", timeout=30)
-            assert r.output == "/testbed\n"
-            r = await sb.exec("kill -TERM $$", timeout=30)
-            assert r.exit_code != 0 and not r.timed_out
+        r = await box.exec("echo out; echo err >&2; exit 3", timeout=30)
+        assert (r.exit_code, r.timed_out, r.truncated) == (3, False, False)
+        assert "out\n" in r.output and "err\n" in r.output
+        r = await box.exec('pwd; echo "$FOO"', timeout=30, workdir="/tmp", env={"FOO": "bar baz"})
+        assert r.exit_code == 0 and r.output == "/tmp\nbar baz\n"
+        r = await box.exec("pwd", timeout=30)
+        assert r.output == "/testbed\n"
+        r = await box.exec("kill -TERM $$", timeout=30)
+        assert r.exit_code != 0 and not r.timed_out
     asyncio.run(body())
 
 
 _PROCS = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done"
 
 
-def test_timeout_kills_the_whole_process_group(image, run_id):
+def test_timeout_kills_the_whole_process_group(box):
     async def body():
-        async with _box(image, run_id) as sb:
-            r = await sb.exec("sleep 271 & sleep 272; echo never", timeout=2)
-            assert r.timed_out and "never" not in r.output
-            procs = (await sb.exec(_PROCS, timeout=30)).output
-            assert "sleep 271" not in procs and "sleep 272" not in procs
-            # a command that returns normally takes its background children with it
-            r = await sb.exec("sleep 273 & echo started", timeout=30)
-            assert r.exit_code == 0 and r.output == "started\n" and not r.timed_out
-            assert "sleep 273" not in (await sb.exec(_PROCS, timeout=30)).output
-            # and the sandbox is still usable after a timeout
-            assert (await sb.exec("echo ok", timeout=30)).output == "ok\n"
+        r = await box.exec("sleep 271 & sleep 272; echo never", timeout=2)
+        assert r.timed_out and "never" not in r.output
+        procs = (await box.exec(_PROCS, timeout=30)).output
+        assert "sleep 271" not in procs and "sleep 272" not in procs
+        # a command that returns normally takes its background children with it
+        r = await box.exec("sleep 273 & echo started", timeout=30)
+        assert r.exit_code == 0 and r.output == "started\n" and not r.timed_out
+        assert "sleep 273" not in (await box.exec(_PROCS, timeout=30)).output
+        # and the sandbox is still usable after a timeout
+        assert (await box.exec("echo ok", timeout=30)).output == "ok\n"
     asyncio.run(body())
 
 
-def test_output_cap_keeps_head_and_tail(image, run_id):
+def test_output_cap_keeps_head_and_tail(box):
     async def body():
-        async with _box(image, run_id, output_limit=4096) as sb:
-            r = await sb.exec("echo HEAD; head -c 100000 /dev/zero | tr '\\0' x; echo; echo TAIL", timeout=30)
-            assert r.truncated and r.exit_code == 0
-            assert r.output.startswith("HEAD\n") and r.output.endswith("TAIL\n")
-            assert "bytes truncated" in r.output and len(r.output) < 4096 + 100
+        r = await box.exec("echo HEAD; head -c 1000000 /dev/zero | tr '\\0' x; echo; echo TAIL", timeout=30)
+        assert r.truncated and r.exit_code == 0
+        assert r.output.startswith("HEAD\n") and r.output.endswith("TAIL\n")
+        assert "bytes truncated" in r.output and len(r.output) < 64 * 1024 + 100
     asyncio.run(body())
 
 
-def test_read_write_files(image, run_id):
+def test_read_write_files(box):
     async def body():
-        async with _box(image, run_id) as sb:
-            blob = bytes(range(256)) * 4
-            await sb.write_file("/data/deep/dir/blob.bin", blob, mode=0o600)
-            assert await sb.read_file("/data/deep/dir/blob.bin") == blob
-            await sb.write_file("/tmp/run.sh", "#!/bin/sh\necho ran\n", mode=0o755)
-            assert (await sb.exec("stat -c %a /data/deep/dir/blob.bin; /tmp/run.sh", 30)).output == "600\nran\n"
-            with pytest.raises(SandboxError, match="does not exist"):
-                await sb.read_file("/no/such/file")
-            with pytest.raises(SandboxError, match="absolute path"):
-                await sb.write_file("relative.txt", "x")
+        blob = bytes(range(256)) * 4
+        await box.write_file("/data/deep/dir/blob.bin", blob, mode=0o600)
+        assert await box.read_file("/data/deep/dir/blob.bin") == blob
+        await box.write_file("/tmp/run.sh", "#!/bin/sh\necho ran\n", mode=0o755)
+        assert (await box.exec("stat -c %a /data/deep/dir/blob.bin; /tmp/run.sh", 30)).output == "600\nran\n"
+        with pytest.raises(SandboxError, match="does not exist"):
+            await box.read_file("/no/such/file")
+        with pytest.raises(SandboxError, match="absolute path"):
+            await box.write_file("relative.txt", "x")
     asyncio.run(body())
 
 
-def test_git_diff_with_new_files_and_exclude(image, run_id):
+def test_git_diff_with_new_files_and_exclude(box):
     async def body():
-        async with _box(image, run_id) as sb:
-            tracked = (await sb.exec("git ls-files | grep '\\.py$' | head -1", 30)).output.strip()
-            assert tracked, "the task image has no tracked python file in /testbed"
-            await sb.exec(f"echo '# changed' >> {tracked}; echo 'x = 1' > brand_new.py; "
-                          "mkdir -p .harness && echo secret > .harness/notes.txt; echo p > PROBLEM.md", 30)
-            diff = await sb.git_diff(exclude=[".harness/", "PROBLEM.md"])
-            assert f"+++ b/{tracked}" in diff and "+# changed" in diff
-            assert "+++ b/brand_new.py" in diff and "+x = 1" in diff
-            assert ".harness" not in diff and "PROBLEM.md" not in diff
-            assert "PROBLEM.md" in await sb.git_diff()
+        tracked = (await box.exec("git ls-files | grep '\\.py$' | head -1", 30)).output.strip()
+        assert tracked, "the task image has no tracked python file in /testbed"
+        await box.exec(f"echo '# changed' >> {tracked}; echo 'x = 1' > brand_new.py; "
+                      "mkdir -p .harness && echo secret > .harness/notes.txt; echo p > PROBLEM.md", 30)
+        diff = await box.git_diff(exclude=[".harness/", "PROBLEM.md"])
+        assert f"+++ b/{tracked}" in diff and "+# changed" in diff
+        assert "+++ b/brand_new.py" in diff and "+x = 1" in diff
+        assert ".harness" not in diff and "PROBLEM.md" not in diff
+        assert "PROBLEM.md" in await box.git_diff()
     asyncio.run(body())
 
 
@@ -272,7 +280,7 @@ def test_boot_concurrency_is_bounded_and_reap_removes_leftovers(image, run_id, d
 
     async def body():
         sem = _CountingSemaphore(1)
-        boxes = [_box(image, run_id, boot_limit=sem) for _ in range(3)]
+        boxes = [_box(image, run_id, boot_limit=sem) for _ in range(2)]
         await asyncio.gather(*(b.start() for b in boxes))      # started, never stopped: leftovers
         assert sem.peak == 1
         keep = _box(image, other)
@@ -280,7 +288,7 @@ def test_boot_concurrency_is_bounded_and_reap_removes_leftovers(image, run_id, d
         return boxes, keep
 
     boxes, keep = asyncio.run(body())
-    assert reap(run_id) == 3
+    assert reap(run_id) == 2
     assert all(not _exists(docker_client, b.name) for b in boxes)
     assert _exists(docker_client, keep.name)
     assert reap(other) == 1
