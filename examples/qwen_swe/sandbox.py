@@ -361,14 +361,14 @@ class DockerSandbox(Sandbox):
             await asyncio.wait_for(asyncio.shield(reader), timeout)
         except asyncio.TimeoutError:
             timed_out = True
-            await self._kill_group(pg_file)
+            await self._kill_group(container, pg_file)
             try:
                 await asyncio.wait_for(asyncio.shield(reader), KILL_GRACE)
             except asyncio.TimeoutError:
                 stream.close()   # a process outside the group still holds the pipe: stop listening
                 await reader
         except asyncio.CancelledError:
-            await asyncio.shield(self._cancel_exec(pg_file, stream, reader))
+            await asyncio.shield(self._cancel_exec(container, pg_file, stream, reader))
             raise
         exit_code = -1
         if not timed_out:
@@ -380,17 +380,15 @@ class DockerSandbox(Sandbox):
         return ExecResult(exit_code=exit_code, output=buf.text(), timed_out=timed_out, truncated=buf.dropped > 0,
                           seconds=time.monotonic() - t0)
 
-    async def _kill_group(self, pg_file: str) -> None:
+    @staticmethod
+    async def _kill_group(container: Any, pg_file: str) -> None:
         try:
-            await asyncio.to_thread(self._kill_sync, pg_file)
+            await asyncio.to_thread(container.exec_run, ["bash", "-c", _KILLER, pg_file], user="root")
         except docker.errors.APIError:
             pass   # the container is gone, and with it the group
 
-    def _kill_sync(self, pg_file: str) -> None:
-        self._container.exec_run(["bash", "-c", _KILLER, pg_file], user="root")
-
-    async def _cancel_exec(self, pg_file: str, stream: Any, reader: asyncio.Future) -> None:
-        await self._kill_group(pg_file)
+    async def _cancel_exec(self, container: Any, pg_file: str, stream: Any, reader: asyncio.Future) -> None:
+        await self._kill_group(container, pg_file)
         try:
             await asyncio.wait_for(reader, KILL_GRACE)
         except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - cleanup on cancel must not raise
