@@ -8,7 +8,8 @@ Why this shape:
   never leaks a container it did not get to see.
 - ``exec`` runs the command as the leader of a fresh process group (``setsid``) and, at its timeout or when the
   command returns, kills that whole group: nothing a command started outlives it, except processes that made
-  their own session on purpose.
+  their own session on purpose. Images need ``bash`` and util-linux ``setsid`` (``-w``), as every SWE-bench and
+  Debian/Ubuntu image has.
 - Removal is ``remove(force=True)`` (SIGKILL), never ``docker stop`` with a grace period: the container only
   runs ``sleep infinity`` (under Docker's init, which reaps the processes ``exec`` kills), so there is nothing
   to shut down gracefully.
