@@ -21,6 +21,7 @@ import asyncio
 import json
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import aiohttp
@@ -71,6 +72,9 @@ class RecordingProxy:
         self._host, self._port = host, port
         self._builder: PromptBuilder | None = None
         self._max_model_len: int | None = None  # from the server's /models card, to bound max_tokens
+        # Rendering and tokenising run on the proxy's own threads: the default executor is shared with callers
+        # that park blocking calls there for a whole agent run (docker exec), which would starve the proxy.
+        self._executor: ThreadPoolExecutor | None = None
         self._sessions: dict[str, Session] = {}
         self._closed: set[str] = set()
         self._runner: web.AppRunner | None = None
@@ -79,12 +83,13 @@ class RecordingProxy:
 
     # --- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> str:
+        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="proxy-render")
         if self.mode == "tokens":
             tokenizer = self._tokenizer
             if tokenizer is None:
                 from transformers import AutoTokenizer
 
-                tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self._tokenizer_path)
+                tokenizer = await self._offload(AutoTokenizer.from_pretrained, self._tokenizer_path)
             self._builder = PromptBuilder(tokenizer, self._chat_template)
         self._client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=512, force_close=False),
                                              timeout=aiohttp.ClientTimeout(total=self.request_timeout))
@@ -109,6 +114,12 @@ class RecordingProxy:
             if self._client is not None:
                 await self._client.close()
                 self._client = None
+            if self._executor is not None:
+                self._executor.shutdown(wait=False, cancel_futures=True)
+                self._executor = None
+
+    async def _offload(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def __aenter__(self) -> "RecordingProxy":
         await self.start()
@@ -279,8 +290,8 @@ class RecordingProxy:
         builder = self._builder
         messages, tools = turn.request_messages, turn.tools
         tool_choice = body.get("tool_choice")
-        plan = await asyncio.to_thread(builder.plan, messages, tools, list(session.turns),
-                                       body.get("chat_template_kwargs"), session.last_render)
+        plan = await self._offload(builder.plan, messages, tools, list(session.turns),
+                                   body.get("chat_template_kwargs"), session.last_render)
         turn.prompt_ids, turn.prompt_source, turn.drift = plan.prompt_ids, plan.source, plan.drift
         payload: dict[str, Any] = {"model": self.model or body.get("model"), "prompt": plan.prompt_ids,
                                    "max_tokens": await self._max_tokens(body, len(plan.prompt_ids)),
@@ -310,7 +321,7 @@ class RecordingProxy:
         session.last_render = (turn.index, plan.text)
         lps = (choice.get("logprobs") or {}).get("token_logprobs")
         turn.logprobs = [float(x) if x is not None else 0.0 for x in lps] if lps is not None else None
-        text = await asyncio.to_thread(builder.decode, turn.sampled_ids)
+        text = await self._offload(builder.decode, turn.sampled_ids)
         turn.completion_text = text
         if tools and tool_choice != "none":
             parsed = parse_completion(text, self.tool_parser, tools)

@@ -156,6 +156,32 @@ def test_token_mode_bounds_max_tokens_by_the_context(tok):
     assert [t.status for t in turns] == [200, 200, 400]
 
 
+def test_token_mode_works_while_the_default_executor_is_busy(tok):
+    """Sandboxes park docker exec calls on the default executor for a whole agent run; the proxy must not need it."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=1))
+        release = threading.Event()
+        parked = loop.run_in_executor(None, release.wait, 60)
+        try:
+            async with ScriptedServer([CALL_LS, FINAL], tokenizer=tok) as server, \
+                    RecordingProxy(server.url, tokenizer=tok, request_timeout=30) as proxy, \
+                    aiohttp.ClientSession() as http:
+                session = proxy.open_session()
+                _, replies = await asyncio.wait_for(agent_loop(http, session.base_url, "x", turns=2), 30)
+                return replies, proxy.close_session(session.id)
+        finally:
+            release.set()
+            await parked
+
+    replies, turns = run(main())
+    assert [r["finish_reason"] for r in replies] == ["tool_calls", "stop"]
+    assert [t.prompt_source for t in turns] == ["render", "splice"]
+
+
 # --- forward mode ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("stream", [True, False])
 def test_forward_mode_records_ids_and_streams_unchanged(tok, stream):
