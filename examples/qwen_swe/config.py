@@ -102,6 +102,8 @@ class Settings:
     shaped_tool_budget: int = _opt(100, "shaped: tool-call budget", minimum=1)
     shaped_over_tools: float = _opt(-0.5, "shaped: penalty when over the tool-call budget")
     shaped_completion: float = _opt(0.5, "shaped: bonus when the agent completed with a non-empty patch")
+    shaped_length: float = _opt(0.0, "shaped: weight in [0, 1] of the continuous effort term for unresolved "
+                                     "patches (response tokens / token budget)", minimum=0.0)
 
     # --- agent and trajectory ----------------------------------------------------------------
     agent_max_tokens: int = _opt(8192, "max_tokens per model call", minimum=1)
@@ -150,6 +152,8 @@ class Settings:
         if self.dataset and _looks_local(self.dataset) and not Path(self.dataset).expanduser().exists():
             raise ConfigError(f"DATASET={self.dataset} does not exist: give a .json, .jsonl or .parquet file, "
                               "a Hugging Face dataset folder, or a Hugging Face dataset name")
+        if self.shaped_length > 1.0:
+            raise ConfigError(f"SHAPED_LENGTH={self.shaped_length} is too large: use a weight in [0, 1]")
         if self.backend == "slime" and self.slime_dir is None:
             raise ConfigError("BACKEND=slime needs SLIME_DIR: point it at a slime v0.2.2 checkout")
 
@@ -249,7 +253,7 @@ EMBEDDED_PROFILE: dict[str, Any] = {
     "num_rollouts": 2, "rollout_batch_size": 2, "n_samples": 2, "max_turns": 4, "agent_timeout": 240.0,
     "agent_max_tokens": 192, "tool_choice": "required", "reward_mode": "shaped", "lr": 1e-5,
     "max_response_len": 4096, "max_model_len": 8192, "rollout_concurrency": 4, "boot_concurrency": 2,
-    "eval_timeout": 300.0, "image_namespace": "",
+    "eval_timeout": 300.0, "image_namespace": "", "shaped_length": 0.2, "shaped_token_budget": 1024,
 }
 
 

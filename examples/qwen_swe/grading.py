@@ -267,9 +267,10 @@ class Components:
     over_tokens: float = 0.0
     over_tools: float = 0.0
     completion: float = 0.0
+    length: float = 0.0
 
     def total(self) -> float:
-        return sum(vars(self).values())
+        return sum(v for k, v in vars(self).items() if k != "length")
 
 
 def shaped_reward(resolved: bool, patch_paths: set[str], gold_paths: set[str], agent_stats: Mapping[str, Any] | None,
@@ -282,6 +283,9 @@ def shaped_reward(resolved: bool, patch_paths: set[str], gold_paths: set[str], a
     ``agent_stats["completed"]`` and the patch is not empty.
     Reward: unresolved -> clip(-1 + sum of components, -1, 0.5); resolved -> clip(1 + budget penalties, 0.5, 1).
     So a resolved patch never scores below an unresolved one, and the result stays in [-1, 1].
+    With ``shaped_length`` = L > 0, an unresolved reward becomes (1 - L) * that + L * (-min(tokens / token budget, 1)):
+    a continuous effort term that still orders unresolved attempts when every one of them clips to -1 (a tiny
+    model's empty patches), so their group is not zero-variance. It stays in [-1, 0.5) and never touches resolved.
     """
     stats = agent_stats or {}
     c = Components(
@@ -294,4 +298,7 @@ def shaped_reward(resolved: bool, patch_paths: set[str], gold_paths: set[str], a
     )
     if resolved:
         return min(max(1.0 + c.over_tokens + c.over_tools, 0.5), 1.0), c
-    return min(max(-1.0 + c.total(), -1.0), 0.5), c
+    base = min(max(-1.0 + c.total(), -1.0), 0.5)
+    weight = weights.shaped_length
+    c.length = -weight * min(stats.get("response_tokens", 0) / weights.shaped_token_budget, 1.0)
+    return (1.0 - weight) * base + c.length, c

@@ -70,12 +70,12 @@ async def grade_async(instance: dict, patch: str, *, settings: Settings | None =
                       boot_limit: asyncio.Semaphore | None = None) -> Grade:
     """Grade ``patch`` for ``instance`` (a SWE-bench row) in a fresh container; see the module docstring.
 
-    ``settings`` defaults to the environment's (``load_settings``); ``mode`` to ``settings.reward_mode``; ``run_id``
+    ``settings`` defaults to the environment's without the embedded profile (``load_settings(profile=False)``); ``mode`` to ``settings.reward_mode``; ``run_id``
     (default ``settings.label``) labels the container so the run's ``reap`` finds it; ``agent_stats``
     (``response_tokens``, ``tool_calls``, ``completed``) feeds the shaped mode; ``boot_limit`` bounds container
     starts shared with other work.
     """
-    settings = settings or load_settings([])
+    settings = settings or load_settings([], profile=False)
     mode = mode or settings.reward_mode
     if mode not in MODES:
         raise ValueError(f"reward mode {mode!r} is not one of {', '.join(MODES)}")
@@ -104,9 +104,10 @@ def _apply_mode(g: Grade, mode: str, instance: dict, kept: set[str], agent_stats
     if mode == "fractional":
         g.reward = 1.0 if g.resolved else grading.fractional_reward(g.f2p_passed)
         g.details["components"] = {"f2p": g.f2p_passed}
-    elif mode == "shaped" and g.details.get("applied"):
+    elif mode == "shaped":  # every graded outcome: an empty or unappliable patch changed no file
         gold = grading.patch_files(instance.get("patch") or "")
-        g.reward, comps = grading.shaped_reward(g.resolved, kept, gold, agent_stats, settings)
+        changed = kept if g.details.get("applied") else set()
+        g.reward, comps = grading.shaped_reward(g.resolved, changed, gold, agent_stats, settings)
         g.details["components"] = vars(comps)
 
 

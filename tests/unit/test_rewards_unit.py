@@ -204,3 +204,17 @@ def test_capped_output_keeps_head_and_tail():
     small = _Capped(100)
     small.add(b"abc")
     assert small.text() == "abc" and small.dropped == 0
+
+
+def test_shaped_length_term_orders_clipped_unresolved_attempts():
+    s = Settings(shaped_length=0.2, shaped_token_budget=1000)
+    short, c_short = grading.shaped_reward(False, set(), {"a.py"}, {"response_tokens": 100}, s)
+    long, c_long = grading.shaped_reward(False, set(), {"a.py"}, {"response_tokens": 900}, s)
+    # both clip to -1 before the term; the term separates them, and the result stays within [-1, 0.5)
+    assert c_short.length == pytest.approx(-0.02) and c_long.length == pytest.approx(-0.18)
+    assert short == pytest.approx(0.8 * -1.0 - 0.02) and long == pytest.approx(0.8 * -1.0 - 0.18)
+    assert -1.0 <= long < short < 0.5
+    capped, _ = grading.shaped_reward(False, set(), {"a.py"}, {"response_tokens": 10 ** 6}, s)
+    assert capped == pytest.approx(-1.0)
+    resolved, c = grading.shaped_reward(True, {"a.py"}, {"a.py"}, {"response_tokens": 900}, s)
+    assert resolved == 1.0 and c.length == 0.0
