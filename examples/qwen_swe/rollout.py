@@ -133,7 +133,7 @@ class RolloutEngine:
                     agent_seconds=round(t_agent - t0, 3), tool_calls=agent.tool_calls)
         if getattr(agent, "infra", False):
             return _drop(sample, f"agent_error: {agent.log_tail[-300:] if agent.log_tail else agent.outcome}")
-        if not turns or not any(getattr(t, "token_ids", None) for t in turns):
+        if not any(t.ok and t.sampled_ids for t in turns):
             return _drop(sample, "no_model_turns: the agent made no successful model call")
 
         traj = build_sample(turns, max_response_len=s.max_response_len, mask_truncated=s.mask_truncated,
