@@ -3,13 +3,13 @@ measured in the same run.
 
     .venv/bin/python -m benchmarks.bench_inference                       # starts the embedded CPU server
     .venv/bin/python -m benchmarks.bench_inference --url http://127.0.0.1:8011/v1
-    .venv/bin/python -m benchmarks.bench_inference --reserved-cpus 1 --trainer-load
+    .venv/bin/python -m benchmarks.bench_inference --reserved-cpus 0 --trainer-load   # vs the default 1
 
 Weight sync = InferenceClient.reload_weights (pause, reload from a new folder, reset prefix cache, resume); the
 reference is reading the same safetensors file's bytes in this process (page cache) (the floor for any disk-based sync) and
 one 1-token request. Throughput: one stream vs 8 concurrent streams of 128 greedy tokens (ignore_eos).
 ``--trainer-load`` runs a 1-thread torch matmul loop beside the server (the trainer sharing the 2 cores), to
-compare VLLM_CPU_NUM_OF_RESERVED_CPU=0 and 1.
+compare VLLM_CPU_NUM_OF_RESERVED_CPU=0 and 1 (the embedded default).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def trainer_load(enabled: bool) -> Iterator[None]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--url", help="use a running embedded server instead of starting one")
-    p.add_argument("--reserved-cpus", type=int, default=0, help="VLLM_CPU_NUM_OF_RESERVED_CPU of a started server")
+    p.add_argument("--reserved-cpus", type=int, default=1, help="VLLM_CPU_NUM_OF_RESERVED_CPU of a started server")
     p.add_argument("--trainer-load", action="store_true", help="run a 1-core torch loop during the throughput runs")
     p.add_argument("--syncs", type=int, default=4)
     p.add_argument("--tokens", type=int, default=128)

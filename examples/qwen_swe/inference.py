@@ -66,7 +66,8 @@ class InferenceClient:
     # --- plain HTTP -------------------------------------------------------------------------------
     def request(self, method: str, path: str, body: Any = None, *, query: dict[str, str] | None = None,
                 timeout: float | None = None) -> Any:
-        """One HTTP call; returns the decoded JSON body (None for an empty body). Raises InferenceError."""
+        """One HTTP call; returns the decoded JSON body (text if not JSON, None if empty). Raises InferenceError
+        on transport errors and non-2xx answers."""
         url = self.root + path + ("?" + urllib.parse.urlencode(query) if query else "")
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json"} if data is not None else {}
@@ -89,7 +90,7 @@ class InferenceClient:
         try:
             return json.loads(raw)
         except ValueError:
-            raise InferenceError(f"{method} {url} returned non-JSON: {raw[:200]!r}") from None
+            return raw.decode(errors="replace")  # e.g. /v1/load_lora_adapter answers plain text
 
     def get(self, path: str, **kwargs: Any) -> Any:
         return self.request("GET", path, **kwargs)

@@ -81,7 +81,7 @@ class ServeConfig:
     python: str = "python"
     cpu: bool = False
     kv_cache_gib: int = 1
-    reserved_cpus: int = 0
+    reserved_cpus: int = 1
     extra_args: tuple[str, ...] = field(default=())
 
     @property
@@ -226,10 +226,13 @@ def default_python() -> str:
 
 
 def embedded_serve_config(settings: config.Settings | None = None, *, port: int = 0, model_dir: Path | None = None,
-                          kv_cache_gib: int = 1, reserved_cpus: int = 0, lora_rank: int | None = None) -> ServeConfig:
+                          kv_cache_gib: int = 1, reserved_cpus: int = 1, lora_rank: int | None = None) -> ServeConfig:
     """The measured-good CPU profile for the embedded SmolLM2 (notes/qwen_vllm_cpu.md section 7): bf16, native
-    8192 context, hermes parser with the compact template, 1 GiB KV cache (~46k tokens), both cores for the engine.
-    Served as ``smollm2-135m`` (or SERVED_MODEL_NAME), also as ``embedded:smollm2-135m`` and the folder path."""
+    8192 context, hermes parser with the compact template, 1 GiB KV cache (~46k tokens, 5.7 full contexts).
+    One core is reserved for the API server: with the trainer busy on the other core, a 2-thread engine spins at
+    OpenMP barriers on a contended core (measured with benchmarks/bench_inference.py --trainer-load: 1 stream
+    3.0-4.6 tok/s and 8 streams 16-55 tok/s with 0 reserved, against 15.6-23.2 and 116-158 tok/s with 1).
+    Served as ``smollm2-135m`` (or SERVED_MODEL_NAME) and also under the model folder's path."""
     settings = settings or config.load_settings([])
     if model_dir is None:
         from examples.qwen_swe.embedded_model import ensure_embedded_model

@@ -127,3 +127,41 @@ def test_reload_changed_weights_then_restore(client: InferenceClient, tmp_path: 
     assert client.weight_version.version == 2
     status = client.get("/is_paused")
     assert status == {"is_paused": False}
+
+
+@pytest.mark.slow
+def test_lora_adapter_hot_loads_and_reloads_in_place(tmp_path: Path):
+    """Runtime LoRA (the Modal path for LoRA training): a server started with LORA_RANK serves a PEFT adapter under
+    its own model id, changes the logprobs, and takes a new adapter under the same id in place."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from examples.qwen_swe.start_vllm import embedded_server
+
+    def adapter(seed: int) -> Path:
+        torch.manual_seed(seed)
+        base = AutoModelForCausalLM.from_pretrained(str(config.embedded_model_dir()))
+        peft_model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
+                                                     init_lora_weights=False))
+        out = tmp_path / f"lora_{seed}"
+        peft_model.save_pretrained(str(out))
+        return out
+
+    def first_logprob(client: InferenceClient, model: str) -> float:
+        body = client.post("/v1/completions", {"model": model, "prompt": "The capital of France is", "max_tokens": 1,
+                                               "temperature": 0.0, "logprobs": 0})
+        return body["choices"][0]["logprobs"]["token_logprobs"][0]
+
+    first, second = adapter(1), adapter(2)
+    settings = config.load_settings([], env={"LORA_RANK": "8"})
+    with embedded_server(settings, log_dir=tmp_path / "logs") as url:
+        client = InferenceClient(url, timeout=300)
+        base = first_logprob(client, MODEL)
+        assert client.load_lora("policy", first) == 1
+        assert "policy" in client.models()
+        with_first = first_logprob(client, "policy")
+        assert client.load_lora("policy", second) == 2
+        with_second = first_logprob(client, "policy")
+        assert len({base, with_first, with_second}) == 3
+        assert first_logprob(client, MODEL) == base  # the base model is untouched

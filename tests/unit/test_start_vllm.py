@@ -98,7 +98,7 @@ def test_embedded_profile_is_the_measured_cpu_setup(tmp_path: Path):
     assert flag(argv, "--max-model-len") == "8192" and flag(argv, "--host") == "127.0.0.1"
     assert Path(flag(argv, "--chat-template")).is_file()
     assert "--gpu-memory-utilization" not in argv
-    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
     assert env["VLLM_SERVER_DEV_MODE"] == "1"
     names = argv[argv.index("--served-model-name") + 1: argv.index("--tensor-parallel-size")]
     assert names[0] == start_vllm.EMBEDDED_SERVED_NAME and str(tmp_path) in names
