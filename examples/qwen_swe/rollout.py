@@ -144,6 +144,12 @@ class RolloutEngine:
         if grade.status != "graded":
             return _drop(sample, f"grade_aborted: {grade.reason}")
         to_sample(traj, sample)
+        meta = sample.metadata  # to_sample builds a new dict
+        if s.tool_choice == "required":
+            # Under a forced tool call vLLM reports logprobs after its grammar mask (notes/qwen_vllm_cpu.md 5.2),
+            # not the policy's own; with one optimizer step per batch the trainer's recomputation is the
+            # behaviour policy (ratio 1). The served values stay in the rollout dump's trajectory metadata.
+            sample.rollout_log_probs = None
         sample.reward = float(grade.reward)
         sample.status = Status.TRUNCATED if traj.metadata.get("truncated") else Status.COMPLETED
         meta.update(resolved=grade.resolved, f2p_passed=grade.f2p_passed, p2p_passed=grade.p2p_passed,
