@@ -148,7 +148,7 @@ class RolloutEngine:
         if s.tool_choice == "required":
             # Under a forced tool call vLLM reports logprobs after its grammar mask (notes/qwen_vllm_cpu.md 5.2),
             # not the policy's own; with one optimizer step per batch the trainer's recomputation is the
-            # behaviour policy (ratio 1). The served values stay in the rollout dump's trajectory metadata.
+            # behaviour policy (ratio 1).
             sample.rollout_log_probs = None
         sample.reward = float(grade.reward)
         sample.status = Status.TRUNCATED if traj.metadata.get("truncated") else Status.COMPLETED
