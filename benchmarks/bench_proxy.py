@@ -9,7 +9,9 @@ agents). Every session plays the same 4-turn tool-call conversation, streamed wi
   calling the completions endpoint directly with the same token ids the proxy sent.
 
 Also printed: the time each call spent inside the proxy (its latency minus the upstream call, as recorded
-on the turns), which is the overhead without the noise of the shared machine.
+on the turns) and the proxy process's CPU time per call. ``--upstream-delay`` gives the scripted model a
+latency, so the machine is not saturated by the closed loop (with 0, every process fights for the same
+cores and the overhead measured is mostly CPU contention).
 
 Run: ``.venv/bin/python -m benchmarks.bench_proxy [--sessions 64] [--rounds 3]``
 """
@@ -20,6 +22,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -45,8 +48,7 @@ def percentile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))]
 
 
-async def conversation(http: aiohttp.ClientSession, url: str, n: int, latencies: list[float],
-                       prompts: list[list[int]] | None = None) -> None:
+async def conversation(http: aiohttp.ClientSession, url: str, n: int, latencies: list[float], think: float) -> None:
     from tests.scripted_server import chat
 
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
@@ -58,6 +60,8 @@ async def conversation(http: aiohttp.ClientSession, url: str, n: int, latencies:
         reply = await chat(http, url, body)
         latencies.append(time.perf_counter() - t0)
         msg = reply["message"]
+        if think:  # the agent runs its tools: sessions fall out of lockstep, as real rollouts do
+            await asyncio.sleep(random.Random(n * 1000 + len(latencies)).uniform(0, think))
         messages = messages + [{k: v for k, v in msg.items() if k != "reasoning_content"}]
         for call in msg.get("tool_calls") or ():
             messages.append({"role": "tool", "tool_call_id": call["id"],
@@ -75,7 +79,8 @@ async def direct_completions(http: aiohttp.ClientSession, url: str, prompts: lis
         latencies.append(time.perf_counter() - t0)
 
 
-async def drive(urls: list[str], rounds: int, *, completions: list[list[list[int]]] | None = None) -> list[float]:
+async def drive(urls: list[str], rounds: int, *, completions: list[list[list[int]]] | None = None,
+                think: float = 0.0) -> list[float]:
     latencies: list[float] = []
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
         async def one(i: int) -> None:
@@ -83,7 +88,7 @@ async def drive(urls: list[str], rounds: int, *, completions: list[list[list[int
                 if completions is not None:
                     await direct_completions(http, urls[i], completions[i], latencies)
                 else:
-                    await conversation(http, urls[i], i, latencies)
+                    await conversation(http, urls[i], i, latencies, think)
         await asyncio.gather(*(one(i) for i in range(len(urls))))
     return latencies
 
@@ -96,10 +101,10 @@ async def _serve_proxy(upstream: str, mode: str, sessions: int) -> None:
     tok = smollm2_tokenizer() if mode == "tokens" else None
     async with RecordingProxy(upstream, model="m", tokenizer=tok, mode=mode, request_timeout=120) as proxy:
         opened = [proxy.open_session() for _ in range(sessions)]
-        print(json.dumps([s.base_url for s in opened]), flush=True)
+        print(json.dumps({"urls": [s.base_url for s in opened], "cpu": time.process_time()}), flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         turns = [proxy.close_session(s.id) for s in opened]
-        print(json.dumps({"prompts": [[t.prompt_ids for t in ts] for ts in turns],
+        print(json.dumps({"prompts": [[t.prompt_ids for t in ts] for ts in turns], "cpu": time.process_time(),
                           "inside": [t.latency - t.upstream_latency for ts in turns for t in ts]}), flush=True)
 
 
@@ -140,6 +145,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--think", type=float, default=0.0, help="max seconds of tool time between an agent's calls")
+    parser.add_argument("--upstream-delay", type=float, default=0.0,
+                        help="seconds the scripted model takes per reply; 0 = saturate the CPU")
     parser.add_argument("--serve-proxy", nargs=3, metavar=("UPSTREAM", "MODE", "SESSIONS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_proxy:
@@ -147,29 +155,37 @@ def main() -> None:
         asyncio.run(_serve_proxy(upstream, mode, int(n)))
         return
     print(f"command: {' '.join([os.path.relpath(sys.executable), '-m', 'benchmarks.bench_proxy', *sys.argv[1:]])}")
-    print(f"{args.sessions} concurrent sessions x {args.rounds} rounds x {len(REPLIES)} turns, streamed; "
+    print(f"{args.sessions} concurrent sessions x {args.rounds} rounds x {len(REPLIES)} turns, streamed, "
+          f"upstream delay {args.upstream_delay:g} s, tool time U(0, {args.think:g}) s; "
           f"cpus={os.cpu_count()} load={os.getloadavg()[0]:.1f}")
-    server = Child(["-m", "tests.scripted_server", "--tokenizer", "smollm2", "--replies", json.dumps(REPLIES)])
-    results, inside = {}, {}
+    server = Child(["-m", "tests.scripted_server", "--tokenizer", "smollm2", "--replies", json.dumps(REPLIES),
+                    "--delay", str(args.upstream_delay)])
+    results, inside, cpu = {}, {}, {}
     try:
         url = server.line
         asyncio.run(drive([f"{url}/v1"] * args.sessions, 1))  # warm-up
         print("forward mode (chat endpoint upstream):")
-        direct = summary("direct to scripted server", asyncio.run(drive([f"{url}/v1"] * args.sessions, args.rounds)))
+        direct = summary("direct to scripted server", asyncio.run(drive([f"{url}/v1"] * args.sessions, args.rounds,
+                                                                           think=args.think)))
         proxy = Child(["-m", "benchmarks.bench_proxy", "--serve-proxy", url, "forward", str(args.sessions)])
         try:
-            via = summary("through proxy (forward)", asyncio.run(drive(json.loads(proxy.line), args.rounds)))
-            inside["forward"] = summary("inside proxy (latency - upstream)", json.loads(proxy.finish())["inside"])
+            via = summary("through proxy (forward)", asyncio.run(drive(json.loads(proxy.line)["urls"], args.rounds,
+                                                                             think=args.think)))
+            done = json.loads(proxy.finish())
+            inside["forward"] = summary("inside proxy (latency - upstream)", done["inside"])
+            cpu["forward"] = (done["cpu"] - json.loads(proxy.line)["cpu"]) / len(done["inside"]) * 1000
         finally:
             proxy.close()
         results["forward"] = (direct, via)
         print("token mode (completions endpoint upstream):")
         proxy = Child(["-m", "benchmarks.bench_proxy", "--serve-proxy", url, "tokens", str(args.sessions)])
         try:
-            via = summary("through proxy (tokens)", asyncio.run(drive(json.loads(proxy.line), args.rounds)))
+            via = summary("through proxy (tokens)", asyncio.run(drive(json.loads(proxy.line)["urls"], args.rounds,
+                                                                             think=args.think)))
             done = json.loads(proxy.finish())
             prompts = done["prompts"]
             inside["tokens"] = summary("inside proxy (latency - upstream)", done["inside"])
+            cpu["tokens"] = (done["cpu"] - json.loads(proxy.line)["cpu"]) / len(done["inside"]) * 1000
         finally:
             proxy.close()
         direct = summary("direct completions, same ids", asyncio.run(drive(
@@ -181,7 +197,8 @@ def main() -> None:
     for mode, (d, v) in results.items():
         print(f"  {mode:<8} p50 {v['p50'] - d['p50']:+7.2f} ms (x{v['p50'] / d['p50']:.2f})   "
               f"p99 {v['p99'] - d['p99']:+7.2f} ms (x{v['p99'] / d['p99']:.2f})   "
-              f"time spent inside the proxy p50 {inside[mode]['p50']:.2f} ms p99 {inside[mode]['p99']:.2f} ms")
+              f"inside the proxy p50 {inside[mode]['p50']:.2f} ms p99 {inside[mode]['p99']:.2f} ms; "
+              f"proxy CPU {cpu[mode]:.2f} ms per call")
 
 
 if __name__ == "__main__":

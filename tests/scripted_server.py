@@ -328,11 +328,13 @@ def _main() -> None:
     parser = argparse.ArgumentParser(description="Serve a scripted OpenAI-compatible model until stdin closes.")
     parser.add_argument("--tokenizer", choices=("smollm2", "qwen3", "none"), default="smollm2")
     parser.add_argument("--replies", default="[]", help="JSON list of completion texts, one per assistant turn")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds each reply takes (a model's latency)")
     args = parser.parse_args()
     tok = {"smollm2": smollm2_tokenizer, "qwen3": qwen3_tokenizer, "none": lambda: None}[args.tokenizer]()
 
     async def serve() -> None:
-        async with ScriptedServer(json.loads(args.replies) or ["ok"], tokenizer=tok) as server:
+        replies = [Reply(text=t, delay=args.delay) for t in (json.loads(args.replies) or ["ok"])]
+        async with ScriptedServer(replies, tokenizer=tok) as server:
             print(server.url, flush=True)
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 

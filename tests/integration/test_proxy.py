@@ -167,11 +167,12 @@ def test_token_mode_works_while_the_default_executor_is_busy(tok):
         release = threading.Event()
         parked = loop.run_in_executor(None, release.wait, 60)
         try:
-            async with ScriptedServer([CALL_LS, FINAL], tokenizer=tok) as server, \
+            async with ScriptedServer([CALL_LS, FINAL], tokenizer=tok, max_model_len=100_000) as server, \
                     RecordingProxy(server.url, tokenizer=tok, request_timeout=30) as proxy, \
                     aiohttp.ClientSession() as http:
                 session = proxy.open_session()
-                _, replies = await asyncio.wait_for(agent_loop(http, session.base_url, "x", turns=2), 30)
+                big = "Fix it. " + "context line\n" * 4000  # > INLINE_RENDER_BYTES: rendered on the proxy's threads
+                _, replies = await asyncio.wait_for(agent_loop(http, session.base_url, big, turns=2), 30)
                 return replies, proxy.close_session(session.id)
         finally:
             release.set()
