@@ -14,6 +14,7 @@ import json
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,7 @@ class RolloutEngine:
         self.weight_version = 0
         self.proxy: Any = None
         self.tokenizer: Any = None
+        self._executor: ThreadPoolExecutor | None = None
         self._samples = asyncio.Semaphore(settings.rollout_concurrency)
         self._boot = asyncio.Semaphore(settings.boot_concurrency)
 
@@ -66,8 +68,13 @@ class RolloutEngine:
         from .proxy import RecordingProxy
         from .start_vllm import tool_parser_for
 
+        # Each running sample parks blocking Docker calls (a whole agent run's exec) on the default executor, and
+        # so does grading: size it for the samples plus the graders, or they starve each other (6 threads on 2 cores).
+        workers = 2 * self.settings.rollout_concurrency + self.settings.boot_concurrency + 4
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rollout")
+        asyncio.get_running_loop().set_default_executor(self._executor)
         self.tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self.tokenizer_path)
-        self.proxy = RecordingProxy(self.upstream, model=self.served_model, tokenizer_path=self.tokenizer_path,
+        self.proxy = RecordingProxy(self.upstream, model=self.served_model, tokenizer=self.tokenizer,
                                     mode="tokens", request_timeout=self.settings.request_timeout,
                                     tool_parser=self.tool_parser or tool_parser_for(self.model))
         await self.proxy.start()
@@ -76,6 +83,9 @@ class RolloutEngine:
         if self.proxy is not None:
             await self.proxy.stop()
             self.proxy = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
 
     def set_weight_version(self, version: int) -> None:
         self.weight_version = version
