@@ -135,6 +135,8 @@ class Settings:
     max_model_len: int | None = _opt(None, "vLLM context length")
     request_timeout: float = _opt(600.0, "timeout of one inference request, seconds", minimum=1.0)
     served_url: str | None = _opt(None, "URL of the server the launcher started (embedded); not set by users")
+    weight_sync: str = _opt("auto", "how new weights reach the server: reload a shared path, or upload to the Modal "
+                            "weights Volume; auto = modal for a *.modal.run VLLM_URL", choices=("auto", "path", "modal"))
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -176,6 +178,12 @@ class Settings:
     def label(self) -> str:
         digest = hashlib.sha1(str(self.output_dir.resolve()).encode()).hexdigest()[:8]
         return self.run_id or f"qwen-swe-{digest}"
+
+    @property
+    def sync_mode(self) -> str:
+        if self.weight_sync != "auto":
+            return self.weight_sync
+        return "modal" if self.vllm_url and ".modal.run" in self.vllm_url else "path"
 
     @property
     def upper_clip(self) -> float:

@@ -153,6 +153,14 @@ def reload_remote(path: str, lora_name: str | None = None) -> dict:
     return server_cls().reload.remote(path, lora_name)
 
 
+def push_and_reload(local_dir: str | Path, name: str) -> dict:
+    """The built-in trainer's per-step sync with a Modal server (``WEIGHT_SYNC=modal``): upload the exported HF
+    folder into the weights Volume as ``/name``, then reload it through ``Server.reload``."""
+    with weights_volume.batch_upload(force=True) as batch:
+        batch.put_directory(str(local_dir), f"/{name}")
+    return reload_remote(name)
+
+
 @app.local_entrypoint()
 def main(path: str, lora_name: str = "") -> None:
     print(reload_remote(path, lora_name or None))

@@ -292,7 +292,12 @@ class RolloutDriver:
 
     def sync_weights(self, hf_dir: Path, version: int) -> None:
         before = self.probe_logprob()
-        self.client.reload_weights(str(hf_dir))
+        if self.settings.sync_mode == "modal":  # the server cannot read our disk: go through the weights Volume
+            from .modal_inference import push_and_reload
+
+            push_and_reload(hf_dir, f"v{version:06d}")
+        else:
+            self.client.reload_weights(str(hf_dir))
         self.engine.set_weight_version(version)
         self.last_sync = {"sync/probe_logprob_before": before, "sync/probe_logprob_after": self.probe_logprob(),
                           "sync/version": version}

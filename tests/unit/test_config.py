@@ -142,3 +142,13 @@ def test_write_produces_json_that_round_trips(tmp_path):
     assert load_settings([], env, profile=False) == s
     s.replace(seed=10).write(tmp_path / "run")  # rewriting replaces the file
     assert json.loads(path.read_text())["seed"] == 10
+
+
+def test_weight_sync_mode_follows_the_server():
+    from examples.qwen_swe.config import load_settings
+
+    assert load_settings([], {}).sync_mode == "path"  # embedded: the server reads our disk
+    assert load_settings([], {"VLLM_URL": "http://gpu-node:8000/v1"}).sync_mode == "path"
+    assert load_settings([], {"VLLM_URL": "https://ws--qwen-swe-vllm.modal.run/v1"}).sync_mode == "modal"
+    assert load_settings([], {"VLLM_URL": "https://ws--qwen-swe-vllm.modal.run/v1",
+                              "WEIGHT_SYNC": "path"}).sync_mode == "path"

@@ -139,3 +139,4 @@ def test_deploy_without_token_fails_fast(tmp_path: Path):
                          capture_output=True, text=True, timeout=120, env=env, cwd=config.REPO_ROOT)
     assert out.returncode != 0
     assert "Token missing" in out.stdout + out.stderr, out.stdout + out.stderr
+
