@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import uuid
 from typing import Any
@@ -27,21 +26,16 @@ from examples.qwen_swe.proxy import RecordingProxy
 from examples.qwen_swe.sandbox import LABEL, DockerSandbox, reap
 from examples.qwen_swe.trajectory import build_sample
 from tests.scripted_server import Reply, ScriptedServer, fake_logprob, qwen3_tokenizer, smollm2_tokenizer
+from tests.task_pack import BUILD_HINT, missing
 
-BUILD_HINT = "build them with `.venv/bin/python -m examples.qwen_swe.tasks build`"
 
-
-def _missing(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI must provide the local task pack: {reason}")
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")
 def task() -> dict[str, Any]:
     """A task row of the local pack whose image is built, with a one-line gold change to replay."""
     if not TASK_PACK.is_file():
-        _missing(f"no task pack at {TASK_PACK}; {BUILD_HINT}")
+        missing(f"no task pack at {TASK_PACK}; {BUILD_HINT}")
     client = docker.from_env(timeout=60)
     try:
         for line in TASK_PACK.read_text().splitlines():
@@ -50,7 +44,7 @@ def task() -> dict[str, Any]:
                 return row
     finally:
         client.close()
-    _missing(f"no task image of {TASK_PACK} is built; {BUILD_HINT}")
+    missing(f"no task image of {TASK_PACK} is built; {BUILD_HINT}")
 
 
 @pytest.fixture

@@ -22,9 +22,9 @@ from examples.qwen_swe import grading
 from examples.qwen_swe.config import REPO_ROOT, TASK_PACK, Settings
 from examples.qwen_swe.rewards import Grade, grade_async
 from examples.qwen_swe.sandbox import LABEL, DockerSandbox, reap
+from tests.task_pack import BUILD_HINT, missing
 
 pytestmark = pytest.mark.docker
-BUILD_HINT = "build them with `.venv/bin/python -m examples.qwen_swe.tasks build`"
 FORCE_PASS_CONFTEST = '''import pytest
 
 
@@ -35,11 +35,6 @@ def pytest_runtest_makereport(item, call):
     report.outcome = "passed"
 '''
 
-
-def _missing(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI must provide the local task pack: {reason}")
-    pytest.skip(reason)
 
 
 def _load_tasks() -> list[dict]:
@@ -55,14 +50,14 @@ IDS = [t["instance_id"] for t in TASKS] or ["no-task-pack"]
 @pytest.fixture(scope="module")
 def tasks() -> dict[str, dict]:
     if not TASKS:
-        _missing(f"no task pack at {TASK_PACK}; {BUILD_HINT}")
+        missing(f"no task pack at {TASK_PACK}; {BUILD_HINT}")
     client = docker.from_env(timeout=60)
     try:
-        missing = [t["image"] for t in TASKS if not client.images.list(name=t["image"])]
+        absent = [t["image"] for t in TASKS if not client.images.list(name=t["image"])]
     finally:
         client.close()
-    if missing:
-        _missing(f"task images missing ({', '.join(missing)}); {BUILD_HINT}")
+    if absent:
+        missing(f"task images missing ({', '.join(absent)}); {BUILD_HINT}")
     return {t["instance_id"]: t for t in TASKS}
 
 

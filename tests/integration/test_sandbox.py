@@ -18,27 +18,22 @@ import pytest
 
 from examples.qwen_swe.config import REPO_ROOT, TASK_PACK
 from examples.qwen_swe.sandbox import LABEL, DockerSandbox, SandboxError, reap
+from tests.task_pack import BUILD_HINT, missing
 
 pytestmark = pytest.mark.docker
-BUILD_HINT = "build them with `.venv/bin/python -m examples.qwen_swe.tasks build`"
 
-
-def _missing(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI must provide the local task pack: {reason}")
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")
 def image() -> str:
     """The first task image of the local task pack (any image with bash, git and setsid would do)."""
     if not TASK_PACK.is_file():
-        _missing(f"no task pack at {TASK_PACK}; {BUILD_HINT}")
+        missing(f"no task pack at {TASK_PACK}; {BUILD_HINT}")
     row = json.loads(TASK_PACK.read_text().splitlines()[0])
     client = docker.from_env(timeout=60)
     try:
         if not client.images.list(name=row["image"]):
-            _missing(f"task image {row['image']} is missing; {BUILD_HINT}")
+            missing(f"task image {row['image']} is missing; {BUILD_HINT}")
     finally:
         client.close()
     return row["image"]
