@@ -170,33 +170,37 @@ class RolloutEngine:
         return sample
 
     # --- one batch -----------------------------------------------------------------------------
-    async def run_groups(self, groups: list[list[Sample]], stats: BatchStats, refill: Any = None
-                         ) -> list[list[Sample]]:
-        """Run groups concurrently; return the complete ones (a group with a dropped sample is refilled or gone)."""
+    async def run_groups(self, groups: list[list[Sample]], stats: BatchStats) -> list[list[Sample]]:
+        """Run groups concurrently; return the complete ones (a group with a dropped sample is refilled or gone).
+
+        ``rollout_timeout`` bounds the whole batch: groups still running then are cancelled (their containers are
+        removed on the way out) and their unfinished samples dropped with the reason, never the run crashed.
+        """
         stats.groups += len(groups)
 
         async def one_group(group: list[Sample]) -> list[Sample] | None:
-            done = await asyncio.gather(*(self.run_sample(x, stats) for x in group))
+            await asyncio.gather(*(self.run_sample(x, stats) for x in group))
             retries = 2 if self.settings.dropped_policy == "replace" else 0
-            while retries and any(x.status == Status.ABORTED for x in done):
+            while retries and any(x.status == Status.ABORTED for x in group):
                 retries -= 1
-                fresh = [_fresh_copy(x) if x.status == Status.ABORTED else x for x in done]
-                done = list(await asyncio.gather(*(self.run_sample(x, stats) if x.status == Status.PENDING
-                                                   else _same(x) for x in fresh)))
-            return None if any(x.status == Status.ABORTED for x in done) else list(done)
+                group = [_fresh_copy(x) if x.status == Status.ABORTED else x for x in group]
+                await asyncio.gather(*(self.run_sample(x, stats) for x in group if x.status == Status.PENDING))
+            return None if any(x.status == Status.ABORTED for x in group) else group
 
-        results = await asyncio.wait_for(asyncio.gather(*(one_group(g) for g in groups)),
-                                         self.settings.rollout_timeout)
-        return [g for g in results if g is not None]
+        tasks = [asyncio.ensure_future(one_group(g)) for g in groups]
+        _, late = await asyncio.wait(tasks, timeout=self.settings.rollout_timeout)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+        for x in (x for g in groups for x in g if x.status == Status.PENDING):
+            stats.drop(_drop(x, f"rollout_timeout: the batch exceeded {self.settings.rollout_timeout:.0f}s")
+                       .metadata["drop_reason"])
+        return [t.result() for t in tasks if t not in late and t.result() is not None]
 
 
 _RUN_KEYS = {"weight_version", "outcome", "patch", "final_message", "agent_seconds", "tool_calls", "resolved",
              "f2p_passed", "p2p_passed", "grade_details", "grade_timings", "trajectory", "turns", "grade_seconds",
              "drop_reason"}
-
-
-async def _same(x: Sample) -> Sample:
-    return x
 
 
 def _fresh_copy(sample: Sample) -> Sample:

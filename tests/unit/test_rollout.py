@@ -1,0 +1,97 @@
+"""Batch orchestration rules of the rollout engine: dropped groups, refills, the outer time guard, metrics.
+
+The per-sample pipeline (sandbox, agent, proxy, grader) is exercised for real in tests/integration and tests/e2e;
+here ``_run_sample`` is replaced by a scripted coroutine so the group rules can be checked exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from examples.qwen_swe.config import Settings
+from examples.qwen_swe.rollout import BatchStats, RolloutEngine, _drop, batch_metrics, dump_rollouts
+from examples.qwen_swe.sample import Sample, Status
+
+
+class ScriptedEngine(RolloutEngine):
+    """Outcomes by instance id: a float reward, "infra" (dropped) or "hang" (never finishes)."""
+
+    def __init__(self, settings: Settings, script: dict[str, list]) -> None:
+        super().__init__(settings, upstream="http://127.0.0.1:9/v1", model="m")
+        self.script = {k: list(v) for k, v in script.items()}
+        self.calls: list[str] = []
+
+    async def _run_sample(self, sample: Sample) -> Sample:
+        iid = sample.metadata["instance_id"]
+        self.calls.append(iid)
+        outcome = self.script[iid].pop(0)
+        if outcome == "hang":
+            await asyncio.sleep(3600)
+        if outcome == "infra":
+            return _drop(sample, "agent_error: upstream 500")
+        sample.reward, sample.status = float(outcome), Status.COMPLETED
+        sample.tokens, sample.response_length, sample.loss_mask = [1, 2, 3], 2, [1, 1]
+        sample.metadata["resolved"] = outcome == 1.0
+        return sample
+
+
+def _groups(ids: list[str], n: int = 2) -> list[list[Sample]]:
+    return [[Sample(group_index=g, index=g * n + i, metadata={"instance_id": iid}) for i in range(n)]
+            for g, iid in enumerate(ids)]
+
+
+def _run(engine: RolloutEngine, groups: list[list[Sample]]) -> tuple[list[list[Sample]], BatchStats]:
+    stats = BatchStats()
+    return asyncio.run(engine.run_groups(groups, stats)), stats
+
+
+def test_drop_group_policy_removes_the_whole_group_and_counts_the_reason():
+    engine = ScriptedEngine(Settings(dropped_policy="drop_group"), {"a": [1.0, -1.0], "b": [-1.0, "infra"]})
+    kept, stats = _run(engine, _groups(["a", "b"]))
+    assert [[x.metadata["instance_id"] for x in g] for g in kept] == [["a", "a"]]
+    assert stats.dropped == 1 and stats.reasons == {"agent_error": 1} and stats.graded == 3
+    assert all(x.status != Status.ABORTED for g in kept for x in g)
+
+
+def test_replace_policy_refills_the_dropped_sample_with_a_fresh_attempt():
+    engine = ScriptedEngine(Settings(dropped_policy="replace"), {"b": ["infra", -1.0, 1.0]})
+    groups = _groups(["b"])
+    kept, stats = _run(engine, groups)
+    assert len(kept) == 1 and sorted(x.reward for x in kept[0]) == [-1.0, 1.0]
+    assert engine.calls == ["b", "b", "b"]
+    # the failed first attempt is still marked on the original object, for the rollout dump
+    assert groups[0][0].status == Status.ABORTED and kept[0][0] is not groups[0][0]
+    assert kept[0][0].metadata.get("drop_reason") is None
+
+
+def test_replace_policy_gives_up_after_two_retries():
+    engine = ScriptedEngine(Settings(dropped_policy="replace"), {"b": ["infra", 1.0, "infra", "infra"]})
+    kept, stats = _run(engine, _groups(["b"]))
+    assert kept == [] and stats.dropped == 3
+
+
+def test_outer_time_guard_drops_unfinished_samples_instead_of_crashing():
+    settings = Settings(rollout_timeout=1.0)
+    engine = ScriptedEngine(settings, {"a": [1.0, -1.0], "slow": [1.0, "hang"]})
+    groups = _groups(["a", "slow"])
+    kept, stats = _run(engine, groups)
+    assert [g[0].metadata["instance_id"] for g in kept] == ["a"]
+    hung = groups[1][1]
+    assert hung.status == Status.ABORTED and hung.metadata["drop_reason"].startswith("rollout_timeout")
+    assert stats.reasons.get("rollout_timeout") == 1 and stats.running == 0
+
+
+def test_metrics_and_dump_cover_kept_and_dropped_samples(tmp_path):
+    engine = ScriptedEngine(Settings(), {"a": [1.0, -1.0], "b": ["infra", -1.0]})
+    groups = _groups(["a", "b"])
+    kept, stats = _run(engine, groups)
+    m = batch_metrics(stats, kept, 2.0)
+    assert m["rollout/groups_kept"] == 1 and m["rollout/dropped_samples"] == 1
+    assert m["rollout/reward_mean"] == 0.0 and m["rollout/resolve_rate"] == 0.5
+    dropped = [x for g in groups for x in g if x.status == Status.ABORTED]
+    path = tmp_path / "rollouts" / "step_000000.jsonl"
+    dump_rollouts(path, kept, dropped)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["status"] for r in rows] == ["completed", "completed", "aborted"]
+    assert rows[-1]["drop_reason"] == "agent_error: upstream 500" and rows[-1]["instance_id"] == "b"
