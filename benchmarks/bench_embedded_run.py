@@ -44,6 +44,12 @@ def main() -> int:
         print(f"  step {s['step']}: rollout {s['time/rollout']:.1f}s train {s['time/train']:.1f}s "
               f"sync {s['time/sync']:.1f}s save {s['time/save']:.1f}s | reward {s['reward_mean']:+.3f} "
               f"samples {s['samples']} dropped {s['dropped_samples']:.0f} zero-var {s['zero_variance_groups']}")
+    rows = [json.loads(line) for f in sorted((out / "rollouts").iterdir()) for line in f.read_text().splitlines()]
+    traj = [r["trajectory"] for r in rows if r.get("trajectory")]
+    sampled = sum(t["sampled_tokens"] for t in traj)
+    kept = sum(t["retained_sampled_tokens"] for t in traj)
+    print(f"token-exact trajectories: {kept}/{sampled} sampled tokens kept "
+          f"({kept / max(sampled, 1):.2%}) over {len(traj)} real qwen-code rollouts")
     print(f"wall {wall:.1f}s = rollout {phases['rollout']:.1f} + train {phases['train']:.1f} + sync "
           f"{phases['sync']:.1f} + save {phases['save']:.1f} + start-up and shutdown {rest:.1f}")
     print(f"ratio wall / rollout (reference) = {wall / max(phases['rollout'], 1e-9):.2f}x; "

@@ -73,6 +73,12 @@ def test_embedded_default_trains_syncs_and_resumes(tmp_path):
     assert synced, "no weight sync was recorded"
     assert all(m["sync/probe_logprob_after"] != m["sync/probe_logprob_before"] for m in synced)
 
+    # Token-exact trajectories on real qwen-code traffic: >= 99% of sampled tokens kept with their ids.
+    rows = [r for step in steps for r in _jsonl(out / "rollouts" / step) if r["trajectory"]]
+    sampled = sum(r["trajectory"]["sampled_tokens"] for r in rows)
+    kept = sum(r["trajectory"]["retained_sampled_tokens"] for r in rows)
+    assert rows and sampled > 0 and kept / sampled >= 0.99, (kept, sampled)
+
     # Every rollout left a record, and no container is left behind.
     assert (out / "rewards.png").exists()
     left = docker.from_env().containers.list(all=True, filters={"label": f"qwen-swe.run={RUN_ID}"})
