@@ -70,8 +70,9 @@ async def grade_async(instance: dict, patch: str, *, settings: Settings | None =
                       boot_limit: asyncio.Semaphore | None = None) -> Grade:
     """Grade ``patch`` for ``instance`` (a SWE-bench row) in a fresh container; see the module docstring.
 
-    ``settings`` defaults to the environment's without the embedded profile (``load_settings(profile=False)``); ``mode`` to ``settings.reward_mode``; ``run_id``
-    (default ``settings.label``) labels the container so the run's ``reap`` finds it; ``agent_stats``
+    ``settings`` defaults to the environment's without the embedded profile (``load_settings(profile=False)``);
+    ``mode`` to ``settings.reward_mode``; ``run_id`` (default ``settings.label``) labels the container so the run's
+    ``reap`` finds it; ``agent_stats``
     (``response_tokens``, ``tool_calls``, ``completed``) feeds the shaped mode; ``boot_limit`` bounds container
     starts shared with other work.
     """
