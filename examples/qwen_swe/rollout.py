@@ -291,7 +291,8 @@ class RolloutDriver:
         dump_rollouts(Path(s.output_dir) / "rollouts" / f"step_{step:06d}.jsonl", kept, dropped)
         metrics = batch_metrics(stats, kept, time.monotonic() - t0)
         metrics.update({f"dropped/{k}": v for k, v in stats.reasons.items()})
-        metrics.update(self.last_sync)
+        metrics.update(self.last_sync)  # the sync that happened before this rollout, reported once
+        self.last_sync = {}
         return [x for g in kept for x in g], metrics
 
     def sync_weights(self, hf_dir: Path, version: int) -> None:
@@ -308,11 +309,20 @@ class RolloutDriver:
         logging.getLogger("qwen_swe").info("weights v%d served from %s: %s", version, hf_dir, self.last_sync)
 
     def probe_logprob(self) -> float:
-        """Log-probability the server gives a fixed text: it changes exactly when the served weights change."""
+        """Log-probability the server gives a fixed text: it changes exactly when the served weights change.
+
+        Diagnostic only: a server without vLLM's ``prompt_logprobs`` gives NaN, with a warning, not a failed run.
+        """
+        from .inference import InferenceError
+
         body = {"model": self.engine.served_model, "prompt": PROBE_TEXT, "max_tokens": 1, "temperature": 0.0,
                 "prompt_logprobs": 0}
-        choice = self.client.post_json("/v1/completions", body)["choices"][0]
-        return float(sum(next(iter(d.values()))["logprob"] for d in choice["prompt_logprobs"] if d))
+        try:
+            choice = self.client.post_json("/v1/completions", body)["choices"][0]
+            return float(sum(next(iter(d.values()))["logprob"] for d in choice["prompt_logprobs"] if d))
+        except (InferenceError, KeyError, IndexError, TypeError, StopIteration) as exc:
+            logging.getLogger("qwen_swe").warning("weight-sync probe unavailable: %s", exc)
+            return float("nan")
 
     def state_dict(self) -> dict[str, Any]:
         return {"data_source": self.data_source.state_dict()}
