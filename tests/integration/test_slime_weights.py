@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from examples.qwen_swe import config
+from examples.qwen_swe.start_vllm import free_port
 from examples.qwen_swe.slime_weights import (SlimeWeightSync, SlimeWeightSyncError, convert_checkpoint,
                                              list_checkpoints, newest_checkpoint)
 
@@ -37,9 +37,7 @@ def perturb(named_params) -> int:
 
 def write_slime_checkpoint(hf_dir: Path, save_dir: Path, rollout_id: int, *, optimizer: bool) -> Path:
     """Run this file under torchrun (2 gloo ranks); returns the iteration folder it wrote."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(config.REPO_ROOT)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
            "--master-port", str(port), __file__, "--hf", str(hf_dir), "--save", str(save_dir),

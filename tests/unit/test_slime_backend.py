@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import socket
 import sys
 from argparse import Namespace
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 from examples.qwen_swe import slime_backend as sb
 from examples.qwen_swe.config import REPO_ROOT, ConfigError, Settings
 from examples.qwen_swe.sample import Sample, Status
+from examples.qwen_swe.start_vllm import free_port
 
 SEED = {  # the seed README's settings (its defaults, plus its dataset and instance list)
     "VLLM_URL": "http://localhost:8000", "MODEL": "Qwen/Qwen3-Coder-30B-A3B-Instruct", "NUM_ROLLOUTS": "10",
@@ -37,9 +37,7 @@ def fake_slime(root: Path, version: str = "0.2.2", fsdp: bool = True) -> Path:
 
 
 def closed_port_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    return f"http://127.0.0.1:{free_port()}/v1"
 
 
 @pytest.fixture
