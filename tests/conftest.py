@@ -4,7 +4,6 @@ under CI (CI=true) it fails instead, because a CI run that skips Docker, vLLM or
 from __future__ import annotations
 
 import os
-import shutil
 from functools import cache
 
 import pytest
@@ -88,7 +87,3 @@ def docker_client():
     import docker
 
     return docker.from_env(timeout=60)
-
-
-def has_binary(name: str) -> bool:
-    return shutil.which(name) is not None

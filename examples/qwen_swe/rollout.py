@@ -47,14 +47,11 @@ class BatchStats:
 class RolloutEngine:
     """Owns the proxy, the tokenizer and the concurrency bounds for a whole run."""
 
-    def __init__(self, settings: Settings, *, upstream: str, model: str, served_model: str | None = None,
-                 tokenizer_path: str | None = None, tool_parser: str | None = None) -> None:
+    def __init__(self, settings: Settings, *, upstream: str, model: str, served_model: str | None = None) -> None:
         self.settings = settings
         self.upstream = upstream
-        self.model = model
+        self.model = model  # HF name or folder: the tokenizer and chat template the proxy renders with
         self.served_model = served_model or settings.served_model_name or model
-        self.tokenizer_path = tokenizer_path or model
-        self.tool_parser = tool_parser
         self.weight_version = 0
         self.proxy: Any = None
         self.tokenizer: Any = None
@@ -73,10 +70,10 @@ class RolloutEngine:
         workers = 2 * self.settings.rollout_concurrency + self.settings.boot_concurrency + 4
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rollout")
         asyncio.get_running_loop().set_default_executor(self._executor)
-        self.tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self.tokenizer_path)
+        self.tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self.model)
         self.proxy = RecordingProxy(self.upstream, model=self.served_model, tokenizer=self.tokenizer,
                                     mode="tokens", request_timeout=self.settings.request_timeout,
-                                    tool_parser=self.tool_parser or tool_parser_for(self.model))
+                                    tool_parser=tool_parser_for(self.model))
         await self.proxy.start()
 
     async def stop(self) -> None:

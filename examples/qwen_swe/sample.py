@@ -12,10 +12,7 @@ from typing import Any
 
 try:  # inside a slime checkout, emit slime's own type so its trainer accepts our samples as-is
     from slime.utils.types import Sample  # type: ignore[import-not-found]
-
-    SLIME_SAMPLE = True
 except ImportError:
-    SLIME_SAMPLE = False
 
     @dataclass
     class Sample:  # type: ignore[no-redef]
