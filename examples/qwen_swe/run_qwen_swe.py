@@ -70,15 +70,16 @@ def ensure_task_images(settings: Settings) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        settings = load_settings(sys.argv[1:] if argv is None else argv)
+        settings = load_settings(args)
     except ConfigError as exc:
         print(f"qwen-swe: {exc}", file=sys.stderr)
         return 2
     if settings.backend == "slime":
         from .slime_backend import main as slime_main
 
-        return slime_main(list(sys.argv[1:] if argv is None else argv))
+        return slime_main(args)
     settings.write(settings.output_dir)
     log.info("run %s -> %s (%s)", settings.label, settings.output_dir,
              "embedded default" if settings.embedded else settings.vllm_url)
