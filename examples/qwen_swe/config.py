@@ -27,8 +27,9 @@ class ConfigError(ValueError):
     """A setting is missing or invalid; the message names the variable and the fix."""
 
 
-def _opt(default: Any, help: str, choices: Sequence[str] | None = None, minimum: float | None = None) -> Any:
-    return field(default=default, metadata={"help": help, "choices": choices, "min": minimum})
+def _opt(default: Any, help: str, choices: Sequence[str] | None = None, minimum: float | None = None,
+         maximum: float | None = None) -> Any:
+    return field(default=default, metadata={"help": help, "choices": choices, "min": minimum, "max": maximum})
 
 
 def cache_home() -> Path:
@@ -103,7 +104,7 @@ class Settings:
     shaped_over_tools: float = _opt(-0.5, "shaped: penalty when over the tool-call budget")
     shaped_completion: float = _opt(0.5, "shaped: bonus when the agent completed with a non-empty patch")
     shaped_length: float = _opt(0.0, "shaped: weight in [0, 1] of the continuous effort term for unresolved "
-                                     "patches (response tokens / token budget)", minimum=0.0)
+                                     "patches (response tokens / token budget)", minimum=0.0, maximum=1.0)
 
     # --- agent and trajectory ----------------------------------------------------------------
     agent_max_tokens: int = _opt(8192, "max_tokens per model call", minimum=1)
@@ -141,11 +142,13 @@ class Settings:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            lo, choices = f.metadata.get("min"), f.metadata.get("choices")
+            lo, hi, choices = f.metadata.get("min"), f.metadata.get("max"), f.metadata.get("choices")
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f"{_env(f.name)}={value} is not a finite number: {f.metadata['help']}")
             if lo is not None and value is not None and value < lo:
                 raise ConfigError(f"{_env(f.name)}={value} is too small: {f.metadata['help']}; use a value >= {lo}")
+            if hi is not None and value is not None and value > hi:
+                raise ConfigError(f"{_env(f.name)}={value} is too large: {f.metadata['help']}; use a value <= {hi}")
             if choices and value not in choices:
                 raise ConfigError(f"{_env(f.name)}={value!r} is not one of {', '.join(choices)}")
         listed = self.instance_list
@@ -154,8 +157,6 @@ class Settings:
         if self.dataset and _looks_local(self.dataset) and not Path(self.dataset).expanduser().exists():
             raise ConfigError(f"DATASET={self.dataset} does not exist: give a .json, .jsonl or .parquet file, "
                               "a Hugging Face dataset folder, or a Hugging Face dataset name")
-        if self.shaped_length > 1.0:
-            raise ConfigError(f"SHAPED_LENGTH={self.shaped_length} is too large: use a weight in [0, 1]")
         if self.backend == "slime" and self.slime_dir is None:
             raise ConfigError("BACKEND=slime needs SLIME_DIR: point it at a slime v0.2.2 checkout")
 

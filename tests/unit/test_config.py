@@ -142,3 +142,11 @@ def test_weight_sync_mode_follows_the_server():
     assert load_settings([], {"VLLM_URL": "https://ws--qwen-swe-vllm.modal.run/v1"}).sync_mode == "modal"
     assert load_settings([], {"VLLM_URL": "https://ws--qwen-swe-vllm.modal.run/v1",
                               "WEIGHT_SYNC": "path"}).sync_mode == "path"
+
+
+def test_upper_bounds_name_the_variable():
+    from examples.qwen_swe.config import ConfigError, load_settings
+
+    with pytest.raises(ConfigError, match=r"^SHAPED_LENGTH=1.5 is too large: .*use a value <= 1.0"):
+        load_settings([], {"SHAPED_LENGTH": "1.5"})
+    assert load_settings([], {"SHAPED_LENGTH": "1.0"}).shaped_length == 1.0
