@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from examples.qwen_swe.config import REPO_ROOT
+from qwen_swe.paths import REPO_ROOT
 
 TARGET_S = 15 * 60
 

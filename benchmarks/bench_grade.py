@@ -19,10 +19,11 @@ from pathlib import Path
 
 import docker
 
-from examples.qwen_swe import grading
-from examples.qwen_swe.config import TASK_PACK, Settings
-from examples.qwen_swe.rewards import grade_async
-from examples.qwen_swe.sandbox import labels_for, reap
+from qwen_swe.reward import scoring as grading
+from qwen_swe.config.settings import Settings
+from qwen_swe.paths import TASK_PACK
+from qwen_swe.reward.harness import grade_async
+from qwen_swe.sandbox.docker import labels_for, reap
 
 _BY_HAND = "cd /testbed && printf %s \"$PATCH\" > /tmp/p.diff && git apply /tmp/p.diff && printf %s \"$EVAL\" > /eval.sh " \
            "&& bash /eval.sh"
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
     if not TASK_PACK.is_file():
-        sys.exit(f"no task pack at {TASK_PACK}; build it with `python -m examples.qwen_swe.tasks build`")
+        sys.exit(f"no task pack at {TASK_PACK}; build it with `python -m qwen_swe.data.taskpack build`")
     tasks = [json.loads(line) for line in TASK_PACK.read_text().splitlines() if line.strip()]
     task = next((t for t in tasks if t["instance_id"] == args.task), None) if args.task else tasks[0]
     if task is None:

@@ -27,9 +27,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
-from examples.qwen_swe import config
-from examples.qwen_swe.inference import InferenceClient
-from examples.qwen_swe.start_vllm import EMBEDDED_SERVED_NAME, embedded_server
+from qwen_swe import paths
+from qwen_swe.config import settings as config
+from qwen_swe.inference.client import InferenceClient
+from qwen_swe.inference.launcher import EMBEDDED_SERVED_NAME, embedded_server
 
 LOAD_SCRIPT = ("import torch, time\ntorch.set_num_threads(1)\na = torch.randn(512, 512)\n"
                "while True:\n    a = torch.tanh(a @ a)\n")
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     print("command:", " ".join([sys.executable, "-m", "benchmarks.bench_inference", *(argv or sys.argv[1:])]))
 
-    original = config.embedded_model_dir()
+    original = paths.embedded_model_dir()
     with tempfile.TemporaryDirectory(prefix="bench_sync_") as tmp, server(args.url, args.reserved_cpus) as url:
         client = InferenceClient(url, timeout=600)
         # A new folder per sync, as the trainer writes them (vLLM may serve stale weights for a reused path).

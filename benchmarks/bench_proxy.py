@@ -95,7 +95,7 @@ async def drive(urls: list[str], rounds: int, *, completions: list[list[list[int
 
 # --- the proxy in its own process --------------------------------------------------------------------
 async def _serve_proxy(upstream: str, mode: str, sessions: int) -> None:
-    from examples.qwen_swe.proxy import RecordingProxy
+    from qwen_swe.traffic.proxy import RecordingProxy
     from tests.scripted_server import smollm2_tokenizer
 
     tok = smollm2_tokenizer() if mode == "tokens" else None

@@ -16,8 +16,8 @@ import uuid
 
 import docker
 
-from examples.qwen_swe.config import TASK_PACK
-from examples.qwen_swe.sandbox import DockerSandbox, labels_for, reap
+from qwen_swe.paths import TASK_PACK
+from qwen_swe.sandbox.docker import DockerSandbox, labels_for, reap
 
 
 def pct(values: list[float], q: float) -> float:

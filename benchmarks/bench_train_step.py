@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from examples.qwen_swe.config import REPO_ROOT, embedded_model_dir
+from qwen_swe.paths import REPO_ROOT, embedded_model_dir
 
 
 def _status_kb(field: str) -> int:
@@ -35,9 +35,9 @@ def worker(model: str, chunk: int, samples: int, tokens: int, prompt: int, steps
     import torch
     import torch.distributed as dist
 
-    from examples.qwen_swe.config import Settings
-    from examples.qwen_swe.policy import build_policy
-    from examples.qwen_swe.trainer import clip_and_step, train_on_batch
+    from qwen_swe.config.settings import Settings
+    from qwen_swe.train.policy import build_policy
+    from qwen_swe.train.trainer import clip_and_step, train_on_batch
 
     dist.init_process_group("gloo")
     cpu = torch.device("cpu")

@@ -21,9 +21,9 @@ import os
 import sys
 import time
 
-from examples.qwen_swe.sessions import PromptBuilder
-from examples.qwen_swe.toolcalls import parse_completion
-from examples.qwen_swe.trajectory import Turn, build_sample
+from qwen_swe.traffic.sessions import PromptBuilder
+from qwen_swe.traffic.toolcalls import parse_completion
+from qwen_swe.traffic.trajectory import Turn, build_sample
 from tests.scripted_server import fake_logprob, smollm2_tokenizer
 
 TOOLS = [{"type": "function", "function": {"name": "run_shell_command", "description": "Executes a shell command.",

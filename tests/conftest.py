@@ -8,9 +8,10 @@ from functools import cache
 
 import pytest
 
-from examples.qwen_swe import config
+from qwen_swe import paths
+from qwen_swe.config import settings as config
 
-SHARED_DATA = config.REPO_ROOT.parent / "shared" / "data" / "swebench"
+SHARED_DATA = paths.REPO_ROOT.parent / "shared" / "data" / "swebench"
 
 # 1 intra-op thread per process: on 2 cores, OpenMP threads spinning at barriers cost 4-10x (notes/cpu_fsdp.md)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -29,17 +30,17 @@ def _docker() -> str | None:
 
 @cache
 def _vllm() -> str | None:
-    if not config.vllm_python().exists():
-        return f"no vLLM environment at {config.vllm_python()}; run scripts/setup.sh"
-    if not (config.embedded_model_dir() / "config.json").exists():
-        return f"no embedded model at {config.embedded_model_dir()}; run scripts/setup.sh"
+    if not paths.vllm_python().exists():
+        return f"no vLLM environment at {paths.vllm_python()}; run scripts/setup.sh"
+    if not (paths.embedded_model_dir() / "config.json").exists():
+        return f"no embedded model at {paths.embedded_model_dir()}; run scripts/setup.sh"
     return None
 
 
 @cache
 def _agent() -> str | None:
-    if not (config.agent_bundle_dir() / "ready").exists():
-        return f"no qwen-code runtime bundle at {config.agent_bundle_dir()}; run scripts/setup.sh"
+    if not (paths.agent_bundle_dir() / "ready").exists():
+        return f"no qwen-code runtime bundle at {paths.agent_bundle_dir()}; run scripts/setup.sh"
     return None
 
 

@@ -26,11 +26,12 @@ from typing import Any, Callable
 import aiohttp
 from aiohttp import web
 
-from examples.qwen_swe import config
-from examples.qwen_swe.sessions import for_template
-from examples.qwen_swe.toolcalls import parse_completion
+from qwen_swe import paths
+from qwen_swe.config import settings as config
+from qwen_swe.traffic.sessions import for_template
+from qwen_swe.traffic.toolcalls import parse_completion
 
-TEMPLATES = Path(config.REPO_ROOT) / "examples" / "qwen_swe" / "chat_templates"
+TEMPLATES = paths.CHAT_TEMPLATES
 
 
 # --- real tokenizers --------------------------------------------------------------------------------
@@ -53,7 +54,7 @@ def smollm2_tokenizer(template: str | None = "hermes_compact.jinja") -> Any:
     """
     from transformers import AutoTokenizer
 
-    folder = config.embedded_model_dir()
+    folder = paths.embedded_model_dir()
     if (folder / "tokenizer.json").exists():
         tok = AutoTokenizer.from_pretrained(folder)
     else:

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-BUILD_HINT = "build them with `.venv/bin/python -m examples.qwen_swe.tasks build`"
+BUILD_HINT = "build them with `.venv/bin/python -m qwen_swe.data.taskpack build`"
 
 
 def missing(reason: str) -> None:

@@ -1,4 +1,5 @@
-"""GRPO training of the qwen-code agent on SWE-bench (a slime-style example package).
+"""The seed's entry points, kept where slime imports them (``examples.qwen_swe.<name>``).
 
-Importable as ``examples.qwen_swe`` from the repository root. Importing it has no side effects.
+Each file here is thin: the library is the top-level ``qwen_swe`` package (see the README's layout section).
+Importing this package has no side effects.
 """

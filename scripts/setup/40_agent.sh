@@ -4,4 +4,4 @@
 # Idempotent: the bundle's `ready` file is the stamp; a complete bundle of the pinned version is kept.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-exec .venv/bin/python -m examples.qwen_swe.agent_bundle "$@"
+exec .venv/bin/python -m qwen_swe.agent.bundle "$@"

@@ -3,4 +3,4 @@
 # safetensors folder at $QWEN_SWE_HOME/models/smollm2-135m-instruct (fp32 weights, compact Hermes chat template).
 # Cached by a stamp of its inputs inside the folder (the module checks it), so re-running costs a file hash.
 set -euo pipefail
-HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 .venv/bin/python -m examples.qwen_swe.embedded_model
+HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 .venv/bin/python -m qwen_swe.inference.embedded_model

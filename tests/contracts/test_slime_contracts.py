@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from examples.qwen_swe.config import Settings
+from qwen_swe.config.settings import Settings
 
 pytestmark = pytest.mark.slime
 
-OURS = ("examples.qwen_swe.sample", "examples.qwen_swe.data_source", "examples.qwen_swe.trajectory",
-        "examples.qwen_swe.rollout", "examples.qwen_swe.slime_backend")
+OURS = ("qwen_swe.data.sample", "qwen_swe.data.source", "qwen_swe.traffic.trajectory",
+        "qwen_swe.backends.slime.rollout", "qwen_swe.backends.slime.launcher")
 TOOLS = [{"type": "function", "function": {
     "name": "run_shell_command", "description": "Run a shell command in the repository",
     "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
@@ -130,7 +130,7 @@ def test_launcher_command_line_is_accepted_by_slime_v022s_parser(slime, tmp_path
     assert (args.n_samples_per_prompt, args.rollout_batch_size, args.global_batch_size) == (2, 4, 8)
     assert (args.num_rollout, args.save_interval, args.save) == (3, 1, str(tmp_path / "run"))
     assert args.rollout_num_gpus is None and not args.colocate, "no slime-managed rollout engine"
-    assert args.data_source_path == "examples.qwen_swe.data_source.SWEBenchDataSource"
+    assert args.data_source_path == "qwen_swe.data.source.SWEBenchDataSource"
     assert args.rollout_function_path == args.eval_function_path == "examples.qwen_swe.rollout.generate_rollout"
     assert args.rollout_global_dataset and args.rollout_shuffle, "slime must call data_source.save/load"
     assert args.grpo_std_normalization is False and args.start_rollout_id == 0
@@ -166,7 +166,7 @@ def test_data_source_is_a_slime_datasource_emitting_slime_samples(slime, shared_
 def _session(tokenizer, sample_index: int, final_token: str = "<|im_end|>") -> list:
     """Recorded turns of one agent session: prompts rendered by the chat template, sampled ids and logprobs as a
     server returns them (the model's choices are scripted; everything else is the real code path)."""
-    from examples.qwen_swe.trajectory import Turn
+    from qwen_swe.traffic.trajectory import Turn
 
     history = [{"role": "system", "content": "You are a coding agent."},
                {"role": "user", "content": f"Fix the failing test ({sample_index})."}]

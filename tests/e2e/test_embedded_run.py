@@ -16,8 +16,9 @@ import docker
 import pytest
 from safetensors.torch import load_file
 
-from examples.qwen_swe.config import REPO_ROOT, embedded_model_dir, load_settings
-from examples.qwen_swe.data_source import SWEBenchDataSource
+from qwen_swe.config.settings import load_settings
+from qwen_swe.paths import REPO_ROOT, embedded_model_dir
+from qwen_swe.data.source import SWEBenchDataSource
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.vllm, pytest.mark.agent]
 RUN_ID = "qwen-swe-e2e"

@@ -2,7 +2,7 @@
 
 Use it from a test marked ``@pytest.mark.vllm`` (so it is skipped, or failed under CI, when vLLM is not set up).
 It yields the OpenAI base URL (``http://127.0.0.1:PORT/v1``); the model is served as ``smollm2-135m`` and also under
-the converted folder's path (``config.embedded_model_dir()``). Tests that reload weights must restore the original
+the converted folder's path (``paths.embedded_model_dir()``). Tests that reload weights must restore the original
 folder before they end. Set EMBEDDED_VLLM_URL to reuse a server that is already running (faster local iteration).
 """
 
@@ -13,7 +13,8 @@ from typing import Iterator
 
 import pytest
 
-from examples.qwen_swe import config
+from qwen_swe import paths
+from qwen_swe.config import settings as config
 
 
 @pytest.fixture(scope="session")
@@ -21,7 +22,7 @@ def embedded_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if os.environ.get("EMBEDDED_VLLM_URL"):
         yield os.environ["EMBEDDED_VLLM_URL"]
         return
-    from examples.qwen_swe.start_vllm import embedded_server
+    from qwen_swe.inference.launcher import embedded_server
 
     settings = config.load_settings([], env={})
     with embedded_server(settings, log_dir=tmp_path_factory.mktemp("vllm-logs"), startup_timeout=900) as url:

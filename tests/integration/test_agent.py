@@ -18,13 +18,14 @@ from typing import Any
 import docker
 import pytest
 
-from examples.qwen_swe import qwen_agent as qa
-from examples.qwen_swe.agent_bundle import AGENT_MOUNT, AgentBundle, QWEN_CODE_VERSION
-from examples.qwen_swe.config import TASK_PACK, agent_bundle_dir, load_settings
-from examples.qwen_swe.prompts import SYSTEM_PROMPT_COMPACT, build_prompt
-from examples.qwen_swe.proxy import RecordingProxy
-from examples.qwen_swe.sandbox import LABEL, DockerSandbox, reap
-from examples.qwen_swe.trajectory import build_sample
+from qwen_swe.agent import qwen as qa
+from qwen_swe.agent.bundle import AGENT_MOUNT, AgentBundle, QWEN_CODE_VERSION
+from qwen_swe.config.settings import load_settings
+from qwen_swe.paths import TASK_PACK, agent_bundle_dir
+from qwen_swe.data.prompts import SYSTEM_PROMPT_COMPACT, build_prompt
+from qwen_swe.traffic.proxy import RecordingProxy
+from qwen_swe.sandbox.docker import LABEL, DockerSandbox, reap
+from qwen_swe.traffic.trajectory import build_sample
 from tests.scripted_server import Reply, ScriptedServer, fake_logprob, qwen3_tokenizer, smollm2_tokenizer
 from tests.task_pack import BUILD_HINT, missing
 

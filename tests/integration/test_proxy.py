@@ -12,9 +12,10 @@ import re
 import aiohttp
 import pytest
 
-from examples.qwen_swe import config
-from examples.qwen_swe.proxy import ProxyError, RecordingProxy
-from examples.qwen_swe.trajectory import build_sample
+from qwen_swe import paths
+from qwen_swe.config import settings as config
+from qwen_swe.traffic.proxy import ProxyError, RecordingProxy
+from qwen_swe.traffic.trajectory import build_sample
 from tests.scripted_server import APIError, Context, Reply, ScriptedServer, chat, fake_logprob, smollm2_tokenizer
 
 TOOLS = [
@@ -319,7 +320,7 @@ def test_token_mode_needs_a_tokenizer():
 @pytest.mark.vllm
 def test_token_mode_against_real_vllm_keeps_every_sampled_token(embedded_vllm):
     """SmolLM2 on vLLM CPU, forced to call tools: >= 99% of sampled ids kept with their logprobs, prompts chained."""
-    model_dir = str(config.embedded_model_dir())
+    model_dir = str(paths.embedded_model_dir())
 
     async def main():
         async with RecordingProxy(embedded_vllm, model=model_dir, tokenizer_path=model_dir, mode="tokens",

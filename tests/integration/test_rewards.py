@@ -18,10 +18,11 @@ from pathlib import Path
 import docker
 import pytest
 
-from examples.qwen_swe import grading
-from examples.qwen_swe.config import REPO_ROOT, TASK_PACK, Settings
-from examples.qwen_swe.rewards import Grade, grade_async
-from examples.qwen_swe.sandbox import LABEL, DockerSandbox, reap
+from qwen_swe.reward import scoring as grading
+from qwen_swe.config.settings import Settings
+from qwen_swe.paths import REPO_ROOT, TASK_PACK
+from qwen_swe.reward.harness import Grade, grade_async
+from qwen_swe.sandbox.docker import LABEL, DockerSandbox, reap
 from tests.task_pack import BUILD_HINT, missing
 
 pytestmark = pytest.mark.docker
@@ -241,8 +242,8 @@ def test_concurrent_grades_of_one_instance_keep_separate_logs(tasks, run_id, tmp
 _RUNNER = """
 import sys, json
 from pathlib import Path
-from examples.qwen_swe.config import Settings
-from examples.qwen_swe.rewards import grade
+from qwen_swe.config.settings import Settings
+from qwen_swe.reward.harness import grade
 task = json.loads(sys.argv[1])
 print(grade(task, task["patch"], settings=Settings(output_dir=Path(sys.argv[3])), run_id=sys.argv[2]))
 """

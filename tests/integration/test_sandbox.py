@@ -16,8 +16,8 @@ import docker
 import docker.errors
 import pytest
 
-from examples.qwen_swe.config import REPO_ROOT, TASK_PACK
-from examples.qwen_swe.sandbox import LABEL, DockerSandbox, SandboxError, reap
+from qwen_swe.paths import REPO_ROOT, TASK_PACK
+from qwen_swe.sandbox.docker import LABEL, DockerSandbox, SandboxError, reap
 from tests.task_pack import BUILD_HINT, missing
 
 pytestmark = pytest.mark.docker
@@ -291,7 +291,7 @@ def test_boot_concurrency_is_bounded_and_reap_removes_leftovers(image, run_id, d
 
 _RUNNER = """
 import asyncio, sys
-from examples.qwen_swe.sandbox import DockerSandbox
+from qwen_swe.sandbox.docker import DockerSandbox
 async def main():
     async with DockerSandbox(sys.argv[1], run_id=sys.argv[2], network="none", hide_future=False) as sb:
         print("up", sb.name, flush=True)

@@ -1,6 +1,6 @@
 """slime checkpoint -> HF folder -> vLLM, without slime: a checkpoint in slime v0.2.2's FSDP layout is written
 by torch.distributed.checkpoint from an FSDP2 model on 2 gloo ranks (this file is also the torchrun worker),
-converted by ``examples.qwen_swe.slime_weights``, compared tensor by tensor with the weights that were saved,
+converted by ``qwen_swe.backends.slime.weights``, compared tensor by tensor with the weights that were saved,
 and (marker vllm) reloaded into the embedded vLLM server, whose greedy output must change."""
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from examples.qwen_swe import config
-from examples.qwen_swe.start_vllm import free_port
-from examples.qwen_swe.slime_weights import (SlimeWeightSync, SlimeWeightSyncError, convert_checkpoint,
+from qwen_swe import paths
+from qwen_swe.config import settings as config
+from qwen_swe.inference.launcher import free_port
+from qwen_swe.backends.slime.weights import (SlimeWeightSync, SlimeWeightSyncError, convert_checkpoint,
                                              list_checkpoints, newest_checkpoint)
 
 PERTURBED = "mlp.down_proj.weight"  # the worker flips the sign of these before saving
@@ -38,11 +39,11 @@ def perturb(named_params) -> int:
 def write_slime_checkpoint(hf_dir: Path, save_dir: Path, rollout_id: int, *, optimizer: bool) -> Path:
     """Run this file under torchrun (2 gloo ranks); returns the iteration folder it wrote."""
     port = free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(config.REPO_ROOT)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(paths.REPO_ROOT)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
            "--master-port", str(port), __file__, "--hf", str(hf_dir), "--save", str(save_dir),
            "--rollout-id", str(rollout_id)] + (["--optimizer"] if optimizer else [])
-    done = subprocess.run(cmd, env=env, cwd=config.REPO_ROOT, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(cmd, env=env, cwd=paths.REPO_ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"torchrun writer failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return save_dir / f"iter_{rollout_id + 1:07d}"
 
@@ -121,9 +122,9 @@ def test_version_guard_refuses_stale_weights_and_accepts_the_base_model_for_roll
 
 @pytest.mark.vllm
 def test_converted_checkpoint_reloads_into_the_embedded_server(tmp_path, embedded_vllm):
-    from examples.qwen_swe.inference import InferenceClient
+    from qwen_swe.inference.client import InferenceClient
 
-    base = config.embedded_model_dir()
+    base = paths.embedded_model_dir()
     client = embedded_vllm if hasattr(embedded_vllm, "reload_weights") else InferenceClient(str(embedded_vllm))
     save = tmp_path / "run"
     write_slime_checkpoint(base, save, rollout_id=0, optimizer=False)
@@ -149,8 +150,8 @@ def test_converted_checkpoint_reloads_into_the_embedded_server(tmp_path, embedde
 
 @pytest.mark.vllm
 def test_launcher_accepts_a_server_with_the_reload_routes(tmp_path, embedded_vllm):
-    from examples.qwen_swe.config import Settings
-    from examples.qwen_swe.slime_backend import check_server
+    from qwen_swe.config.settings import Settings
+    from qwen_swe.backends.slime.launcher import check_server
 
     problems, _ = check_server(Settings(vllm_url=str(embedded_vllm), output_dir=tmp_path))
     assert problems == [], "the embedded server runs with VLLM_SERVER_DEV_MODE=1, so it takes new weights"

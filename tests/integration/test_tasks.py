@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from examples.qwen_swe.tasks import SRC_DIR, TASKS_JSONL, TaskPackError
-from examples.qwen_swe.tasks.repo import make_repo
-from examples.qwen_swe.tasks.source import generate, load_rows, patch_files
+from qwen_swe.data.taskpack import SRC_DIR, TASKS_JSONL, TaskPackError
+from qwen_swe.data.taskpack.repo import make_repo
+from qwen_swe.data.taskpack.source import generate, load_rows, patch_files
 
 CLASSIC = ("repo", "instance_id", "base_commit", "patch", "test_patch", "problem_statement", "created_at", "version",
            "FAIL_TO_PASS", "PASS_TO_PASS")
@@ -26,7 +26,7 @@ def rows():
 def test_generate_reproduces_committed_tasks_jsonl(tmp_path):
     out = tmp_path / "tasks.jsonl"
     generate(out)
-    stale = "tasks.jsonl is stale: run `python -m examples.qwen_swe.tasks generate`"
+    stale = "tasks.jsonl is stale: run `python -m qwen_swe.data.taskpack generate`"
     assert out.read_bytes() == TASKS_JSONL.read_bytes(), stale
 
 
@@ -74,7 +74,7 @@ def test_bad_sources_are_named(tmp_path):
     with pytest.raises(TaskPackError, match="no repository folder .*nosuchrepo"):
         make_repo("nosuchrepo", tmp_path / "x")
     (tmp_path / "src" / "Not-An-Id").mkdir(parents=True)
-    from examples.qwen_swe.tasks.source import load_sources
+    from qwen_swe.data.taskpack.source import load_sources
 
     with pytest.raises(TaskPackError, match="'Not-An-Id' is not named owner__repo-N"):
         load_sources(tmp_path / "src")
@@ -83,7 +83,7 @@ def test_bad_sources_are_named(tmp_path):
     task = json.loads((good / "task.json").read_text())
     task["PASS_TO_PASS"].append("tests/test_tokens.py::test_positions")
     (good / "task.json").write_text(json.dumps(task))
-    from examples.qwen_swe.tasks.source import build_rows
+    from qwen_swe.data.taskpack.source import build_rows
 
     with pytest.raises(TaskPackError, match="test_positions is not in a file the test patch touches"):
         build_rows(tmp_path / "src2")
@@ -100,7 +100,7 @@ def client():
 
 @pytest.fixture(scope="module")
 def built(rows, client):
-    from examples.qwen_swe.tasks.images import build_all
+    from qwen_swe.data.taskpack.images import build_all
 
     return build_all(rows, client)
 
@@ -139,7 +139,7 @@ def test_images_hold_testbed_at_base_commit(rows, client, built):
 
 @pytest.mark.docker
 def test_build_reuses_unchanged_images(rows, client, built):
-    from examples.qwen_swe.tasks.images import build_all
+    from qwen_swe.data.taskpack.images import build_all
 
     again = build_all(rows, client, log=lambda _: None)
     assert [s.action for s in again if s.image.startswith("qwen-swe/")] == ["reused"] * (len(rows) + 2)
@@ -147,7 +147,7 @@ def test_build_reuses_unchanged_images(rows, client, built):
 
 @pytest.mark.docker
 def test_stale_image_is_replaced(rows, client, built):
-    from examples.qwen_swe.tasks.images import LABEL_INPUTS, PY_IMAGE, ensure_task
+    from qwen_swe.data.taskpack.images import LABEL_INPUTS, PY_IMAGE, ensure_task
 
     row = dict(rows[0], image="qwen-swe/test-stale:latest")
     client.images.get(PY_IMAGE).tag("qwen-swe/test-stale", "latest")  # same name, wrong inputs
@@ -162,7 +162,7 @@ def test_stale_image_is_replaced(rows, client, built):
 
 @pytest.mark.docker
 def test_check_passes_for_every_task(rows, client, built):
-    from examples.qwen_swe.tasks.check import check_all, format_report
+    from qwen_swe.data.taskpack.check import check_all, format_report
 
     results = check_all(rows, client, log=lambda _: None)
     assert all(r.ok for r in results), format_report(results)

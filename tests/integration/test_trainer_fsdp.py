@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from examples.qwen_swe.config import REPO_ROOT, Settings, embedded_model_dir
-from examples.qwen_swe.sample import Sample
+from qwen_swe.config.settings import Settings
+from qwen_swe.paths import REPO_ROOT, embedded_model_dir
+from qwen_swe.data.sample import Sample
 from tests.tiny_model import tiny_model_dir
 
 DRIVER = "tests.integration.test_trainer_fsdp:make_driver"
@@ -94,7 +95,7 @@ def _torchrun(args: list[str], timeout: float = 600) -> subprocess.CompletedProc
 
 
 def _train(out: Path, model: str, steps: int, extra: list[str] | None = None) -> subprocess.CompletedProcess:
-    return _torchrun(["-m", "examples.qwen_swe.trainer", "--driver", DRIVER, "--model", model, "--vllm-url",
+    return _torchrun(["-m", "qwen_swe.train.trainer", "--driver", DRIVER, "--model", model, "--vllm-url",
                       "http://127.0.0.1:9", "--output-dir", str(out), "--num-rollouts", str(steps),
                       "--rollout-batch-size", "3", "--n-samples", "2", "--lr", "1e-3", *(extra or [])])
 
@@ -169,7 +170,7 @@ def test_checkpoint_round_trip_bit_identical_on_two_ranks(tmp_path):
 
 
 def test_flat_rewards_skip_the_update_but_count_the_step(tmp_path):
-    from examples.qwen_swe.trainer import train
+    from qwen_swe.train.trainer import train
 
     settings = Settings(vllm_url="http://127.0.0.1:9", model=str(tiny_model_dir()), output_dir=tmp_path / "run",
                         num_rollouts=2, rollout_batch_size=2, n_samples=2)
@@ -182,7 +183,7 @@ def test_flat_rewards_skip_the_update_but_count_the_step(tmp_path):
 
 
 def test_lora_exports_merged_weights(tmp_path):
-    from examples.qwen_swe.trainer import train
+    from qwen_swe.train.trainer import train
 
     settings = Settings(vllm_url="http://127.0.0.1:9", model=str(tiny_model_dir()), output_dir=tmp_path / "run",
                         num_rollouts=2, rollout_batch_size=3, n_samples=2, lr=1e-2, lora_rank=4)
@@ -213,9 +214,9 @@ def _roundtrip(out: Path) -> None:
     """torchrun worker: train a step, save, load into a fresh model and optimizer, compare everything."""
     import torch.distributed as dist
 
-    from examples.qwen_swe import checkpoint as ckpt
-    from examples.qwen_swe.policy import build_policy
-    from examples.qwen_swe.trainer import clip_and_step, train_on_batch
+    from qwen_swe.train import checkpoint as ckpt
+    from qwen_swe.train.policy import build_policy
+    from qwen_swe.train.trainer import clip_and_step, train_on_batch
 
     dist.init_process_group("gloo")
     rank, cpu = dist.get_rank(), torch.device("cpu")

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from examples.qwen_swe import config
-from examples.qwen_swe.inference import InferenceClient
-from examples.qwen_swe.start_vllm import EMBEDDED_SERVED_NAME
+from qwen_swe import paths
+from qwen_swe.config import settings as config
+from qwen_swe.inference.client import InferenceClient
+from qwen_swe.inference.launcher import EMBEDDED_SERVED_NAME
 
 pytestmark = pytest.mark.vllm
 
@@ -37,7 +38,7 @@ def client(embedded_vllm: str) -> InferenceClient:
 def tokenizer():
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(config.embedded_model_dir()))
+    return AutoTokenizer.from_pretrained(str(paths.embedded_model_dir()))
 
 
 def test_server_lists_the_embedded_model(client: InferenceClient):
@@ -105,7 +106,7 @@ def test_reload_changed_weights_then_restore(client: InferenceClient, tmp_path: 
     import torch
     from safetensors.torch import load_file, save_file
 
-    original = config.embedded_model_dir()
+    original = paths.embedded_model_dir()
     changed = tmp_path / "step_000001"
     changed.mkdir()
     weights = load_file(str(original / "model.safetensors"))
@@ -137,11 +138,11 @@ def test_lora_adapter_hot_loads_and_reloads_in_place(tmp_path: Path):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from examples.qwen_swe.start_vllm import embedded_server
+    from qwen_swe.inference.launcher import embedded_server
 
     def adapter(seed: int) -> Path:
         torch.manual_seed(seed)
-        base = AutoModelForCausalLM.from_pretrained(str(config.embedded_model_dir()))
+        base = AutoModelForCausalLM.from_pretrained(str(paths.embedded_model_dir()))
         peft_model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
                                                      init_lora_weights=False))
         out = tmp_path / f"lora_{seed}"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from examples.qwen_swe import embedded_model
+from qwen_swe.inference import embedded_model
 
 TOOLS = [
     {"type": "function", "function": {

@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from examples.qwen_swe import checkpoint as ckpt
-from examples.qwen_swe.checkpoint import CheckpointError
-from examples.qwen_swe.policy import build_policy
+from qwen_swe.train import checkpoint as ckpt
+from qwen_swe.train.checkpoint import CheckpointError
+from qwen_swe.train.policy import build_policy
 from tests.tiny_model import tiny_model_dir
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from examples.qwen_swe.config import (DEFAULT_DATASET, DEFAULT_MODEL, EMBEDDED_PROFILE, TASK_PACK, ConfigError,
-                                      Settings, embedded_model_dir, load_settings)
+from qwen_swe.config.settings import DEFAULT_DATASET, DEFAULT_MODEL, EMBEDDED_PROFILE, ConfigError, Settings, load_settings
+from qwen_swe.paths import TASK_PACK, embedded_model_dir
 
 SERVER = {"VLLM_URL": "http://127.0.0.1:8000/v1"}
 
@@ -135,7 +135,7 @@ def test_write_produces_json_that_round_trips(tmp_path):
 
 
 def test_weight_sync_mode_follows_the_server():
-    from examples.qwen_swe.config import load_settings
+    from qwen_swe.config.settings import load_settings
 
     assert load_settings([], {}).sync_mode == "path"  # embedded: the server reads our disk
     assert load_settings([], {"VLLM_URL": "http://gpu-node:8000/v1"}).sync_mode == "path"
@@ -145,7 +145,7 @@ def test_weight_sync_mode_follows_the_server():
 
 
 def test_upper_bounds_name_the_variable():
-    from examples.qwen_swe.config import ConfigError, load_settings
+    from qwen_swe.config.settings import ConfigError, load_settings
 
     with pytest.raises(ConfigError, match=r"^SHAPED_LENGTH=1.5 is too large: .*use a value <= 1.0"):
         load_settings([], {"SHAPED_LENGTH": "1.5"})

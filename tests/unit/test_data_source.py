@@ -14,10 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from examples.qwen_swe.config import REPO_ROOT, Settings
-from examples.qwen_swe.data_source import DataError, SWEBenchDataSource, load_instances
-from examples.qwen_swe.prompts import build_prompt
-from examples.qwen_swe.sample import Status
+from qwen_swe.config.settings import Settings
+from qwen_swe.paths import REPO_ROOT
+from qwen_swe.data.source import DataError, SWEBenchDataSource, load_instances
+from qwen_swe.data.prompts import build_prompt
+from qwen_swe.data.sample import Status
 
 LITE, VERIFIED, V5 = "lite_300.jsonl", "verified_50.jsonl", "verified_django5_v5columns.jsonl"
 
@@ -128,7 +129,7 @@ def test_hugging_face_dataset_folder_loads_through_datasets(shared_data, tmp_pat
     (tmp_path / "swebench" / "data").mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist(raw_rows(shared_data / VERIFIED)),
                    tmp_path / "swebench" / "data" / "test-00000-of-00001.parquet")
-    code = ("import json, sys; from examples.qwen_swe.data_source import load_instances as L; "
+    code = ("import json, sys; from qwen_swe.data.source import load_instances as L; "
             f"rows = L({str(tmp_path / 'swebench')!r}); rows2 = L({str(tmp_path / 'swebench') + ':test'!r}); "
             "assert rows == rows2; json.dump([[r['instance_id'], r['FAIL_TO_PASS']] for r in rows], sys.stdout)")
     done = _run_isolated(code, tmp_path)
@@ -138,7 +139,7 @@ def test_hugging_face_dataset_folder_loads_through_datasets(shared_data, tmp_pat
 
 
 def test_unreachable_hub_dataset_is_a_data_error(tmp_path):
-    code = ("from examples.qwen_swe.data_source import load_instances, DataError\n"
+    code = ("from qwen_swe.data.source import load_instances, DataError\n"
             "try:\n    load_instances('no-such-org/no-such-dataset:dev')\n"
             "except DataError as e:\n    print(e)\n")
     done = _run_isolated(code, tmp_path)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from examples.qwen_swe.grpo import group_advantages, loss_denominator, policy_loss, zero_variance_mask
+from qwen_swe.train.grpo import group_advantages, loss_denominator, policy_loss, zero_variance_mask
 
 
 def test_mean_mode_subtracts_group_mean():

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from examples.qwen_swe import config
+from qwen_swe import paths
+from qwen_swe.config import settings as config
 
 pytest.importorskip("modal")
-MODULE = "examples.qwen_swe.modal_inference"
+MODULE = "qwen_swe.inference.modal_app"
 DEPLOY_KEYS = ("MODEL", "TP", "MODAL_GPU", "MODAL_GPU_COUNT", "MODAL_APP_NAME", "LORA_RANK", "SERVED_MODEL_NAME",
                "MAX_MODEL_LEN", "MODAL_HF_SECRET")
 
@@ -136,7 +137,7 @@ def test_reload_calls_the_sync_protocol_on_the_local_server(mi):
 def test_deploy_without_token_fails_fast(tmp_path: Path):
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
     out = subprocess.run([sys.executable, "-m", "modal", "deploy", "examples/qwen_swe/modal_inference.py"],
-                         capture_output=True, text=True, timeout=120, env=env, cwd=config.REPO_ROOT)
+                         capture_output=True, text=True, timeout=120, env=env, cwd=paths.REPO_ROOT)
     assert out.returncode != 0
     assert "Token missing" in out.stdout + out.stderr, out.stdout + out.stderr
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from examples.qwen_swe.prompts import REPO_DIR, SYSTEM_PROMPT_COMPACT, PromptError, build_prompt
+from qwen_swe.data.prompts import REPO_DIR, SYSTEM_PROMPT_COMPACT, PromptError, build_prompt
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
-from examples.qwen_swe import qwen_agent as qa
-from examples.qwen_swe.agent_bundle import AGENT_MOUNT
-from examples.qwen_swe.config import Settings, load_settings
+from qwen_swe.agent import qwen as qa
+from qwen_swe.agent.bundle import AGENT_MOUNT
+from qwen_swe.config.settings import Settings, load_settings
 
 
 def _embedded() -> Settings:
@@ -161,7 +161,7 @@ def test_classify(exit_code, timed_out, summary, stderr, expected):
 
 # --- the bundle's readiness check -------------------------------------------------------------------------------
 def test_bundle_info_refuses_missing_stale_and_incomplete_bundles(tmp_path):
-    from examples.qwen_swe.agent_bundle import QWEN_CODE_VERSION, AgentBundle, BundleError
+    from qwen_swe.agent.bundle import QWEN_CODE_VERSION, AgentBundle, BundleError
 
     bundle = AgentBundle(tmp_path / "agent")
     with pytest.raises(BundleError, match="40_agent.sh"):

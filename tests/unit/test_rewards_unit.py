@@ -11,10 +11,10 @@ from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT, TESTS
 from swebench.harness.grading import get_logs_eval
 from swebench.harness.test_spec.test_spec import TestSpec as SwebSpec
 
-from examples.qwen_swe import grading
-from examples.qwen_swe.config import Settings
-from examples.qwen_swe.rewards import grade
-from examples.qwen_swe.sandbox import _Capped, image_for, labels_for
+from qwen_swe.reward import scoring as grading
+from qwen_swe.config.settings import Settings
+from qwen_swe.reward.harness import grade
+from qwen_swe.sandbox.docker import _Capped, image_for, labels_for
 
 V5_COLUMNS = ("image", "eval_script", "log_parser", "eval_type")
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import json
 
-from examples.qwen_swe.config import Settings
-from examples.qwen_swe.rollout import BatchStats, RolloutEngine, _drop, batch_metrics, dump_rollouts
-from examples.qwen_swe.sample import Sample, Status
+from qwen_swe.config.settings import Settings
+from qwen_swe.rollout.driver import dump_rollouts
+from qwen_swe.rollout.engine import RolloutEngine, _drop, batch_metrics
+from qwen_swe.rollout.progress import BatchStats
+from qwen_swe.data.sample import Sample, Status
 
 
 class ScriptedEngine(RolloutEngine):

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from examples.qwen_swe import config, start_vllm
-from examples.qwen_swe.inference import InferenceClient, InferenceError
-from examples.qwen_swe.start_vllm import ServeConfig, tool_call_parser_for
+from qwen_swe import paths
+from qwen_swe.config import settings as config
+from qwen_swe.inference import launcher as start_vllm
+from qwen_swe.inference.client import InferenceClient, InferenceError
+from qwen_swe.inference.launcher import ServeConfig, tool_call_parser_for
 
 CLEAN_ENV = {k: v for k, v in os.environ.items()
              if k not in {"MODEL", "VLLM_URL", "TP", "SERVED_MODEL_NAME", "MAX_MODEL_LEN", "LORA_RANK"}}
@@ -20,7 +22,7 @@ CLEAN_ENV = {k: v for k, v in os.environ.items()
 
 def dry_run(*args: str, **env: str) -> tuple[dict[str, str], list[str]]:
     """Run the launcher as the seed does (a script path) and parse its printed env and argv."""
-    script = config.REPO_ROOT / "examples" / "qwen_swe" / "start_vllm.py"
+    script = paths.REPO_ROOT / "examples" / "qwen_swe" / "start_vllm.py"
     out = subprocess.run([sys.executable, str(script), "--dry-run", *args], capture_output=True, text=True,
                          timeout=120, env={**CLEAN_ENV, **env}, cwd="/")
     assert out.returncode == 0, out.stderr
@@ -47,9 +49,9 @@ def test_dry_run_tp8_qwen3_coder_is_the_seed_command():
 
 
 def test_dry_run_defaults_to_qwen3_coder_and_runs_as_module():
-    out = subprocess.run([sys.executable, "-m", "examples.qwen_swe.start_vllm", "--dry-run", "--tp", "2", "--dp", "4",
+    out = subprocess.run([sys.executable, "-m", "qwen_swe.inference.launcher", "--dry-run", "--tp", "2", "--dp", "4",
                           "--served-model-name", "qwen3-coder", "--", "--max-num-seqs", "64"],
-                         capture_output=True, text=True, timeout=120, env=CLEAN_ENV, cwd=config.REPO_ROOT)
+                         capture_output=True, text=True, timeout=120, env=CLEAN_ENV, cwd=paths.REPO_ROOT)
     assert out.returncode == 0, out.stderr
     argv = shlex.split(out.stdout.strip().splitlines()[-1])
     assert flag(argv, "--model") == config.DEFAULT_MODEL
@@ -59,7 +61,7 @@ def test_dry_run_defaults_to_qwen3_coder_and_runs_as_module():
 
 
 def test_unknown_family_fails_with_the_fix():
-    script = config.REPO_ROOT / "examples" / "qwen_swe" / "start_vllm.py"
+    script = paths.REPO_ROOT / "examples" / "qwen_swe" / "start_vllm.py"
     out = subprocess.run([sys.executable, str(script), "--dry-run"], capture_output=True, text=True, timeout=120,
                          env={**CLEAN_ENV, "MODEL": "meta-llama/Llama-3.1-8B-Instruct"})
     assert out.returncode == 2 and out.stdout == ""
@@ -93,7 +95,7 @@ def test_lora_turns_on_runtime_updating_with_a_valid_rank():
 def test_embedded_profile_is_the_measured_cpu_setup(tmp_path: Path):
     serve = start_vllm.embedded_serve_config(config.load_settings([], env={}), port=8123, model_dir=tmp_path)
     argv, env = serve.argv(), serve.env()
-    assert argv[0] == str(config.vllm_python())
+    assert argv[0] == str(paths.vllm_python())
     assert flag(argv, "--tool-call-parser") == "hermes" and flag(argv, "--dtype") == "bfloat16"
     assert flag(argv, "--max-model-len") == "8192" and flag(argv, "--host") == "127.0.0.1"
     assert Path(flag(argv, "--chat-template")).is_file()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from examples.qwen_swe.toolcalls import parse_completion, render_calls, split_reasoning, structural_tag
+from qwen_swe.traffic.toolcalls import parse_completion, render_calls, split_reasoning, structural_tag
 
 TOOLS = [
     {"type": "function", "function": {"name": "run_shell_command", "description": "Run a command.",

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from examples.qwen_swe.sample import Sample, Status
-from examples.qwen_swe.sessions import PromptBuilder, for_template
-from examples.qwen_swe.toolcalls import parse_completion, render_calls
-from examples.qwen_swe.trajectory import Trajectory, TrajectoryError, Turn, build_sample, mask_from_messages, to_sample
+from qwen_swe.data.sample import Sample, Status
+from qwen_swe.traffic.sessions import PromptBuilder, for_template
+from qwen_swe.traffic.toolcalls import parse_completion, render_calls
+from qwen_swe.traffic.trajectory import Trajectory, TrajectoryError, Turn, build_sample, mask_from_messages, to_sample
 from tests.scripted_server import fake_logprob, qwen3_tokenizer, smollm2_tokenizer
 
 TOOLS = [{"type": "function", "function": {

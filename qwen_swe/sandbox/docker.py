@@ -178,7 +178,7 @@ def ensure_image(client: docker.DockerClient, image: str) -> None:
     except docker.errors.APIError as exc:
         raise SandboxError(f"Docker could not inspect image {image}: {exc}") from exc
     how = (f"pull it (docker pull {image}) on a host that reaches its registry, or build the local task images "
-           f"with `python -m examples.qwen_swe.tasks build`")
+           f"with `python -m qwen_swe.data.taskpack build`")
     name, tag = _split_ref(image)
     if "/" not in name:
         raise SandboxError(f"image {image} is not present locally; {how}")

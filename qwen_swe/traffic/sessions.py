@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .trajectory import IM_END, Turn, _arguments, _text, for_template
+from qwen_swe.traffic.trajectory import IM_END, Turn, _arguments, _text, for_template
 
 
 @dataclass

@@ -250,7 +250,7 @@ class SlimeWeightSync:
 
     ``settings_or_args``: slime's ``args`` (``save``, ``hf_checkpoint``) or the project's ``Settings``
     (``output_dir``, ``model``). ``client``: an object with ``reload_weights(path) -> int``
-    (``examples.qwen_swe.inference.InferenceClient``) or the server's URL. Stateless between calls apart from
+    (``qwen_swe.inference.client.InferenceClient``) or the server's URL. Stateless between calls apart from
     the files it writes, so a fresh instance per rollout behaves the same as one kept for the whole run.
     """
 
@@ -265,7 +265,7 @@ class SlimeWeightSync:
         self.save_dir = Path(save).expanduser()
         self.hf_checkpoint = getattr(src, "hf_checkpoint", None) or getattr(src, "model", None)
         if isinstance(client, str):
-            from .inference import InferenceClient
+            from qwen_swe.inference.client import InferenceClient
 
             client = InferenceClient(client)
         self.client = client

@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from examples.qwen_swe.tasks import TaskPackError
-from examples.qwen_swe.tasks.source import END_TEST_OUTPUT, START_TEST_OUTPUT, careless_patch
+from qwen_swe.data.taskpack import TaskPackError
+from qwen_swe.data.taskpack.source import END_TEST_OUTPUT, START_TEST_OUTPUT, careless_patch
 
 CHECK_LABELS = {"qwen-swe": "1", "qwen-swe.role": "check"}
 EVAL_TIMEOUT = 300  # seconds, enforced inside the container by coreutils timeout

@@ -1,7 +1,7 @@
 """The project's own task pack: small SWE-bench-format tasks over tiny repositories shipped in this folder.
 
 The embedded default trains on these when no SWE-bench dataset is given. Sources live in ``src/<instance_id>/``
-and ``repos/<name>/``; ``python -m examples.qwen_swe.tasks generate`` turns them into ``tasks.jsonl``,
+and ``repos/<name>/``; ``python -m qwen_swe.data.taskpack generate`` turns them into ``tasks.jsonl``,
 ``build`` makes one Docker image per task without Docker Hub, ``check`` proves every task in containers.
 """
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from examples.qwen_swe.tasks import SRC_DIR, TASKS_JSONL, TaskPackError
-from examples.qwen_swe.tasks.repo import copy_files, git, make_repo
+from qwen_swe.data.taskpack import SRC_DIR, TASKS_JSONL, TaskPackError
+from qwen_swe.data.taskpack.repo import copy_files, git, make_repo
 
 VERSION = "1.0"
 HEREDOC = "EOF_114329324912"  # swebench's delimiter
@@ -182,7 +182,7 @@ def generate(path: Path = TASKS_JSONL, src_dir: Path = SRC_DIR) -> list[dict[str
 def load_rows(path: Path = TASKS_JSONL) -> list[dict[str, Any]]:
     """The rows of a tasks.jsonl as stored (FAIL_TO_PASS/PASS_TO_PASS stay JSON strings, as in SWE-bench)."""
     if not path.is_file():
-        raise TaskPackError(f"{path} does not exist: run `python -m examples.qwen_swe.tasks generate`")
+        raise TaskPackError(f"{path} does not exist: run `python -m qwen_swe.data.taskpack generate`")
     rows = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         if line.strip():

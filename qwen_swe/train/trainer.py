@@ -6,8 +6,8 @@ new weights go out as an HF folder and into the inference server *before* the ne
 ``SAVE_INTERVAL`` steps a checkpoint; re-running with the same OUTPUT_DIR resumes from the newest one and
 first puts the resumed weights into the server.
 
-    python -m torch.distributed.run --standalone --nproc_per_node N -m examples.qwen_swe.trainer \\
-        --driver examples.qwen_swe.rollout:make_driver [--model-path DIR] [settings flags]
+    python -m torch.distributed.run --standalone --nproc_per_node N -m qwen_swe.train.trainer \\
+        --driver qwen_swe.rollout.driver:make_driver [--model-path DIR] [settings flags]
 
 Backend: NCCL on GPUs, gloo on CPU. Errors on rank 0 (rollout, export, sync) are broadcast so that no
 rank is left waiting in a collective.
@@ -32,12 +32,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from . import checkpoint as ckpt
-from .config import Settings, load_settings
-from .grpo import group_advantages, loss_denominator, policy_loss, zero_variance_mask
-from .policy import PolicyModel, build_policy, full_state_dict, make_micro_batch, parameter_bytes, save_hf_folder
-from .sample import Sample
-from .train_log import MetricsLog
+from qwen_swe.train import checkpoint as ckpt
+from qwen_swe.config.settings import Settings, load_settings
+from qwen_swe.train.grpo import group_advantages, loss_denominator, policy_loss, zero_variance_mask
+from qwen_swe.train.policy import PolicyModel, build_policy, full_state_dict, make_micro_batch, parameter_bytes, save_hf_folder
+from qwen_swe.data.sample import Sample
+from qwen_swe.train.metrics import MetricsLog
 
 log = logging.getLogger("qwen_swe.trainer")
 
@@ -49,7 +49,7 @@ class TrainerError(RuntimeError):
 
 
 class RolloutDriver(Protocol):
-    """Rank 0's rollout side (``examples.qwen_swe.rollout.RolloutDriver`` implements it)."""
+    """Rank 0's rollout side (``qwen_swe.rollout.driver.RolloutDriver`` implements it)."""
 
     def generate(self, step: int, weight_version: int) -> tuple[list[Sample], dict]: ...
     def sync_weights(self, hf_dir: Path, version: int) -> None: ...
@@ -351,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     driver = None
     try:
         if not own.driver:
-            raise TrainerError("--driver module:function is required (e.g. examples.qwen_swe.rollout:make_driver)")
+            raise TrainerError("--driver module:function is required (e.g. qwen_swe.rollout.driver:make_driver)")
         on_rank0(lambda: holder.append(_load_factory(own.driver)(settings)), f"driver factory {own.driver}")
         driver = holder[0] if holder else None
         train(settings, driver, model_path=own.model_path or settings.model_name)

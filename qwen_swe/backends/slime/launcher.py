@@ -38,13 +38,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from .config import REPO_ROOT, ConfigError, Settings, load_settings
+from qwen_swe.config.settings import ConfigError, Settings, load_settings
+from qwen_swe.paths import REPO_ROOT
 
 SLIME_FSDP_TAG = "v0.2.2"
 SLIME_FSDP_COMMIT = "2418a7844abe4d490a1676dcf88fc3401adab362"
 DATA_SOURCE_PATH = "examples.qwen_swe.data_source.SWEBenchDataSource"
 ROLLOUT_FUNCTION_PATH = "examples.qwen_swe.rollout.generate_rollout"
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = REPO_ROOT / "examples" / "qwen_swe"  # the entry points slime imports by path
 SETTINGS_FILE = "settings.json"
 EXTRA_ARGS_FILE = "slime_extra_args.json"  # given to --custom-config-path; JSON is YAML
 
@@ -131,7 +132,7 @@ def check_packages_in(python: str) -> dict[str, Any]:
         return check_packages()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
     try:
-        done = subprocess.run([python, "-m", "examples.qwen_swe.slime_backend", "--check-env"], env=env,
+        done = subprocess.run([python, "-m", "qwen_swe.backends.slime.launcher", "--check-env"], env=env,
                               cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
         return json.loads(done.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
@@ -404,7 +405,7 @@ def validate_rollout_batch(groups: Sequence[Sequence[Any]], *, n_samples_per_pro
 # ------------------------------------------------------------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m examples.qwen_swe.slime_backend [--dry-run] [settings flags]``."""
+    """``python -m qwen_swe.backends.slime.launcher [--dry-run] [settings flags]``."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--check-env", action="store_true")

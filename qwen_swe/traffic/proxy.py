@@ -27,9 +27,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from .sessions import PromptBuilder, Session
-from .toolcalls import FORMATS, ParsedReply, new_call_id, parse_completion, split_reasoning, structural_tag
-from .trajectory import Turn
+from qwen_swe.traffic.sessions import PromptBuilder, Session
+from qwen_swe.traffic.toolcalls import FORMATS, ParsedReply, new_call_id, parse_completion, split_reasoning, structural_tag
+from qwen_swe.traffic.trajectory import Turn
 
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty", "frequency_penalty",
                  "repetition_penalty")

@@ -23,9 +23,9 @@ from typing import Any, Callable, Iterable
 
 import requests
 
-from examples.qwen_swe.config import cache_home
-from examples.qwen_swe.tasks import TaskPackError
-from examples.qwen_swe.tasks.repo import make_repo
+from qwen_swe.paths import cache_home
+from qwen_swe.data.taskpack import TaskPackError
+from qwen_swe.data.taskpack.repo import make_repo
 
 SUITE = "bookworm"
 BASE_IMAGE = f"qwen-swe/base:{SUITE}"
@@ -270,7 +270,7 @@ def ensure_task(client: Any, row: dict[str, Any], log: Callable[[str], None] = p
         sha = make_repo(repo.split("/", 1)[1], repo_dir)
         if sha != base_commit:
             raise TaskPackError(f"{row['instance_id']}: repository {repo} builds as {sha}, but tasks.jsonl says "
-                                f"{base_commit}: run `python -m examples.qwen_swe.tasks generate` and commit")
+                                f"{base_commit}: run `python -m qwen_swe.data.taskpack generate` and commit")
         archive = _testbed_archive(repo_dir)
     container = client.containers.create(PY_IMAGE, command=["true"], network_mode="none", labels=BUILD_LABELS)
     try:

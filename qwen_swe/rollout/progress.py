@@ -5,17 +5,33 @@ from __future__ import annotations
 import sys
 import threading
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator
+from dataclasses import dataclass, field
+from typing import Iterator
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-if TYPE_CHECKING:
-    from .rollout import BatchStats
+
+@dataclass
+class BatchStats:
+    """Live counters for the progress display and the step's metrics."""
+
+    groups: int = 0
+    running: int = 0
+    graded: int = 0
+    dropped: int = 0
+    rewards: list[float] = field(default_factory=list)
+    resolved: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    def drop(self, reason: str) -> None:
+        self.dropped += 1
+        key = reason.split(":")[0][:60]
+        self.reasons[key] = self.reasons.get(key, 0) + 1
 
 
-def render(stats: "BatchStats", title: str) -> Table:
+def render(stats: BatchStats, title: str) -> Table:
     table = Table(title=title, expand=False)
     for col in ("groups", "running", "graded", "dropped", "reward mean", "resolved"):
         table.add_column(col, justify="right")
@@ -26,7 +42,7 @@ def render(stats: "BatchStats", title: str) -> Table:
 
 
 @contextmanager
-def live_progress(stats: "BatchStats", title: str) -> Iterator[None]:
+def live_progress(stats: BatchStats, title: str) -> Iterator[None]:
     """Refresh the table while the batch runs (on a terminal); print it once at the end everywhere."""
     console = Console(file=sys.stderr)
     if not console.is_terminal:

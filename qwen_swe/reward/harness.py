@@ -1,0 +1,208 @@
+"""Grade a model patch the way SWE-bench does, in a fresh container, and turn the verdict into a reward.
+
+Flow of one grade (mirrors swebench 4.1.0 ``run_instance``): a new container from the instance image with no
+network (never the rollout container, so nothing the agent left behind can influence the tests); the patch,
+minus its test-tampering parts (rule in ``grading``), written to ``/tmp/patch.diff`` and applied with swebench's
+own ladder (``git apply --verbose``, ``git apply --verbose --reject``, ``patch --batch --fuzz=5 -p1 -i``, as 4.1.0
+runs them); the eval script run under the eval timeout; the log judged by swebench's parser and grading functions.
+
+Outcomes:
+- ``graded`` with +1 (resolved) or -1 (not): empty patch (no container), a patch that only touched tests, a patch
+  that does not apply, failing tests.
+- ``aborted`` with a reason and reward 0.0 for infrastructure failures: image missing, daemon error, container
+  crash, eval timeout, a log without the test markers, an instance that cannot be graded. The caller drops such a
+  sample instead of training on it.
+
+Each grade writes its own folder ``<log_dir>/<instance_id>/<grade id>/`` (patch, eval script, test output,
+grade.json) and uses no shared logger, so concurrent grades of one instance never mix their logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+
+from qwen_swe.reward import scoring as grading
+from qwen_swe.config.settings import Settings, load_settings
+from qwen_swe.sandbox.docker import DockerSandbox, SandboxError, docker_client, ensure_image, image_for
+
+PATCH_PATH = "/tmp/patch.diff"
+EVAL_PATH = "/eval.sh"
+EVAL_OUTPUT_LIMIT = 64 << 20   # an eval log is parsed, so it must not be cut; larger is an aborted grade
+APPLY_TIMEOUT = 300.0
+MODES = ("binary", "fractional", "shaped")
+
+
+@dataclass
+class Grade:
+    reward: float
+    resolved: bool
+    status: str                      # "graded" | "aborted"
+    reason: str | None
+    f2p_passed: float
+    p2p_passed: float
+    details: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def aborted(self) -> bool:
+        return self.status == "aborted"
+
+
+def _aborted(reason: str, details: dict[str, Any], timings: dict[str, float]) -> Grade:
+    return Grade(0.0, False, "aborted", reason, 0.0, 0.0, details, timings)
+
+
+def _failed(reason: str, details: dict[str, Any], timings: dict[str, float]) -> Grade:
+    return Grade(-1.0, False, "graded", reason, 0.0, 0.0, details, timings)
+
+
+async def grade_async(instance: dict, patch: str, *, settings: Settings | None = None, run_id: str | None = None,
+                      mode: str | None = None, agent_stats: dict | None = None, log_dir: Path | None = None,
+                      client: docker.DockerClient | None = None,
+                      boot_limit: asyncio.Semaphore | None = None) -> Grade:
+    """Grade ``patch`` for ``instance`` (a SWE-bench row) in a fresh container; see the module docstring.
+
+    ``settings`` defaults to the environment's without the embedded profile (``load_settings(profile=False)``);
+    ``mode`` to ``settings.reward_mode``; ``run_id`` (default ``settings.label``) labels the container so the run's
+    ``reap`` finds it; ``agent_stats``
+    (``response_tokens``, ``tool_calls``, ``completed``) feeds the shaped mode; ``boot_limit`` bounds container
+    starts shared with other work.
+    """
+    settings = settings or load_settings([], profile=False)
+    mode = mode or settings.reward_mode
+    if mode not in MODES:
+        raise ValueError(f"reward mode {mode!r} is not one of {', '.join(MODES)}")
+    t0 = time.monotonic()
+    timings: dict[str, float] = {}
+    details: dict[str, Any] = {"mode": mode, "instance_id": instance.get("instance_id")}
+    grade = await _grade(instance, patch or "", settings, run_id or settings.label, agent_stats,
+                         Path(log_dir) if log_dir else settings.output_dir / "grades", client, boot_limit,
+                         details, timings)
+    timings["total"] = time.monotonic() - t0
+    if grade.status == "graded" and mode != "binary":
+        _apply_mode(grade, mode, instance, details.get("kept_files", set()), agent_stats, settings)
+    details.pop("kept_files", None)
+    if "log_dir" in details:
+        Path(details["log_dir"], "grade.json").write_text(json.dumps(asdict(grade), indent=2, default=str) + "\n")
+    return grade
+
+
+def grade(instance: dict, patch: str, **kw: Any) -> Grade:
+    """Synchronous ``grade_async`` (for scripts and slime's custom reward hook)."""
+    return asyncio.run(grade_async(instance, patch, **kw))
+
+
+def _apply_mode(g: Grade, mode: str, instance: dict, kept: set[str], agent_stats: dict | None,
+                settings: Settings) -> None:
+    if mode == "fractional":
+        g.reward = 1.0 if g.resolved else grading.fractional_reward(g.f2p_passed)
+        g.details["components"] = {"f2p": g.f2p_passed}
+    elif mode == "shaped":  # every graded outcome: an empty or unappliable patch changed no file
+        gold = grading.patch_files(instance.get("patch") or "")
+        changed = kept if g.details.get("applied") else set()
+        g.reward, comps = grading.shaped_reward(g.resolved, changed, gold, agent_stats, settings)
+        g.details["components"] = vars(comps)
+
+
+async def _grade(instance: dict, patch: str, settings: Settings, run_id: str, agent_stats: dict | None,
+                 log_root: Path, client: docker.DockerClient | None, boot_limit: asyncio.Semaphore | None,
+                 details: dict[str, Any], timings: dict[str, float]) -> Grade:
+    if not patch.strip():
+        return _failed("empty patch", details, timings)
+    try:
+        script = grading.eval_script(instance)
+        grading.parser_for(instance)
+    except grading.GradingError as exc:
+        return _aborted(str(exc), details, timings)
+    kept, dropped = grading.filter_patch(patch, grading.patch_files(instance.get("test_patch") or ""))
+    details.update(dropped=dropped, dropped_hunks=sum(d["hunks"] for d in dropped),
+                   kept_files=grading.patch_files(kept))
+    if not kept.strip():
+        return _failed("the patch only changes tests or test configuration", details, timings)
+
+    gdir = log_root / str(instance["instance_id"]) / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    gdir.mkdir(parents=True, exist_ok=True)
+    (gdir / "patch.diff").write_text(kept)
+    (gdir / "eval.sh").write_text(script)
+    details.update(log_dir=str(gdir), log_path=str(gdir / "test_output.txt"))
+
+    image = image_for(instance, settings.image_namespace)
+    details["image"] = image
+    own = client is None
+    try:
+        t = time.monotonic()
+        if client is None:
+            client = await asyncio.to_thread(docker_client)
+        await asyncio.to_thread(ensure_image, client, image)
+        timings["image"] = time.monotonic() - t
+        box = DockerSandbox(image, run_id=run_id, role="grade", cpus=settings.sandbox_cpus,
+                            memory=settings.sandbox_memory, network="none", hide_future=False,
+                            boot_limit=boot_limit, output_limit=EVAL_OUTPUT_LIMIT, client=client)
+        t = time.monotonic()
+        async with box:
+            timings["start"] = time.monotonic() - t
+            result = await _run_in(box, instance, kept, script, settings, gdir, details, timings)
+            t = time.monotonic()
+        timings["remove"] = time.monotonic() - t
+        return result
+    except SandboxError as exc:
+        return _aborted(str(exc), details, timings)
+    except docker.errors.DockerException as exc:
+        return _aborted(f"Docker error while grading: {exc}", details, timings)
+    finally:
+        if own and client is not None:
+            client.close()
+
+
+async def _run_in(box: DockerSandbox, instance: dict, patch: str, script: str, settings: Settings, gdir: Path,
+                  details: dict[str, Any], timings: dict[str, float]) -> Grade:
+    t = time.monotonic()
+    await box.write_file(PATCH_PATH, patch)
+    attempts = []
+    applied = None
+    for cmd in grading.GIT_APPLY_CMDS:
+        res = await box.exec(f"{cmd} {PATCH_PATH}", timeout=APPLY_TIMEOUT, workdir="/testbed")
+        if res.timed_out:
+            raise SandboxError(f"`{cmd}` timed out after {APPLY_TIMEOUT:.0f}s in {box.name}")
+        attempts.append(f"$ {cmd} {PATCH_PATH}\n(exit {res.exit_code})\n{res.output}")
+        if res.exit_code == 0:
+            applied = cmd
+            break
+    (gdir / "apply.log").write_text("\n".join(attempts))
+    timings["apply"] = time.monotonic() - t
+    details["apply_cmd"] = applied
+    details["applied"] = applied is not None
+    if applied is None:
+        return _failed("the patch does not apply", details, timings)
+
+    t = time.monotonic()
+    await box.write_file(EVAL_PATH, script, mode=0o755)
+    res = await box.exec(f"/bin/bash {EVAL_PATH}", timeout=settings.eval_timeout, workdir="/testbed")
+    timings["eval"] = time.monotonic() - t
+    (gdir / "test_output.txt").write_text(res.output)
+    if res.timed_out:
+        return _aborted(f"eval timed out after {settings.eval_timeout:.0f}s (EVAL_TIMEOUT)", details, timings)
+    if res.truncated:
+        return _aborted(f"eval output exceeded {EVAL_OUTPUT_LIMIT} bytes; cannot be parsed", details, timings)
+
+    t = time.monotonic()
+    verdict = await asyncio.to_thread(grading.judge_log, instance, res.output, script)
+    timings["parse"] = time.monotonic() - t
+    details.update(eval_exit_code=res.exit_code, resolution=verdict.resolution, tests_status=verdict.tests_status,
+                   status_map=verdict.status_map)
+    if verdict.markers_missing:
+        return _aborted(f"eval log lacks the test markers (exit {res.exit_code}): the eval script was killed or "
+                        f"does not print them", details, timings)
+    if not verdict.found:
+        return _failed(f"eval failed: {verdict.problem}", details, timings)
+    reward = 1.0 if verdict.resolved else -1.0
+    return Grade(reward, verdict.resolved, "graded", None if verdict.resolved else verdict.resolution,
+                 verdict.f2p, verdict.p2p, details, timings)

@@ -1,0 +1,129 @@
+"""The built-in trainer's rollout side: rank 0 holds a long-lived event loop with the engine and the proxy,
+asks the data source for groups, runs them, dumps them, and serves new weights before the next batch."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from qwen_swe.config.settings import Settings
+from qwen_swe.data.sample import Sample, Status
+from qwen_swe.rollout.engine import RolloutEngine, batch_metrics
+from qwen_swe.rollout.progress import BatchStats
+
+PROBE_TEXT = "def add(a, b):\n    return a + b\n"
+
+
+def dump_rollouts(path: Path, groups: list[list[Sample]], dropped: list[Sample]) -> None:
+    """One JSON line per sample (kept and dropped): instance, patch, reward, status, turns, timings."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        for x in [s for g in groups for s in g] + dropped:
+            m = x.metadata
+            fh.write(json.dumps({
+                "instance_id": m.get("instance_id"), "group_index": x.group_index, "index": x.index,
+                "status": x.status.value if hasattr(x.status, "value") else str(x.status),
+                "reward": x.reward, "resolved": m.get("resolved"), "drop_reason": m.get("drop_reason"),
+                "outcome": m.get("outcome"), "patch": m.get("patch"), "turns": m.get("turns"),
+                "response_length": x.response_length, "weight_version": m.get("weight_version"),
+                "agent_seconds": m.get("agent_seconds"), "grade_seconds": m.get("grade_seconds"),
+                "grade": m.get("grade_details"), "trajectory": m.get("trajectory"),
+            }, default=str) + "\n")
+
+
+class RolloutDriver:
+    """The built-in trainer's rank-0 rollout side: a long-lived event loop thread holding the engine and proxy."""
+
+    def __init__(self, settings: Settings, *, upstream: str, model: str, data_source: Any = None,
+                 served_model: str | None = None) -> None:
+        from qwen_swe.data.source import SWEBenchDataSource
+        from qwen_swe.inference.client import InferenceClient
+
+        self.settings = settings
+        self.data_source = data_source or SWEBenchDataSource.from_settings(settings)
+        self.client = InferenceClient(upstream, timeout=settings.request_timeout)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="rollout-loop", daemon=True)
+        self._thread.start()
+        self.engine = RolloutEngine(settings, upstream=upstream, model=model, served_model=served_model)
+        self._call(self.engine.start())
+        self.last_sync: dict[str, float] = {}
+
+    def _call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def generate(self, step: int, weight_version: int) -> tuple[list[Sample], dict[str, Any]]:
+        from qwen_swe.rollout.progress import live_progress
+
+        s = self.settings
+        self.engine.set_weight_version(weight_version)
+        groups = self.data_source.get_samples(s.rollout_batch_size)
+        stats, t0 = BatchStats(), time.monotonic()
+        with live_progress(stats, f"step {step}"):
+            kept = self._call(self.engine.run_groups(groups, stats))
+        dropped = [x for g in groups for x in g if x.status == Status.ABORTED]
+        dump_rollouts(Path(s.output_dir) / "rollouts" / f"step_{step:06d}.jsonl", kept, dropped)
+        metrics = batch_metrics(stats, kept, time.monotonic() - t0)
+        metrics.update({f"dropped/{k}": v for k, v in stats.reasons.items()})
+        metrics.update(self.last_sync)  # the sync that happened before this rollout, reported once
+        self.last_sync = {}
+        return [x for g in kept for x in g], metrics
+
+    def sync_weights(self, hf_dir: Path, version: int) -> None:
+        before = self.probe_logprob()
+        if self.settings.sync_mode == "modal":  # the server cannot read our disk: go through the weights Volume
+            from qwen_swe.inference.modal_app import push_and_reload
+
+            push_and_reload(hf_dir, f"v{version:06d}")
+        else:
+            self.client.reload_weights(str(hf_dir))
+        self.engine.set_weight_version(version)
+        self.last_sync = {"sync/probe_logprob_before": before, "sync/probe_logprob_after": self.probe_logprob(),
+                          "sync/version": version}
+        logging.getLogger("qwen_swe").info("weights v%d served from %s: %s", version, hf_dir, self.last_sync)
+
+    def probe_logprob(self) -> float:
+        """Log-probability the server gives a fixed text: it changes exactly when the served weights change.
+
+        Diagnostic only: a server without vLLM's ``prompt_logprobs`` gives NaN, with a warning, not a failed run.
+        """
+        from qwen_swe.inference.client import InferenceError
+
+        body = {"model": self.engine.served_model, "prompt": PROBE_TEXT, "max_tokens": 1, "temperature": 0.0,
+                "prompt_logprobs": 0}
+        try:
+            choice = self.client.post_json("/v1/completions", body)["choices"][0]
+            return float(sum(next(iter(d.values()))["logprob"] for d in choice["prompt_logprobs"] if d))
+        except (InferenceError, KeyError, IndexError, TypeError, StopIteration) as exc:
+            logging.getLogger("qwen_swe").warning("weight-sync probe unavailable: %s", exc)
+            return float("nan")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"data_source": self.data_source.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.data_source.load_state_dict(state["data_source"])
+
+    def close(self) -> None:
+        try:
+            self._call(self.engine.stop())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+
+def make_driver(settings: Settings) -> RolloutDriver:
+    """Factory the trainer calls on rank 0 (``--driver qwen_swe.rollout.driver:make_driver``)."""
+    upstream = settings.vllm_url or settings.served_url
+    if not upstream:
+        raise RuntimeError("no inference server: set VLLM_URL, or start the run with run_grpo.sh "
+                           "(which starts the embedded server and passes SERVED_URL)")
+    return RolloutDriver(settings, upstream=upstream, model=settings.model_name,
+                         served_model=settings.served_model_name)
+
+

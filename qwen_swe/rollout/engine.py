@@ -1,0 +1,219 @@
+"""One rollout batch: groups of samples, each sandbox -> agent (through the proxy) -> diff -> grade -> trajectory.
+
+The async core (`RolloutEngine`) serves both trainers: the built-in FSDP2 trainer through `RolloutDriver`
+(a long-lived event loop on rank 0) and slime's `generate_rollout(args, rollout_id, data_source, evaluation)`.
+An infrastructure failure (container, agent API, grader) drops the sample with its reason; it never reaches the
+loss as -1. A group that lost samples is dropped or refilled with fresh samples, as ``dropped_policy`` says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from qwen_swe.config.settings import Settings
+from qwen_swe.paths import agent_bundle_dir
+from qwen_swe.data.sample import Sample, Status
+from qwen_swe.rollout.progress import BatchStats
+
+AGENT_MOUNT = "/opt/qwen-swe-agent"
+
+
+class RolloutEngine:
+    """Owns the proxy, the tokenizer and the concurrency bounds for a whole run."""
+
+    def __init__(self, settings: Settings, *, upstream: str, model: str, served_model: str | None = None) -> None:
+        self.settings = settings
+        self.upstream = upstream
+        self.model = model  # HF name or folder: the tokenizer and chat template the proxy renders with
+        self.served_model = served_model or settings.served_model_name or model
+        self.weight_version = 0
+        self.proxy: Any = None
+        self.tokenizer: Any = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._samples = asyncio.Semaphore(settings.rollout_concurrency)
+        self._boot = asyncio.Semaphore(settings.boot_concurrency)
+
+    async def start(self) -> None:
+        from transformers import AutoTokenizer
+
+        from qwen_swe.traffic.proxy import RecordingProxy
+        from qwen_swe.inference.launcher import tool_parser_for
+
+        # Each running sample parks blocking Docker calls (a whole agent run's exec) on the default executor, and
+        # so does grading: size it for the samples plus the graders, or they starve each other (6 threads on 2 cores).
+        workers = 2 * self.settings.rollout_concurrency + self.settings.boot_concurrency + 4
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rollout")
+        asyncio.get_running_loop().set_default_executor(self._executor)
+        self.tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self.model)
+        self.proxy = RecordingProxy(self.upstream, model=self.served_model, tokenizer=self.tokenizer,
+                                    mode="tokens", request_timeout=self.settings.request_timeout,
+                                    tool_parser=tool_parser_for(self.model))
+        await self.proxy.start()
+
+    async def stop(self) -> None:
+        if self.proxy is not None:
+            await self.proxy.stop()
+            self.proxy = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+    def set_weight_version(self, version: int) -> None:
+        self.weight_version = version
+        if self.proxy is not None:
+            self.proxy.weight_version = version
+
+    # --- one sample ------------------------------------------------------------------------
+    async def run_sample(self, sample: Sample, stats: BatchStats) -> Sample:
+        """Fill ``sample`` in place; on infrastructure failure mark it ABORTED with ``metadata["drop_reason"]``."""
+        async with self._samples:
+            stats.running += 1
+            try:
+                return await asyncio.wait_for(self._run_sample(sample), self.settings.agent_timeout
+                                              + self.settings.eval_timeout + 120)
+            except asyncio.TimeoutError:
+                return _drop(sample, "sample_timeout: outer time guard hit")
+            except Exception as exc:  # noqa: BLE001 - a bad sample is data, not a crash of the run
+                return _drop(sample, f"error: {exc.__class__.__name__}: {exc}")
+            finally:
+                stats.running -= 1
+                if sample.status == Status.ABORTED:
+                    stats.drop(sample.metadata.get("drop_reason", "unknown"))
+                else:
+                    stats.graded += 1
+                    stats.rewards.append(float(sample.reward))
+                    stats.resolved += bool(sample.metadata.get("resolved"))
+
+    async def _run_sample(self, sample: Sample) -> Sample:
+        from qwen_swe.agent.qwen import run_agent
+        from qwen_swe.reward.harness import grade_async
+        from qwen_swe.sandbox.docker import DockerSandbox, SandboxError, image_for
+        from qwen_swe.traffic.trajectory import build_sample, to_sample
+
+        s, meta = self.settings, sample.metadata
+        instance = {k: v for k, v in meta.items() if k not in _RUN_KEYS}
+        meta["weight_version"] = self.weight_version
+        t0 = time.monotonic()
+        session = self.proxy.open_session({"instance_id": meta["instance_id"], "index": sample.index})
+        turns: list = []
+        try:
+            sandbox = DockerSandbox(
+                image_for(instance, s.image_namespace), run_id=s.label, role="rollout", cpus=s.sandbox_cpus,
+                memory=s.sandbox_memory, network=s.sandbox_network, mounts={str(agent_bundle_dir()): AGENT_MOUNT},
+                base_commit=instance.get("base_commit"), hide_future=True, boot_limit=self._boot)
+            async with sandbox:
+                agent = await run_agent(sandbox, base_url=session.base_url, model=self.served_model,
+                                        prompt=str(sample.prompt), settings=s,
+                                        profile="compact" if s.embedded else "full")
+        except SandboxError as exc:
+            return _drop(sample, f"sandbox: {exc}")
+        finally:
+            turns = self.proxy.close_session(session.id)
+        t_agent = time.monotonic()
+        meta.update(outcome=agent.outcome, patch=agent.patch, final_message=agent.final_message,
+                    agent_seconds=round(t_agent - t0, 3), tool_calls=agent.tool_calls)
+        if getattr(agent, "infra", False):
+            return _drop(sample, f"agent_error: {agent.log_tail[-300:] if agent.log_tail else agent.outcome}")
+        if not any(t.ok and t.sampled_ids for t in turns):
+            return _drop(sample, "no_model_turns: the agent made no successful model call")
+
+        traj = build_sample(turns, max_response_len=s.max_response_len, mask_truncated=s.mask_truncated,
+                            tokenizer=self.tokenizer)
+        stats = {"response_tokens": traj.metadata.get("sampled_tokens", traj.response_length),
+                 "tool_calls": agent.tool_calls, "completed": agent.outcome == "completed"}
+        grade = await grade_async(instance, agent.patch, settings=s, run_id=s.label, agent_stats=stats)
+        if grade.status != "graded":
+            return _drop(sample, f"grade_aborted: {grade.reason}")
+        to_sample(traj, sample)
+        meta = sample.metadata  # to_sample builds a new dict
+        if s.tool_choice == "required":
+            # Under a forced tool call vLLM reports logprobs after its grammar mask (notes/qwen_vllm_cpu.md 5.2),
+            # not the policy's own; with one optimizer step per batch the trainer's recomputation is the
+            # behaviour policy (ratio 1).
+            sample.rollout_log_probs = None
+        sample.reward = float(grade.reward)
+        sample.status = Status.TRUNCATED if traj.metadata.get("truncated") else Status.COMPLETED
+        meta.update(resolved=grade.resolved, f2p_passed=grade.f2p_passed, p2p_passed=grade.p2p_passed,
+                    grade_details=_jsonable(grade.details), grade_timings=grade.timings,
+                    trajectory=_jsonable(traj.metadata), turns=len(turns),
+                    grade_seconds=round(time.monotonic() - t_agent, 3))
+        sample.weight_versions = [str(self.weight_version)]
+        return sample
+
+    # --- one batch -----------------------------------------------------------------------------
+    async def run_groups(self, groups: list[list[Sample]], stats: BatchStats) -> list[list[Sample]]:
+        """Run groups concurrently; return the complete ones (a group with a dropped sample is refilled or gone).
+
+        ``rollout_timeout`` bounds the whole batch: groups still running then are cancelled (their containers are
+        removed on the way out) and their unfinished samples dropped with the reason, never the run crashed.
+        """
+        stats.groups += len(groups)
+
+        async def one_group(group: list[Sample]) -> list[Sample] | None:
+            await asyncio.gather(*(self.run_sample(x, stats) for x in group))
+            retries = 2 if self.settings.dropped_policy == "replace" else 0
+            while retries and any(x.status == Status.ABORTED for x in group):
+                retries -= 1
+                group = [_fresh_copy(x) if x.status == Status.ABORTED else x for x in group]
+                await asyncio.gather(*(self.run_sample(x, stats) for x in group if x.status == Status.PENDING))
+            return None if any(x.status == Status.ABORTED for x in group) else group
+
+        tasks = [asyncio.ensure_future(one_group(g)) for g in groups]
+        _, late = await asyncio.wait(tasks, timeout=self.settings.rollout_timeout)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+        for x in (x for g in groups for x in g if x.status == Status.PENDING):
+            stats.drop(_drop(x, f"rollout_timeout: the batch exceeded {self.settings.rollout_timeout:.0f}s")
+                       .metadata["drop_reason"])
+        return [t.result() for t in tasks if t not in late and t.result() is not None]
+
+
+_RUN_KEYS = {"weight_version", "outcome", "patch", "final_message", "agent_seconds", "tool_calls", "resolved",
+             "f2p_passed", "p2p_passed", "grade_details", "grade_timings", "trajectory", "turns", "grade_seconds",
+             "drop_reason"}
+
+
+def _fresh_copy(sample: Sample) -> Sample:
+    """A new attempt at the same instance, for ``dropped_policy=replace``."""
+    fresh = copy.deepcopy(sample)
+    fresh.status = Status.PENDING
+    fresh.metadata = {k: v for k, v in sample.metadata.items() if k not in _RUN_KEYS}
+    fresh.tokens, fresh.loss_mask, fresh.rollout_log_probs, fresh.reward = [], None, None, None
+    return fresh
+
+
+def _drop(sample: Sample, reason: str) -> Sample:
+    sample.status = Status.ABORTED
+    sample.remove_sample = True
+    sample.reward = 0.0
+    sample.metadata["drop_reason"] = reason
+    return sample
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def batch_metrics(stats: BatchStats, groups: list[list[Sample]], seconds: float) -> dict[str, float]:
+    samples = [x for g in groups for x in g]
+    n = max(len(samples), 1)
+    return {
+        "rollout/groups_requested": stats.groups,
+        "rollout/groups_kept": len(groups),
+        "rollout/dropped_samples": stats.dropped,
+        "rollout/reward_mean": sum(float(x.reward) for x in samples) / n if samples else 0.0,
+        "rollout/resolve_rate": sum(bool(x.metadata.get("resolved")) for x in samples) / n if samples else 0.0,
+        "rollout/response_len_mean": sum(x.response_length for x in samples) / n if samples else 0.0,
+        "rollout/agent_seconds_mean": sum(x.metadata.get("agent_seconds", 0.0) for x in samples) / n,
+        "rollout/grade_seconds_mean": sum(x.metadata.get("grade_seconds", 0.0) for x in samples) / n,
+        "time/rollout": seconds,
+    }

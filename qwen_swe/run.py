@@ -1,0 +1,99 @@
+"""The run's entry point: settings, leftovers reaped, the embedded server started if no VLLM_URL, then the
+trainer under torchrun (rank 0 drives the rollouts). Re-running with the same OUTPUT_DIR resumes."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+from typing import Iterator, Sequence
+
+from qwen_swe.config.settings import ConfigError, Settings, load_settings
+from qwen_swe.paths import REPO_ROOT, embedded_model_dir
+
+log = logging.getLogger("qwen_swe")
+
+
+def trainer_command(settings: Settings) -> list[str]:
+    procs = settings.train_procs or _default_procs()
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}",
+            "-m", "qwen_swe.train.trainer", "--driver", "qwen_swe.rollout.driver:make_driver"]
+
+
+def _default_procs() -> int:
+    import torch
+
+    return torch.cuda.device_count() or 2
+
+
+def run_trainer(settings: Settings) -> int:
+    """Run torchrun in its own process group; Ctrl-C or a failure stops the whole group by its id."""
+    env = {**os.environ, **settings.to_env(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    cmd = trainer_command(settings)
+    log.info("trainer: %s", " ".join(cmd))
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, start_new_session=True)
+    try:
+        return proc.wait()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@contextlib.contextmanager
+def inference_server(settings: Settings) -> Iterator[Settings]:
+    """With VLLM_URL: that server. Without: the embedded CPU server, started here and stopped by its PID."""
+    if not settings.embedded:
+        yield settings
+        return
+    if not (embedded_model_dir() / "config.json").exists():
+        raise ConfigError(f"the embedded model is missing at {embedded_model_dir()}: run `bash scripts/setup.sh`")
+    from qwen_swe.inference.launcher import embedded_server
+
+    with embedded_server(settings, log_dir=settings.output_dir / "logs") as url:
+        yield settings.replace(served_url=url)
+
+
+def ensure_task_images(settings: Settings) -> None:
+    """The embedded default's task images are built here if missing (cached by their inputs' hash)."""
+    if settings.embedded and settings.dataset is None:
+        subprocess.run([sys.executable, "-m", "qwen_swe.data.taskpack", "build"], cwd=REPO_ROOT, check=True,
+                       timeout=3600)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        settings = load_settings(args)
+    except ConfigError as exc:
+        print(f"qwen-swe: {exc}", file=sys.stderr)
+        return 2
+    if settings.backend == "slime":
+        from qwen_swe.backends.slime.launcher import main as slime_main
+
+        return slime_main(args)
+    settings.write(settings.output_dir)
+    log.info("run %s -> %s (%s)", settings.label, settings.output_dir,
+             "embedded default" if settings.embedded else settings.vllm_url)
+    from qwen_swe.sandbox.docker import reap
+
+    reap(settings.label)  # leftovers of a runner that was killed with SIGKILL
+    try:
+        ensure_task_images(settings)
+        with inference_server(settings) as resolved:
+            return run_trainer(resolved)
+    finally:
+        reap(settings.label)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
