@@ -60,10 +60,11 @@ async def one_rollout(row: dict, run_id: str) -> dict[str, float]:
                 t1 = time.perf_counter()
                 result = await qa.run_agent(box, base_url=session.base_url, model="smollm2-135m",
                                             prompt=build_prompt(row), settings=settings, profile="compact")
+                patch = await qa.take_diff(box)
                 out["rollout"] = time.perf_counter() - t1
                 out["agent_process"] = result.seconds
             turns = proxy.close_session(session.id)
-    if result.outcome != "completed" or len(turns) != 3 or f"+{new}" not in result.patch:
+    if result.outcome != "completed" or len(turns) != 3 or f"+{new}" not in patch:
         raise SystemExit(f"the scripted rollout did not complete as scripted: {result.outcome} {result.log_tail[-500:]}")
     out["proxy_model_seconds"] = sum(t.latency for t in turns)
     return out

@@ -11,7 +11,11 @@ import subprocess
 import sys
 from typing import Iterator, Sequence
 
-from qwen_swe.config.settings import ConfigError, Settings, load_settings
+from qwen_swe.backends.slime.launcher import main as slime_main
+from qwen_swe.config.settings import Settings, load_settings
+from qwen_swe.errors import SETUP_EXIT_CODE, EmbeddedModelError, SetupError
+from qwen_swe.inference.launcher import embedded_server
+from qwen_swe.sandbox.docker import reap
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir
 
 log = logging.getLogger("qwen_swe")
@@ -55,9 +59,7 @@ def inference_server(settings: Settings) -> Iterator[Settings]:
         yield settings
         return
     if not (embedded_model_dir() / "config.json").exists():
-        raise ConfigError(f"the embedded model is missing at {embedded_model_dir()}: run `bash scripts/setup.sh`")
-    from qwen_swe.inference.launcher import embedded_server
-
+        raise EmbeddedModelError(f"the embedded model is missing at {embedded_model_dir()}: run `bash scripts/setup.sh`")
     with embedded_server(settings, log_dir=settings.output_dir / "logs") as url:
         yield settings.replace(served_url=url)
 
@@ -70,22 +72,24 @@ def ensure_task_images(settings: Settings) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the settings (the only place this process does), then run; a setup error exits 2 with its message."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         settings = load_settings(args)
-    except ConfigError as exc:
+        if settings.backend == "slime":
+            return slime_main(args)
+        return run(settings)
+    except SetupError as exc:
         print(f"qwen-swe: {exc}", file=sys.stderr)
-        return 2
-    if settings.backend == "slime":
-        from qwen_swe.backends.slime.launcher import main as slime_main
+        return SETUP_EXIT_CODE
 
-        return slime_main(args)
+
+def run(settings: Settings) -> int:
+    """Reap leftovers, build the task images, start the embedded server if needed, then train."""
     settings.write(settings.output_dir)
     log.info("run %s -> %s (%s)", settings.label, settings.output_dir,
              "embedded default" if settings.embedded else settings.vllm_url)
-    from qwen_swe.sandbox.docker import reap
-
     reap(settings.label)  # leftovers of a runner that was killed with SIGKILL
     try:
         ensure_task_images(settings)

@@ -25,21 +25,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from qwen_swe.paths import agent_bundle_dir
+from qwen_swe.paths import AGENT_MOUNT, agent_bundle_dir
+from qwen_swe.errors import BundleError
 
 QWEN_CODE_VERSION = "0.24.4"
 QWEN_CODE_PACKAGE = "@qwen-code/qwen-code"
 # The registry's `dist.integrity` of @qwen-code/qwen-code@0.24.4: a re-published tarball fails the build.
 QWEN_CODE_INTEGRITY = "sha512-pmexy/Nj+BKd3Un1ogqGQE8V4GJn5B6N9PQOrU1GH+lMR29kn6Bgf6YdbZa8hNIoTmAKT1LTPK+P8TibZRPPVg=="
 NODE_MAJOR = 22
-AGENT_MOUNT = "/opt/qwen-swe-agent"
 # ripgrep builds for other platforms: 19 MB nobody in a Linux x86-64 container can run.
 _FOREIGN_RIPGREP = ("arm64-darwin", "x64-darwin", "x64-win32")
 _CMD_TIMEOUT = 600.0
-
-
-class BundleError(RuntimeError):
-    """The runtime bundle cannot be built or is incomplete; the message names the step and the fix."""
 
 
 @dataclass(frozen=True)

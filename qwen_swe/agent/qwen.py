@@ -22,13 +22,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from qwen_swe.agent.bundle import AGENT_MOUNT
+from qwen_swe.paths import AGENT_MOUNT, TESTBED
+from qwen_swe.sandbox.base import Sandbox
 from qwen_swe.config.settings import Settings
 
 Profile = Literal["full", "compact"]
 Outcome = Literal["completed", "turn_limit", "timeout", "agent_error"]
 
-REPO_DIR = "/testbed"
+REPO_DIR = TESTBED
 QWEN_HOME = "/tmp/qwen-home"  # a fixed path: it shows up in the prompt, so every rollout must use the same one
 RUN_DIR = "/tmp/qwen-swe-agent"  # prompt, stdout and stderr of the CLI
 SYSTEM_SETTINGS = f"{QWEN_HOME}/system-settings.json"
@@ -60,28 +61,11 @@ _API_ERROR = re.compile(r"\[API Error|Request timeout after|Connection error|ECO
 _LOOP_GUARD = re.compile(r"Loop detection halted the run", re.I)
 
 
-class ExecLike(Protocol):
-    exit_code: int
-    output: str
-    timed_out: bool
-
-
-class SandboxLike(Protocol):
-    """The part of ``sandbox.Sandbox`` the agent uses."""
-
-    async def exec(self, cmd: str, timeout: float, *, workdir: str | None = None,
-                   env: dict[str, str] | None = None) -> ExecLike: ...
-    async def write_file(self, path: str, content: Any) -> Any: ...
-    async def read_file(self, path: str) -> Any: ...
-    async def git_diff(self, repo: str = REPO_DIR, exclude: tuple[str, ...] = ()) -> str: ...
-
-
 @dataclass(frozen=True)
 class AgentResult:
     """What one agent run produced. ``infra`` marks failures that are not the model's doing: drop the sample."""
 
     outcome: Outcome
-    patch: str
     final_message: str
     exit_code: int | None
     seconds: float
@@ -226,7 +210,7 @@ def classify(exit_code: int | None, timed_out: bool, summary: StreamSummary, std
 
 
 # --- the run ----------------------------------------------------------------------------------------------------
-async def run_agent(sandbox: SandboxLike, *, base_url: str, model: str, prompt: str, settings: Settings,
+async def run_agent(sandbox: Sandbox, *, base_url: str, model: str, prompt: str, settings: Settings,
                     profile: Profile = "full", bundle: str = AGENT_MOUNT) -> AgentResult:
     """Run qwen-code once on the task in ``sandbox`` (/testbed) and collect its outcome and ``git diff``.
 
@@ -266,14 +250,18 @@ async def run_agent(sandbox: SandboxLike, *, base_url: str, model: str, prompt: 
     outcome, infra = classify(exit_code, done.timed_out, summary, stderr)
     if exit_code in (126, 127):
         outcome, infra = "agent_error", True  # the bundle is not mounted or Node cannot start in this image
-    patch = await sandbox.git_diff(REPO_DIR, exclude=(".qwen",))
     tail = (stderr[-3000:] + ("\n" + json.dumps(summary.result)[-1000:] if summary.result else "")).strip()
-    return AgentResult(outcome=outcome, patch=patch, final_message=summary.final_message, exit_code=exit_code,
+    return AgentResult(outcome=outcome, final_message=summary.final_message, exit_code=exit_code,
                        seconds=round(seconds, 3), tool_calls=summary.tool_calls, log_tail=tail, infra=infra,
                        turns=(summary.result or {}).get("num_turns"), stray_processes=stray)
 
 
-async def _read_text(sandbox: SandboxLike, path: str) -> str:
+async def take_diff(sandbox: Sandbox) -> str:
+    """The agent's change: ``git diff`` of the repository against the starting commit, without agent state."""
+    return await sandbox.git_diff(REPO_DIR, exclude=(".qwen",))
+
+
+async def _read_text(sandbox: Sandbox, path: str) -> str:
     try:
         data = await sandbox.read_file(path)
     except Exception:  # noqa: BLE001 - a missing log is an empty log; the exit code still decides

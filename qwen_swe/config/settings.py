@@ -18,13 +18,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from qwen_swe.paths import TASK_PACK, embedded_model_dir
+from qwen_swe.errors import ConfigError
 
 DEFAULT_MODEL = "Qwen/Qwen3-Coder-30B-A3B-Instruct"
 DEFAULT_DATASET = "princeton-nlp/SWE-bench_Verified"
-
-
-class ConfigError(ValueError):
-    """A setting is missing or invalid; the message names the variable and the fix."""
 
 
 def _opt(default: Any, help: str, choices: Sequence[str] | None = None, minimum: float | None = None,

@@ -8,8 +8,10 @@ has an 8k context and needs a literal tool-call example to copy (notes/qwen_vllm
 from __future__ import annotations
 
 from typing import Any, Mapping
+from qwen_swe.errors import PromptError
+from qwen_swe.paths import TESTBED
 
-REPO_DIR = "/testbed"
+REPO_DIR = TESTBED
 
 SYSTEM_PROMPT_COMPACT = f"""\
 You are a coding agent working in a git repository at {REPO_DIR} (the current directory). \
@@ -34,10 +36,6 @@ Make the minimal change to non-test files in {repo_dir} so that the issue is res
 - Do not commit: your uncommitted changes (`git diff`) are your answer.
 - When you are done, reply with a short summary and no tool call.
 """
-
-
-class PromptError(ValueError):
-    """An instance cannot be turned into a prompt; the message names the instance and the field."""
 
 
 def build_prompt(instance: Mapping[str, Any], repo_dir: str = REPO_DIR) -> str:

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Sequence
 
 from qwen_swe.data.prompts import build_prompt
 from qwen_swe.data.sample import Sample
+from qwen_swe.errors import DataError
 
 try:  # inside a slime checkout, be a real slime DataSource so --data-source-path accepts us
     from slime.rollout.data_source import DataSource as _Base  # type: ignore[import-not-found]
@@ -36,10 +37,6 @@ EVAL_TYPES = ("pass_and_fail", "fail_only")
 LOCAL_SUFFIXES = (".json", ".jsonl", ".parquet")
 STATE_VERSION = 1
 _STATE_RE = re.compile(r"^data_source_state_(-?\d+)\.json$")
-
-
-class DataError(ValueError):
-    """The data (a file, a row, an instance list, a saved position) is unusable; the message says what to do."""
 
 
 # ------------------------------------------------------------------------------------------------

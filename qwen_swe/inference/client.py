@@ -23,10 +23,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-
-class InferenceError(RuntimeError):
-    """An inference server call failed; the message names the server, the endpoint and what to do."""
+from qwen_swe.errors import InferenceError
 
 
 @dataclass(frozen=True)

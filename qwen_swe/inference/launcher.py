@@ -27,36 +27,17 @@ from pathlib import Path
 from typing import IO, Iterator, Mapping, Sequence
 
 from qwen_swe import paths
-from qwen_swe.config import settings as config  # noqa: E402
-from qwen_swe.inference.client import InferenceClient, InferenceError  # noqa: E402
+from qwen_swe.config import settings as config
+from qwen_swe.inference.client import InferenceClient, InferenceError
+from qwen_swe.traffic.toolcalls import TOOL_CALL_PARSERS, tool_call_parser_for
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 TEMPLATE = Path(__file__).resolve().parent / "chat_templates" / "hermes_compact.jinja"
 EMBEDDED = "embedded"
 EMBEDDED_SERVED_NAME = "smollm2-135m"
-# Model family -> vLLM tool-call parser; first match on the lower-cased model name or path wins. Qwen3-Coder writes
-# XML tool calls (<function=...><parameter=...>) that only qwen3_coder parses; Qwen2.5/Qwen3 and the embedded
-# SmolLM2 (with the compact Hermes template) write <tool_call>{json}</tool_call>, which hermes parses.
-TOOL_CALL_PARSERS: tuple[tuple[str, str], ...] = (
-    ("qwen3-coder", "qwen3_coder"), ("qwen3_coder", "qwen3_coder"), ("qwen3coder", "qwen3_coder"),
-    ("qwen2.5", "hermes"), ("qwen2_5", "hermes"), ("qwen3", "hermes"),
-    ("smollm2", "hermes"), (EMBEDDED, "hermes"),
-)
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM accepts for --max-lora-rank
 
 
-def tool_call_parser_for(model: str) -> str:
-    name = model.lower()
-    for needle, parser in TOOL_CALL_PARSERS:
-        if needle in name:
-            return parser
-    families = ", ".join(f"{needle} -> {parser}" for needle, parser in TOOL_CALL_PARSERS)
-    raise config.ConfigError(f"no tool-call parser known for model {model!r} (known families: {families}); pass "
-                             "--tool-call-parser NAME (e.g. hermes, qwen3_coder, llama3_json) matching the format "
-                             "the model writes tool calls in")
-
-
-tool_parser_for = tool_call_parser_for  # the name the rollout engine imports
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import json
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ import docker
 from qwen_swe.reward import scoring as grading
 from qwen_swe.config.settings import Settings, load_settings
 from qwen_swe.sandbox.docker import DockerSandbox, SandboxError, docker_client, ensure_image, image_for
+from qwen_swe.paths import TESTBED
 
 PATCH_PATH = "/tmp/patch.diff"
 EVAL_PATH = "/eval.sh"
@@ -40,11 +42,16 @@ APPLY_TIMEOUT = 300.0
 MODES = ("binary", "fractional", "shaped")
 
 
+class GradeStatus(str, Enum):
+    GRADED = "graded"    # the verdict is the model's: +1 or -1 (or a mode's value)
+    ABORTED = "aborted"  # infrastructure failed: the sample is dropped, never scored
+
+
 @dataclass
 class Grade:
     reward: float
     resolved: bool
-    status: str                      # "graded" | "aborted"
+    status: GradeStatus
     reason: str | None
     f2p_passed: float
     p2p_passed: float
@@ -53,15 +60,15 @@ class Grade:
 
     @property
     def aborted(self) -> bool:
-        return self.status == "aborted"
+        return self.status == GradeStatus.ABORTED
 
 
 def _aborted(reason: str, details: dict[str, Any], timings: dict[str, float]) -> Grade:
-    return Grade(0.0, False, "aborted", reason, 0.0, 0.0, details, timings)
+    return Grade(0.0, False, GradeStatus.ABORTED, reason, 0.0, 0.0, details, timings)
 
 
 def _failed(reason: str, details: dict[str, Any], timings: dict[str, float]) -> Grade:
-    return Grade(-1.0, False, "graded", reason, 0.0, 0.0, details, timings)
+    return Grade(-1.0, False, GradeStatus.GRADED, reason, 0.0, 0.0, details, timings)
 
 
 async def grade_async(instance: dict, patch: str, *, settings: Settings | None = None, run_id: str | None = None,
@@ -87,7 +94,7 @@ async def grade_async(instance: dict, patch: str, *, settings: Settings | None =
                          Path(log_dir) if log_dir else settings.output_dir / "grades", client, boot_limit,
                          details, timings)
     timings["total"] = time.monotonic() - t0
-    if grade.status == "graded" and mode != "binary":
+    if grade.status == GradeStatus.GRADED and mode != "binary":
         _apply_mode(grade, mode, instance, details.get("kept_files", set()), agent_stats, settings)
     details.pop("kept_files", None)
     if "log_dir" in details:
@@ -169,7 +176,7 @@ async def _run_in(box: DockerSandbox, instance: dict, patch: str, script: str, s
     attempts = []
     applied = None
     for cmd in grading.GIT_APPLY_CMDS:
-        res = await box.exec(f"{cmd} {PATCH_PATH}", timeout=APPLY_TIMEOUT, workdir="/testbed")
+        res = await box.exec(f"{cmd} {PATCH_PATH}", timeout=APPLY_TIMEOUT, workdir=TESTBED)
         if res.timed_out:
             raise SandboxError(f"`{cmd}` timed out after {APPLY_TIMEOUT:.0f}s in {box.name}")
         attempts.append(f"$ {cmd} {PATCH_PATH}\n(exit {res.exit_code})\n{res.output}")
@@ -185,7 +192,7 @@ async def _run_in(box: DockerSandbox, instance: dict, patch: str, script: str, s
 
     t = time.monotonic()
     await box.write_file(EVAL_PATH, script, mode=0o755)
-    res = await box.exec(f"/bin/bash {EVAL_PATH}", timeout=settings.eval_timeout, workdir="/testbed")
+    res = await box.exec(f"/bin/bash {EVAL_PATH}", timeout=settings.eval_timeout, workdir=TESTBED)
     timings["eval"] = time.monotonic() - t
     (gdir / "test_output.txt").write_text(res.output)
     if res.timed_out:
@@ -204,5 +211,5 @@ async def _run_in(box: DockerSandbox, instance: dict, patch: str, script: str, s
     if not verdict.found:
         return _failed(f"eval failed: {verdict.problem}", details, timings)
     reward = 1.0 if verdict.resolved else -1.0
-    return Grade(reward, verdict.resolved, "graded", None if verdict.resolved else verdict.resolution,
+    return Grade(reward, verdict.resolved, GradeStatus.GRADED, None if verdict.resolved else verdict.resolution,
                  verdict.f2p, verdict.p2p, details, timings)

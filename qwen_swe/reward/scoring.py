@@ -37,6 +37,8 @@ from swebench.harness.grading import (compute_fail_to_pass, compute_pass_to_pass
 from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 from swebench.harness.test_spec.create_scripts import make_eval_script_list
 from swebench.harness.test_spec.test_spec import TestSpec
+from qwen_swe.errors import GradingError
+from qwen_swe.paths import TESTBED
 
 __all__ = ["GIT_APPLY_CMDS", "GradingError", "FileDiff", "split_patch", "patch_files", "filter_patch",
            "eval_script", "parser_for", "test_spec_for", "Verdict", "judge_log", "Components", "shaped_reward",
@@ -50,10 +52,6 @@ _CONFIG_FILES = {"setup.cfg", "pyproject.toml"}
 _PYTEST_HUNK = re.compile(r"pytest|^\s*(addopts|testpaths|python_files|python_classes|python_functions|"
                           r"norecursedirs|filterwarnings|markers|xfail_strict|usefixtures|required_plugins|"
                           r"minversion|confcutdir)\s*=", re.IGNORECASE)
-
-
-class GradingError(RuntimeError):
-    """The instance cannot be graded as given (no eval script, unknown parser); the message names the fix."""
 
 
 # --- patches -------------------------------------------------------------------------------------
@@ -169,7 +167,7 @@ def eval_script(instance: Mapping[str, Any]) -> str:
     if specs is None or repo not in MAP_REPO_TO_EXT:
         raise GradingError(f"{instance.get('instance_id')}: no eval_script column and swebench 4.1.0 has no spec for "
                            f"{repo} version {version}; add the 5.x columns (eval_script, log_parser) to the row")
-    lines = make_eval_script_list(dict(instance), specs, "testbed", "/testbed", instance["base_commit"],
+    lines = make_eval_script_list(dict(instance), specs, "testbed", TESTBED, instance["base_commit"],
                                   instance["test_patch"])
     return EVAL_HEADER + "\n".join(lines) + "\n"
 

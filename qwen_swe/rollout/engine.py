@@ -11,19 +11,24 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import logging
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
-from qwen_swe.config.settings import Settings
-from qwen_swe.paths import agent_bundle_dir
-from qwen_swe.data.sample import Sample, Status
-from qwen_swe.rollout.progress import BatchStats
+import docker
+import requests
 
-AGENT_MOUNT = "/opt/qwen-swe-agent"
+from qwen_swe.agent.qwen import AgentResult, run_agent, take_diff
+from qwen_swe.config.settings import Settings
+from qwen_swe.data.sample import Sample, Status
+from qwen_swe.errors import DropReason, InfraError, SandboxError
+from qwen_swe.paths import AGENT_MOUNT, agent_bundle_dir
+from qwen_swe.reward.harness import Grade, GradeStatus, grade_async
+from qwen_swe.rollout.progress import BatchStats
+from qwen_swe.sandbox.docker import DockerSandbox, image_for
+from qwen_swe.traffic.proxy import RecordingProxy
+from qwen_swe.traffic.toolcalls import tool_call_parser_for
+from qwen_swe.traffic.trajectory import build_sample, to_sample
 
 
 class RolloutEngine:
@@ -42,10 +47,7 @@ class RolloutEngine:
         self._boot = asyncio.Semaphore(settings.boot_concurrency)
 
     async def start(self) -> None:
-        from transformers import AutoTokenizer
-
-        from qwen_swe.traffic.proxy import RecordingProxy
-        from qwen_swe.inference.launcher import tool_parser_for
+        from transformers import AutoTokenizer  # late: heavy, and only the rollout side needs it
 
         # Each running sample parks blocking Docker calls (a whole agent run's exec) on the default executor, and
         # so does grading: size it for the samples plus the graders, or they starve each other (6 threads on 2 cores).
@@ -55,7 +57,7 @@ class RolloutEngine:
         self.tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self.model)
         self.proxy = RecordingProxy(self.upstream, model=self.served_model, tokenizer=self.tokenizer,
                                     mode="tokens", request_timeout=self.settings.request_timeout,
-                                    tool_parser=tool_parser_for(self.model))
+                                    tool_parser=tool_call_parser_for(self.model))
         await self.proxy.start()
 
     async def stop(self) -> None:
@@ -71,80 +73,82 @@ class RolloutEngine:
         if self.proxy is not None:
             self.proxy.weight_version = version
 
-    # --- one sample ------------------------------------------------------------------------
+    # --- one sample: start sandbox -> run agent -> take diff -> build trajectory -> grade --------------
     async def run_sample(self, sample: Sample, stats: BatchStats) -> Sample:
-        """Fill ``sample`` in place; on infrastructure failure mark it ABORTED with ``metadata["drop_reason"]``."""
+        """Fill ``sample`` in place. An infrastructure failure marks it ABORTED with its ``DropReason``; any other
+        exception is a bug and propagates."""
         async with self._samples:
             stats.running += 1
             try:
-                return await asyncio.wait_for(self._run_sample(sample), self.settings.agent_timeout
-                                              + self.settings.eval_timeout + 120)
+                guard = self.settings.agent_timeout + self.settings.eval_timeout + 120
+                return await asyncio.wait_for(self._run_sample(sample), guard)
             except asyncio.TimeoutError:
-                return _drop(sample, "sample_timeout: outer time guard hit")
-            except Exception as exc:  # noqa: BLE001 - a bad sample is data, not a crash of the run
-                return _drop(sample, f"error: {exc.__class__.__name__}: {exc}")
+                return drop(sample, DropReason.SAMPLE_TIMEOUT, "outer time guard hit")
+            except InfraError as exc:
+                return drop(sample, exc.reason, str(exc))
             finally:
                 stats.running -= 1
-                if sample.status == Status.ABORTED:
-                    stats.drop(sample.metadata.get("drop_reason", "unknown"))
-                else:
-                    stats.graded += 1
-                    stats.rewards.append(float(sample.reward))
-                    stats.resolved += bool(sample.metadata.get("resolved"))
+                stats.count(sample)
 
     async def _run_sample(self, sample: Sample) -> Sample:
-        from qwen_swe.agent.qwen import run_agent
-        from qwen_swe.reward.harness import grade_async
-        from qwen_swe.sandbox.docker import DockerSandbox, SandboxError, image_for
-        from qwen_swe.traffic.trajectory import build_sample, to_sample
-
-        s, meta = self.settings, sample.metadata
+        meta = sample.metadata
         instance = {k: v for k, v in meta.items() if k not in _RUN_KEYS}
         meta["weight_version"] = self.weight_version
         t0 = time.monotonic()
         session = self.proxy.open_session({"instance_id": meta["instance_id"], "index": sample.index})
-        turns: list = []
         try:
-            sandbox = DockerSandbox(
-                image_for(instance, s.image_namespace), run_id=s.label, role="rollout", cpus=s.sandbox_cpus,
-                memory=s.sandbox_memory, network=s.sandbox_network, mounts={str(agent_bundle_dir()): AGENT_MOUNT},
-                base_commit=instance.get("base_commit"), hide_future=True, boot_limit=self._boot)
-            async with sandbox:
-                agent = await run_agent(sandbox, base_url=session.base_url, model=self.served_model,
-                                        prompt=str(sample.prompt), settings=s,
-                                        profile="compact" if s.embedded else "full")
-        except SandboxError as exc:
-            return _drop(sample, f"sandbox: {exc}")
+            async with self._start_sandbox(instance) as sandbox:
+                agent = await self._run_agent(sandbox, session.base_url, str(sample.prompt))
+                patch = await take_diff(sandbox)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise SandboxError(f"the Docker engine failed during the rollout: {exc}") from exc
         finally:
             turns = self.proxy.close_session(session.id)
         t_agent = time.monotonic()
-        meta.update(outcome=agent.outcome, patch=agent.patch, final_message=agent.final_message,
+        meta.update(outcome=agent.outcome, patch=patch, final_message=agent.final_message,
                     agent_seconds=round(t_agent - t0, 3), tool_calls=agent.tool_calls)
-        if getattr(agent, "infra", False):
-            return _drop(sample, f"agent_error: {agent.log_tail[-300:] if agent.log_tail else agent.outcome}")
-        if not any(t.ok and t.sampled_ids for t in turns):
-            return _drop(sample, "no_model_turns: the agent made no successful model call")
+        _check_agent(agent, turns)
+        traj = self._build_trajectory(turns)
+        grade = await self._grade(instance, patch, agent, traj)
+        return self._fill(sample, traj, grade, turns, grade_seconds=time.monotonic() - t_agent)
 
-        traj = build_sample(turns, max_response_len=s.max_response_len, mask_truncated=s.mask_truncated,
+    def _start_sandbox(self, instance: dict) -> DockerSandbox:
+        s = self.settings
+        return DockerSandbox(
+            image_for(instance, s.image_namespace), run_id=s.label, role="rollout", cpus=s.sandbox_cpus,
+            memory=s.sandbox_memory, network=s.sandbox_network, mounts={str(agent_bundle_dir()): AGENT_MOUNT},
+            base_commit=instance.get("base_commit"), hide_future=True, boot_limit=self._boot)
+
+    async def _run_agent(self, sandbox: DockerSandbox, base_url: str, prompt: str) -> AgentResult:
+        return await run_agent(sandbox, base_url=base_url, model=self.served_model, prompt=prompt,
+                               settings=self.settings, profile="compact" if self.settings.embedded else "full")
+
+    def _build_trajectory(self, turns: list) -> Any:
+        s = self.settings
+        return build_sample(turns, max_response_len=s.max_response_len, mask_truncated=s.mask_truncated,
                             tokenizer=self.tokenizer)
+
+    async def _grade(self, instance: dict, patch: str, agent: AgentResult, traj: Any) -> Grade:
         stats = {"response_tokens": traj.metadata.get("sampled_tokens", traj.response_length),
                  "tool_calls": agent.tool_calls, "completed": agent.outcome == "completed"}
-        grade = await grade_async(instance, agent.patch, settings=s, run_id=s.label, agent_stats=stats)
-        if grade.status != "graded":
-            return _drop(sample, f"grade_aborted: {grade.reason}")
+        grade = await grade_async(instance, patch, settings=self.settings, run_id=self.settings.label,
+                                  agent_stats=stats)
+        if grade.status != GradeStatus.GRADED:
+            raise GradeAborted(grade.reason or "the grader aborted")
+        return grade
+
+    def _fill(self, sample: Sample, traj: Any, grade: Grade, turns: list, grade_seconds: float) -> Sample:
         to_sample(traj, sample)
-        meta = sample.metadata  # to_sample builds a new dict
-        if s.tool_choice == "required":
-            # Under a forced tool call vLLM reports logprobs after its grammar mask (notes/qwen_vllm_cpu.md 5.2),
-            # not the policy's own; with one optimizer step per batch the trainer's recomputation is the
-            # behaviour policy (ratio 1).
+        if self.settings.tool_choice == "required":
+            # Under a forced tool call vLLM reports logprobs after its grammar mask, not the policy's own; with
+            # one optimizer step per batch the trainer's recomputation is the behaviour policy (ratio 1).
             sample.rollout_log_probs = None
         sample.reward = float(grade.reward)
         sample.status = Status.TRUNCATED if traj.metadata.get("truncated") else Status.COMPLETED
-        meta.update(resolved=grade.resolved, f2p_passed=grade.f2p_passed, p2p_passed=grade.p2p_passed,
-                    grade_details=_jsonable(grade.details), grade_timings=grade.timings,
-                    trajectory=_jsonable(traj.metadata), turns=len(turns),
-                    grade_seconds=round(time.monotonic() - t_agent, 3))
+        sample.metadata.update(resolved=grade.resolved, f2p_passed=grade.f2p_passed, p2p_passed=grade.p2p_passed,
+                               grade_details=_jsonable(grade.details), grade_timings=grade.timings,
+                               trajectory=_jsonable(traj.metadata), turns=len(turns),
+                               grade_seconds=round(grade_seconds, 3))
         sample.weight_versions = [str(self.weight_version)]
         return sample
 
@@ -172,14 +176,14 @@ class RolloutEngine:
             task.cancel()
         await asyncio.gather(*late, return_exceptions=True)
         for x in (x for g in groups for x in g if x.status == Status.PENDING):
-            stats.drop(_drop(x, f"rollout_timeout: the batch exceeded {self.settings.rollout_timeout:.0f}s")
-                       .metadata["drop_reason"])
+            stats.count(drop(x, DropReason.ROLLOUT_TIMEOUT,
+                             f"the batch exceeded {self.settings.rollout_timeout:.0f}s"))
         return [t.result() for t in tasks if t not in late and t.result() is not None]
 
 
 _RUN_KEYS = {"weight_version", "outcome", "patch", "final_message", "agent_seconds", "tool_calls", "resolved",
              "f2p_passed", "p2p_passed", "grade_details", "grade_timings", "trajectory", "turns", "grade_seconds",
-             "drop_reason"}
+             "drop_reason", "drop_detail"}
 
 
 def _fresh_copy(sample: Sample) -> Sample:
@@ -191,11 +195,32 @@ def _fresh_copy(sample: Sample) -> Sample:
     return fresh
 
 
-def _drop(sample: Sample, reason: str) -> Sample:
+class AgentFailure(InfraError):
+    """The agent could not talk to the model (API errors, no successful model call): not the model's doing."""
+
+    def __init__(self, reason: DropReason, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+class GradeAborted(InfraError):
+    reason = DropReason.GRADE_ABORTED
+
+
+def _check_agent(agent: AgentResult, turns: list) -> None:
+    if agent.infra:
+        raise AgentFailure(DropReason.AGENT_ERROR, agent.log_tail[-300:] if agent.log_tail else agent.outcome)
+    if not any(t.ok and t.sampled_ids for t in turns):
+        raise AgentFailure(DropReason.NO_MODEL_TURNS, "the agent made no successful model call")
+
+
+def drop(sample: Sample, reason: DropReason, detail: str) -> Sample:
+    """Mark ``sample`` as dropped by the infrastructure: never trained on, never scored."""
     sample.status = Status.ABORTED
     sample.remove_sample = True
     sample.reward = 0.0
-    sample.metadata["drop_reason"] = reason
+    sample.metadata["drop_reason"] = reason.value
+    sample.metadata["drop_detail"] = detail
     return sample
 
 

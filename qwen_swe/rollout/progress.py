@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from qwen_swe.data.sample import Sample, Status
+
 
 @dataclass
 class BatchStats:
@@ -25,10 +27,18 @@ class BatchStats:
     resolved: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
 
-    def drop(self, reason: str) -> None:
-        self.dropped += 1
-        key = reason.split(":")[0][:60]
-        self.reasons[key] = self.reasons.get(key, 0) + 1
+    def count(self, sample: Sample) -> None:
+        """Count a finished sample: graded (its reward), or dropped (its ``DropReason`` value)."""
+        if sample.status == Status.PENDING:  # did not finish: a bug is propagating
+            return
+        if sample.status == Status.ABORTED:
+            self.dropped += 1
+            key = sample.metadata.get("drop_reason", "unknown")
+            self.reasons[key] = self.reasons.get(key, 0) + 1
+        else:
+            self.graded += 1
+            self.rewards.append(float(sample.reward))
+            self.resolved += bool(sample.metadata.get("resolved"))
 
 
 def render(stats: BatchStats, title: str) -> Table:

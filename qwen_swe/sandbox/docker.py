@@ -31,6 +31,9 @@ from typing import Any, TypeVar
 
 import docker
 import docker.errors
+from qwen_swe.errors import SandboxError
+from qwen_swe.paths import TESTBED
+from qwen_swe.sandbox.base import ExecResult, Sandbox
 
 LABEL = "qwen-swe"
 ARCH = "x86_64"
@@ -73,67 +76,6 @@ fi
 """
 
 T = TypeVar("T")
-
-
-class SandboxError(RuntimeError):
-    """A container could not be created, used or removed; the message says which and what to do."""
-
-
-@dataclass
-class ExecResult:
-    exit_code: int
-    output: str          # stdout and stderr merged, head and tail kept when over the limit
-    timed_out: bool
-    truncated: bool
-    seconds: float
-
-
-class Sandbox(abc.ABC):
-    """An isolated machine with a repository in it; ``async with`` guarantees it is removed on every path."""
-
-    @abc.abstractmethod
-    async def start(self) -> None: ...
-
-    @abc.abstractmethod
-    async def exec(self, cmd: str, timeout: float, *, workdir: str | None = None,
-                   env: dict[str, str] | None = None) -> ExecResult: ...
-
-    @abc.abstractmethod
-    async def read_file(self, path: str) -> bytes: ...
-
-    @abc.abstractmethod
-    async def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None: ...
-
-    @abc.abstractmethod
-    async def stop(self) -> None: ...
-
-    async def git_diff(self, repo: str = "/testbed", exclude: Sequence[str] = ()) -> str:
-        """The working tree against HEAD, new files included (``git add -N``), minus the ``exclude`` paths.
-
-        The diff goes through a file, so git's warnings on stderr never end up in the patch and no cap cuts it.
-        """
-        out = f"{_PG_DIR}/.{LABEL}-diff-{uuid.uuid4().hex[:12]}"
-        specs = " ".join(shlex.quote(f":(exclude){p}") for p in exclude)
-        git = "git -c safe.directory='*' -c core.fileMode=false"
-        res = await self.exec(f"{git} add -N . && {git} diff --no-color --no-ext-diff -- . {specs} > {out}",
-                              timeout=120, workdir=repo)
-        if res.exit_code != 0:
-            raise SandboxError(f"git diff in {repo} failed (exit {res.exit_code}): {res.output[-2000:]}")
-        try:
-            return (await self.read_file(out)).decode("utf-8", errors="replace")
-        finally:
-            await self.exec(f"rm -f {out}", timeout=30)
-
-    async def __aenter__(self) -> "Sandbox":
-        try:
-            await self.start()
-        except BaseException:
-            await self.stop()
-            raise
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
 
 def image_for(instance: dict, namespace: str = "swebench") -> str:
@@ -265,7 +207,7 @@ class DockerSandbox(Sandbox):
 
     def __init__(self, image: str, *, run_id: str, role: str = "rollout", cpus: float = 1.0, memory: str = "4g",
                  network: str = "host", mounts: Mapping[str, str] | None = None,
-                 env: Mapping[str, str] | None = None, workdir: str = "/testbed", base_commit: str | None = None,
+                 env: Mapping[str, str] | None = None, workdir: str = TESTBED, base_commit: str | None = None,
                  hide_future: bool = True, boot_limit: asyncio.Semaphore | None = None, output_limit: int = 1 << 20,
                  client: docker.DockerClient | None = None) -> None:
         self.image, self.run_id, self.role = image, run_id, role
@@ -448,4 +390,3 @@ def _drain(stream: Any, buf: _Capped) -> None:
 def _sh(script: str, *args: str) -> str:
     """A shell command that runs ``script`` with positional arguments, quoted safely."""
     return "bash -c " + shlex.quote(script) + " qwen-swe " + " ".join(shlex.quote(a) for a in args)
-

@@ -30,6 +30,7 @@ from aiohttp import web
 from qwen_swe.traffic.sessions import PromptBuilder, Session
 from qwen_swe.traffic.toolcalls import FORMATS, ParsedReply, new_call_id, parse_completion, split_reasoning, structural_tag
 from qwen_swe.traffic.trajectory import Turn
+from qwen_swe.errors import ProxyError, UpstreamFailure
 
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty", "frequency_penalty",
                  "repetition_penalty")
@@ -38,16 +39,6 @@ SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "pres
 # Below this request size, rendering + tokenising (~0.5 ms) is cheaper on the event loop than a thread hop;
 # above it, it moves off the loop so that one long session cannot stall the others.
 INLINE_RENDER_BYTES = 32_768
-
-
-class ProxyError(RuntimeError):
-    """The proxy cannot start or a session cannot be used; the message says what to do."""
-
-
-class UpstreamFailure(Exception):
-    def __init__(self, status: int, body: Any, message: str) -> None:
-        super().__init__(message)
-        self.status, self.body, self.message = status, body, message
 
 
 def _error_body(message: str, kind: str = "proxy_error", code: int | None = None) -> dict[str, Any]:

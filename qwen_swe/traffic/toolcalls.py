@@ -19,6 +19,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from qwen_swe.errors import ConfigError
+
 FORMATS = ("hermes", "qwen3_coder")
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -199,3 +201,24 @@ def structural_tag(tools: list[dict], fmt: str = "hermes", *, strict_arguments: 
             raise ValueError(f"unknown tool-call format {fmt!r}; use one of {', '.join(FORMATS)}")
     return {"type": "structural_tag",
             "format": {"type": "tags_with_separator", "tags": tags, "separator": "\n", "at_least_one": True}}
+
+
+# Model family -> vLLM tool-call parser; first match on the lower-cased model name or path wins. Qwen3-Coder writes
+# XML tool calls (<function=...><parameter=...>) that only qwen3_coder parses; Qwen2.5/Qwen3 and the embedded
+# SmolLM2 (with the compact Hermes template) write <tool_call>{json}</tool_call>, which hermes parses.
+TOOL_CALL_PARSERS: tuple[tuple[str, str], ...] = (
+    ("qwen3-coder", "qwen3_coder"), ("qwen3_coder", "qwen3_coder"), ("qwen3coder", "qwen3_coder"),
+    ("qwen2.5", "hermes"), ("qwen2_5", "hermes"), ("qwen3", "hermes"),
+    ("smollm2", "hermes"), ("embedded", "hermes"),
+)
+
+
+def tool_call_parser_for(model: str) -> str:
+    name = model.lower()
+    for needle, parser in TOOL_CALL_PARSERS:
+        if needle in name:
+            return parser
+    families = ", ".join(f"{needle} -> {parser}" for needle, parser in TOOL_CALL_PARSERS)
+    raise ConfigError(f"no tool-call parser known for model {model!r} (known families: {families}); pass "
+                      "--tool-call-parser NAME (e.g. hermes, qwen3_coder, llama3_json) matching the format "
+                      "the model writes tool calls in")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Iterable
+from qwen_swe.errors import TrajectoryError
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 ASSISTANT_HEADER = f"{IM_START}assistant\n"
@@ -56,10 +57,6 @@ def for_template(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 for c in m["tool_calls"]]
         out.append(m)
     return out
-
-
-class TrajectoryError(ValueError):
-    """Turns cannot become a sample (no ids and no tokenizer, or a template without ChatML markers)."""
 
 
 @dataclass

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
+from qwen_swe.errors import CheckpointError
 
 log = logging.getLogger("qwen_swe.checkpoint")
 
@@ -35,10 +36,6 @@ MARKER = "complete"
 STATE_FILE = "trainer_state.pkl"
 MARGIN_FRACTION = 0.10
 MARGIN_BYTES = 256 * 2**20
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint cannot be written or read; the message names the folder and what to do."""
 
 
 def checkpoint_dir(output_dir: Path) -> Path:

@@ -38,14 +38,11 @@ from qwen_swe.train.grpo import group_advantages, loss_denominator, policy_loss,
 from qwen_swe.train.policy import PolicyModel, build_policy, full_state_dict, make_micro_batch, parameter_bytes, save_hf_folder
 from qwen_swe.data.sample import Sample
 from qwen_swe.train.metrics import MetricsLog
+from qwen_swe.errors import TrainerError
 
 log = logging.getLogger("qwen_swe.trainer")
 
 KEEP_WEIGHT_VERSIONS = 2
-
-
-class TrainerError(RuntimeError):
-    """The trainer cannot continue: a broken batch contract, or a failure on rank 0 shared with all ranks."""
 
 
 class RolloutDriver(Protocol):

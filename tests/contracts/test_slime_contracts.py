@@ -20,11 +20,13 @@ from pathlib import Path
 import pytest
 
 from qwen_swe.config.settings import Settings
+from qwen_swe.errors import DropReason
 
 pytestmark = pytest.mark.slime
 
-OURS = ("qwen_swe.data.sample", "qwen_swe.data.source", "qwen_swe.traffic.trajectory",
-        "qwen_swe.backends.slime.rollout", "qwen_swe.backends.slime.launcher")
+OURS = {"sample": "qwen_swe.data.sample", "data_source": "qwen_swe.data.source",
+        "trajectory": "qwen_swe.traffic.trajectory", "rollout": "qwen_swe.rollout.engine",
+        "slime_rollout": "qwen_swe.backends.slime.rollout", "slime_backend": "qwen_swe.backends.slime.launcher"}
 TOOLS = [{"type": "function", "function": {
     "name": "run_shell_command", "description": "Run a shell command in the repository",
     "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
@@ -49,16 +51,16 @@ def slime():
         pytest.fail(f"SLIME_PATH={root} is not slime v0.2.2 (no slime/backends/fsdp_utils)")
     # appended, not prepended: slime's own regular ``examples`` package must not hide ours
     sys.path.append(str(root))
-    saved = {name: sys.modules.pop(name) for name in OURS if name in sys.modules}
+    saved = {name: sys.modules.pop(name) for name in OURS.values() if name in sys.modules}
     try:
         ns = types.SimpleNamespace(root=root, types=importlib.import_module("slime.utils.types"),
                                    mask_utils=importlib.import_module("slime.utils.mask_utils"),
                                    slime_data_source=importlib.import_module("slime.rollout.data_source"))
-        for name in OURS:
-            setattr(ns, name.rsplit(".", 1)[1], importlib.import_module(name))
+        for attr, name in OURS.items():
+            setattr(ns, attr, importlib.import_module(name))
         yield ns
     finally:
-        for name in OURS:
+        for name in OURS.values():
             sys.modules.pop(name, None)
         sys.modules.update(saved)
         sys.path.remove(str(root))
@@ -215,7 +217,7 @@ def test_rollout_samples_meet_slime_v022_invariants(slime, shared_data, qwen3_to
         assert all(lp == -0.5 for lp, m in zip(x.rollout_log_probs, x.loss_mask) if m)
 
     # aborted samples: status ABORTED and remove_sample, so slime v0.2.2 zeroes their loss mask
-    dropped = slime.rollout._drop(groups[0][0], "sandbox: test")
+    dropped = slime.rollout.drop(groups[0][0], DropReason.SANDBOX, "test")
     assert dropped.status is Status.ABORTED and dropped.remove_sample is True and isinstance(dropped.reward, float)
     dropped.remove_sample = False
     problems = slime.slime_backend.batch_problems(groups, n_samples_per_prompt=2, rollout_batch_size=2)

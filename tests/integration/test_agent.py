@@ -10,9 +10,11 @@ container; a 500 ends as an infrastructure ``agent_error``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import uuid
+from types import SimpleNamespace
 from typing import Any
 
 import docker
@@ -107,6 +109,7 @@ async def _rollout(task: dict, run_id: str, script: list, settings, *, before=No
                     await before(box)
                 result = await qa.run_agent(box, base_url=session.base_url, model="smollm2-135m",
                                             prompt=build_prompt(task), settings=settings, profile=profile)
+                result = SimpleNamespace(**dataclasses.asdict(result), patch=await qa.take_diff(box))
                 extra = await after(box) if after else None
             turns = proxy.close_session(session.id)
     return result, turns, tokenizer, server, extra

@@ -17,7 +17,7 @@ import pytest
 from qwen_swe import paths
 from qwen_swe.config import settings as config
 from qwen_swe.inference.launcher import free_port
-from qwen_swe.backends.slime.weights import (SlimeWeightSync, SlimeWeightSyncError, convert_checkpoint,
+from qwen_swe.backends.slime.weights import (SlimeWeightSync, WeightSyncError, convert_checkpoint,
                                              list_checkpoints, newest_checkpoint)
 
 PERTURBED = "mlp.down_proj.weight"  # the worker flips the sign of these before saving
@@ -107,11 +107,11 @@ def test_version_guard_refuses_stale_weights_and_accepts_the_base_model_for_roll
     args = argparse.Namespace(save=str(tmp_path / "run"), hf_checkpoint=str(tiny_hf))
     sync = SlimeWeightSync(args, NeverCalled())
     assert sync.before_rollout(0) == 0, "rollout 0 runs on the base model"
-    with pytest.raises(SlimeWeightSyncError, match=r"rollout 1 .*iter_0000001.* is missing.*--save-interval 1"):
+    with pytest.raises(WeightSyncError, match=r"rollout 1 .*iter_0000001.* is missing.*--save-interval 1"):
         sync.before_rollout(1)
 
     write_slime_checkpoint(tiny_hf, tmp_path / "run", rollout_id=0, optimizer=False)
-    with pytest.raises(SlimeWeightSyncError, match=r"iter_0000002.*the newest is iter_0000001"):
+    with pytest.raises(WeightSyncError, match=r"iter_0000002.*the newest is iter_0000001"):
         sync.before_rollout(2)
     # an unfinished save (no tracker bump yet) is not a checkpoint
     partial = tmp_path / "run" / "iter_0000002" / "model"

@@ -11,13 +11,15 @@ import json
 
 from qwen_swe.config.settings import Settings
 from qwen_swe.rollout.driver import dump_rollouts
-from qwen_swe.rollout.engine import RolloutEngine, _drop, batch_metrics
+from qwen_swe.errors import DropReason, SandboxError
+from qwen_swe.rollout.engine import RolloutEngine, batch_metrics, drop
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.data.sample import Sample, Status
 
 
 class ScriptedEngine(RolloutEngine):
-    """Outcomes by instance id: a float reward, "infra" (dropped) or "hang" (never finishes)."""
+    """Outcomes by instance id: a float reward, "infra" (dropped), "sandbox" (raises an infrastructure error),
+    "bug" (raises a programming error) or "hang" (never finishes)."""
 
     def __init__(self, settings: Settings, script: dict[str, list]) -> None:
         super().__init__(settings, upstream="http://127.0.0.1:9/v1", model="m")
@@ -31,7 +33,11 @@ class ScriptedEngine(RolloutEngine):
         if outcome == "hang":
             await asyncio.sleep(3600)
         if outcome == "infra":
-            return _drop(sample, "agent_error: upstream 500")
+            return drop(sample, DropReason.AGENT_ERROR, "upstream 500")
+        if outcome == "sandbox":
+            raise SandboxError("container vanished")
+        if outcome == "bug":
+            raise KeyError("a programming error")
         sample.reward, sample.status = float(outcome), Status.COMPLETED
         sample.tokens, sample.response_length, sample.loss_mask = [1, 2, 3], 2, [1, 1]
         sample.metadata["resolved"] = outcome == 1.0
@@ -80,7 +86,7 @@ def test_outer_time_guard_drops_unfinished_samples_instead_of_crashing():
     kept, stats = _run(engine, groups)
     assert [g[0].metadata["instance_id"] for g in kept] == ["a"]
     hung = groups[1][1]
-    assert hung.status == Status.ABORTED and hung.metadata["drop_reason"].startswith("rollout_timeout")
+    assert hung.status == Status.ABORTED and hung.metadata["drop_reason"] == "rollout_timeout"
     assert stats.reasons.get("rollout_timeout") == 1 and stats.running == 0
 
 
@@ -96,4 +102,24 @@ def test_metrics_and_dump_cover_kept_and_dropped_samples(tmp_path):
     dump_rollouts(path, kept, dropped)
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["status"] for r in rows] == ["completed", "completed", "aborted"]
-    assert rows[-1]["drop_reason"] == "agent_error: upstream 500" and rows[-1]["instance_id"] == "b"
+    assert rows[-1]["drop_reason"] == "agent_error" and rows[-1]["drop_detail"] == "upstream 500" and rows[-1]["instance_id"] == "b"
+
+
+def test_an_infrastructure_error_drops_the_sample_with_its_reason_and_detail():
+    engine = ScriptedEngine(Settings(), {"a": [1.0, "sandbox"]})
+    groups = _groups(["a"])
+    kept, stats = _run(engine, groups)
+    assert kept == [] and stats.reasons == {"sandbox": 1} and stats.graded == 1
+    lost = groups[0][1]
+    assert lost.status == Status.ABORTED and lost.remove_sample and lost.reward == 0.0
+    assert lost.metadata["drop_reason"] == "sandbox" and lost.metadata["drop_detail"] == "container vanished"
+
+
+def test_a_programming_error_in_the_sample_path_fails_the_batch_loudly():
+    engine = ScriptedEngine(Settings(), {"a": [1.0, "bug"]})
+    try:
+        _run(engine, _groups(["a"]))
+    except KeyError as exc:
+        assert "a programming error" in str(exc)
+    else:
+        raise AssertionError("a KeyError in the sample path must propagate, not become a dropped sample")

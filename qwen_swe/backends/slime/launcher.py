@@ -40,6 +40,7 @@ from typing import Any, Sequence
 
 from qwen_swe.config.settings import ConfigError, Settings, load_settings
 from qwen_swe.paths import REPO_ROOT
+from qwen_swe.errors import SlimeBackendError
 
 SLIME_FSDP_TAG = "v0.2.2"
 SLIME_FSDP_COMMIT = "2418a7844abe4d490a1676dcf88fc3401adab362"
@@ -69,10 +70,6 @@ PACKAGES: tuple[tuple[str, str, str, str], ...] = (
     ("aiohttp", "aiohttp", "the recording proxy", "aiohttp"),
     ("swebench", "swebench", "grading", "swebench"),
 )
-
-
-class SlimeBackendError(RuntimeError):
-    """The slime backend cannot start or a batch breaks slime's contract; the message says what to do."""
 
 
 # ------------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
+from qwen_swe.errors import WeightSyncError
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +41,6 @@ AUX_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokeniz
 _ITER_RE = re.compile(r"^iter_(\d{7,})$")
 DEFAULT_SHARD_BYTES = 4 << 30
 DEFAULT_KEEP_CHECKPOINTS = 3  # Settings.keep_checkpoints' default; slime's args do not carry it
-
-
-class SlimeWeightSyncError(RuntimeError):
-    """The served weights cannot be brought up to date; the message names the checkpoint and what to do."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +71,7 @@ def read_tracker(save_dir: str | os.PathLike[str]) -> int | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise SlimeWeightSyncError(f"{path} is unreadable ({exc}); it should hold one iteration number") from None
+        raise WeightSyncError(f"{path} is unreadable ({exc}); it should hold one iteration number") from None
 
 
 def list_checkpoints(save_dir: str | os.PathLike[str]) -> list[SlimeCheckpoint]:
@@ -104,7 +101,7 @@ def newest_checkpoint(save_dir: str | os.PathLike[str]) -> SlimeCheckpoint | Non
 def hf_name(dcp_key: str) -> str:
     """The HF parameter name of one DCP key of slime's model checkpoint."""
     if not dcp_key.startswith(MODEL_PREFIX):
-        raise SlimeWeightSyncError(f"checkpoint key {dcp_key!r} does not start with {MODEL_PREFIX!r}: this is not "
+        raise WeightSyncError(f"checkpoint key {dcp_key!r} does not start with {MODEL_PREFIX!r}: this is not "
                                    "a model checkpoint written by slime v0.2.2's FSDP backend")
     name = dcp_key[len(MODEL_PREFIX):]
     for infix in WRAPPER_INFIXES:
@@ -131,7 +128,7 @@ def convert_checkpoint(model_dir: str | os.PathLike[str], hf_source: str | os.Pa
     try:
         meta = dcp.FileSystemReader(str(model_dir)).read_metadata()
     except Exception as exc:  # noqa: BLE001 - any reader failure means "not a readable DCP folder"
-        raise SlimeWeightSyncError(f"cannot read the DCP checkpoint in {model_dir} ({exc.__class__.__name__}: "
+        raise WeightSyncError(f"cannot read the DCP checkpoint in {model_dir} ({exc.__class__.__name__}: "
                                    f"{exc}); is the save complete?") from None
     entries = {k: v for k, v in meta.state_dict_metadata.items() if isinstance(v, TensorStorageMetadata)}
     names = {k: hf_name(k) for k in entries}
@@ -194,7 +191,7 @@ def resolve_hf_dir(hf_checkpoint: str | os.PathLike[str]) -> Path:
 
         return Path(snapshot_download(str(hf_checkpoint), allow_patterns=list(AUX_FILES)))
     except Exception as exc:  # noqa: BLE001 - hub errors vary; the message says what to do
-        raise SlimeWeightSyncError(f"--hf-checkpoint {hf_checkpoint!r} is neither a folder with config.json nor a "
+        raise WeightSyncError(f"--hf-checkpoint {hf_checkpoint!r} is neither a folder with config.json nor a "
                                    f"downloadable Hugging Face model ({exc.__class__.__name__}); pass a local "
                                    "folder") from None
 
@@ -209,7 +206,7 @@ def _target_dtype(config: dict[str, Any], dtype: Any) -> Any:
         return None
     value = getattr(torch, str(name).replace("torch.", ""), None)
     if not isinstance(value, torch.dtype):
-        raise SlimeWeightSyncError(f"unknown dtype {name!r} (config.json torch_dtype/dtype or the dtype argument)")
+        raise WeightSyncError(f"unknown dtype {name!r} (config.json torch_dtype/dtype or the dtype argument)")
     return value
 
 
@@ -223,7 +220,7 @@ def _check_names(names: list[str], source: Path, tied: bool) -> None:
     got = set(names)
     missing, extra = sorted(expected - got), sorted(got - expected)
     if missing or extra:
-        raise SlimeWeightSyncError(f"the checkpoint's parameters do not match {source}: missing {missing[:5]} "
+        raise WeightSyncError(f"the checkpoint's parameters do not match {source}: missing {missing[:5]} "
                                    f"({len(missing)}), unexpected {extra[:5]} ({len(extra)}); was it trained "
                                    "from this --hf-checkpoint?")
 
@@ -260,7 +257,7 @@ class SlimeWeightSync:
         src = settings_or_args
         save = getattr(src, "save", None) or getattr(src, "output_dir", None)
         if not save:
-            raise SlimeWeightSyncError("no checkpoint folder: slime's --save (or OUTPUT_DIR) must be set, with "
+            raise WeightSyncError("no checkpoint folder: slime's --save (or OUTPUT_DIR) must be set, with "
                                        "--save-interval 1, for the vLLM server to follow training")
         self.save_dir = Path(save).expanduser()
         self.hf_checkpoint = getattr(src, "hf_checkpoint", None) or getattr(src, "model", None)
@@ -289,12 +286,12 @@ class SlimeWeightSync:
                        f"{self.save_dir / f'iter_{rollout_id:07d}'}/model is missing ({have}). Run slime with "
                        f"--save-interval 1 and the same --save folder as this rollout function reads")
             if not self.allow_frozen:
-                raise SlimeWeightSyncError(message)
+                raise WeightSyncError(message)
             log.warning("ALLOW_FROZEN_SERVER: %s; serving older weights", message)
         if newest is None:
             return 0
         if self.hf_checkpoint is None:
-            raise SlimeWeightSyncError("no --hf-checkpoint (MODEL): the HF folder needs the model's config and "
+            raise WeightSyncError("no --hf-checkpoint (MODEL): the HF folder needs the model's config and "
                                        "tokenizer")
         t0 = time.monotonic()
         target = self.export_root / newest.path.name
@@ -305,7 +302,7 @@ class SlimeWeightSync:
             self.client.reload_weights(str(target))
         except Exception as exc:
             if not self.allow_frozen:
-                raise SlimeWeightSyncError(f"reloading {target} into the inference server failed: {exc}") from exc
+                raise WeightSyncError(f"reloading {target} into the inference server failed: {exc}") from exc
             log.warning("ALLOW_FROZEN_SERVER: reload of %s failed (%s); the server keeps its old weights",
                         target, exc)
             return 0

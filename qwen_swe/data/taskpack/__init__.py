@@ -8,12 +8,9 @@ and ``repos/<name>/``; ``python -m qwen_swe.data.taskpack generate`` turns them 
 from __future__ import annotations
 
 from pathlib import Path
+from qwen_swe.errors import TaskPackError
 
 PACK_DIR = Path(__file__).resolve().parent
 TASKS_JSONL = PACK_DIR / "tasks.jsonl"
 SRC_DIR = PACK_DIR / "src"
 REPOS_DIR = PACK_DIR / "repos"
-
-
-class TaskPackError(RuntimeError):
-    """Generating, building or checking the task pack failed; the message names the task/step and the fix."""

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 
 import requests
 
-from qwen_swe.paths import cache_home
+from qwen_swe.paths import cache_home, TESTBED
 from qwen_swe.data.taskpack import TaskPackError
 from qwen_swe.data.taskpack.repo import make_repo
 
@@ -276,7 +276,7 @@ def ensure_task(client: Any, row: dict[str, Any], log: Callable[[str], None] = p
     try:
         if not container.put_archive("/", archive):
             raise TaskPackError(f"{row['instance_id']}: copying /testbed into the build container failed")
-        _commit(container, name, inputs, workdir="/testbed")
+        _commit(container, name, inputs, workdir=TESTBED)
     finally:
         container.remove(force=True)
     _drop_replaced(client, old, name)

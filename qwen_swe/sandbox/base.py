@@ -1,0 +1,69 @@
+"""The sandbox contract: an isolated machine with a repository in it. ``docker.py`` implements it."""
+
+from __future__ import annotations
+
+import abc
+import shlex
+import uuid
+from dataclasses import dataclass
+from typing import Sequence
+
+from qwen_swe.errors import SandboxError
+from qwen_swe.paths import TESTBED
+
+
+@dataclass
+class ExecResult:
+    exit_code: int
+    output: str          # stdout and stderr merged, head and tail kept when over the limit
+    timed_out: bool
+    truncated: bool
+    seconds: float
+
+
+class Sandbox(abc.ABC):
+    """An isolated machine with a repository in it; ``async with`` guarantees it is removed on every path."""
+
+    @abc.abstractmethod
+    async def start(self) -> None: ...
+
+    @abc.abstractmethod
+    async def exec(self, cmd: str, timeout: float, *, workdir: str | None = None,
+                   env: dict[str, str] | None = None) -> ExecResult: ...
+
+    @abc.abstractmethod
+    async def read_file(self, path: str) -> bytes: ...
+
+    @abc.abstractmethod
+    async def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None: ...
+
+    @abc.abstractmethod
+    async def stop(self) -> None: ...
+
+    async def git_diff(self, repo: str = TESTBED, exclude: Sequence[str] = ()) -> str:
+        """The working tree against HEAD, new files included (``git add -N``), minus the ``exclude`` paths.
+
+        The diff goes through a file, so git's warnings on stderr never end up in the patch and no cap cuts it.
+        """
+        out = f"/tmp/.qwen-swe-diff-{uuid.uuid4().hex[:12]}"
+        specs = " ".join(shlex.quote(f":(exclude){p}") for p in exclude)
+        git = "git -c safe.directory='*' -c core.fileMode=false"
+        res = await self.exec(f"{git} add -N . && {git} diff --no-color --no-ext-diff -- . {specs} > {out}",
+                              timeout=120, workdir=repo)
+        if res.exit_code != 0:
+            raise SandboxError(f"git diff in {repo} failed (exit {res.exit_code}): {res.output[-2000:]}")
+        try:
+            return (await self.read_file(out)).decode("utf-8", errors="replace")
+        finally:
+            await self.exec(f"rm -f {out}", timeout=30)
+
+    async def __aenter__(self) -> "Sandbox":
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
