@@ -59,7 +59,8 @@ async def one_rollout(row: dict, run_id: str) -> dict[str, float]:
                 out["cli_start"] = ref.seconds
                 t1 = time.perf_counter()
                 result = await qa.run_agent(box, base_url=session.base_url, model="smollm2-135m",
-                                            prompt=build_prompt(row), settings=settings, profile="compact")
+                                            prompt=build_prompt(row), agent=settings.agent,
+                                            inference=settings.inference, profile="compact")
                 patch = await qa.take_diff(box)
                 out["rollout"] = time.perf_counter() - t1
                 out["agent_process"] = result.seconds

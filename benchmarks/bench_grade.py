@@ -59,11 +59,12 @@ def main(argv: list[str] | None = None) -> None:
     graded, by_hand, parts = [], [], {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            settings = Settings(output_dir=Path(tmp))
+            settings = Settings.build(output_dir=Path(tmp))
             direct(client, task, run_id)   # warm the page cache for both paths
             for _ in range(args.runs):
                 t0 = time.perf_counter()
-                g = asyncio.run(grade_async(task, task["patch"], settings=settings, run_id=run_id, client=client))
+                g = asyncio.run(grade_async(task, task["patch"], reward=settings.reward, sandbox=settings.sandbox,
+                                            log_dir=settings.output_dir / "grades", run_id=run_id, client=client))
                 graded.append(time.perf_counter() - t0)
                 if not g.resolved:
                     sys.exit(f"the gold patch of {task['instance_id']} did not resolve: {g.status} {g.reason}")

@@ -44,7 +44,7 @@ def worker(model: str, chunk: int, samples: int, tokens: int, prompt: int, steps
     torch.manual_seed(0)
     policy = build_policy(model, device=cpu, chunk_size=chunk)
     opt = torch.optim.AdamW(policy.parameters(), lr=1e-6, weight_decay=0.0)
-    settings = Settings(vllm_url="http://127.0.0.1:9", micro_batch_size=samples)
+    settings = Settings.build(vllm_url="http://127.0.0.1:9", micro_batch_size=samples)
     rng = random.Random(0)
     items = [{"tokens": [rng.randrange(100, 20000) for _ in range(tokens)], "response_length": tokens - prompt,
               "loss_mask": [1] * (tokens - prompt), "advantage": (1.0, -0.5, 0.25, -0.75)[i % 4], "rollout_log_probs": None}

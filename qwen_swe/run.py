@@ -9,9 +9,10 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 from typing import Iterator, Sequence
 
-from qwen_swe.backends.slime.launcher import main as slime_main
+from qwen_swe.backends.slime.launcher import launch as launch_slime
 from qwen_swe.config.settings import Settings, load_settings
 from qwen_swe.errors import SETUP_EXIT_CODE, EmbeddedModelError, SetupError
 from qwen_swe.inference.launcher import embedded_server
@@ -21,10 +22,10 @@ from qwen_swe.paths import REPO_ROOT, embedded_model_dir
 log = logging.getLogger("qwen_swe")
 
 
-def trainer_command(settings: Settings) -> list[str]:
-    procs = settings.train_procs or _default_procs()
+def trainer_command(settings: Settings, settings_file: Path) -> list[str]:
+    procs = settings.train.train_procs or _default_procs()
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}",
-            "-m", "qwen_swe.train.trainer", "--driver", "qwen_swe.rollout.driver:make_driver"]
+            "-m", "qwen_swe.train.trainer", "--settings", str(settings_file)]
 
 
 def _default_procs() -> int:
@@ -35,9 +36,9 @@ def _default_procs() -> int:
 
 def run_trainer(settings: Settings) -> int:
     """Run torchrun in its own process group; Ctrl-C or a failure stops the whole group by its id."""
-    env = {**os.environ, **settings.to_env(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    cmd = trainer_command(settings)
+    cmd = trainer_command(settings, settings.write(settings.output_dir))  # with the started server's URL
     log.info("trainer: %s", " ".join(cmd))
     proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, start_new_session=True)
     try:
@@ -78,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(args)
         if settings.backend == "slime":
-            return slime_main(args)
+            return launch_slime(settings)
         return run(settings)
     except SetupError as exc:
         print(f"qwen-swe: {exc}", file=sys.stderr)
@@ -89,7 +90,7 @@ def run(settings: Settings) -> int:
     """Reap leftovers, build the task images, start the embedded server if needed, then train."""
     settings.write(settings.output_dir)
     log.info("run %s -> %s (%s)", settings.label, settings.output_dir,
-             "embedded default" if settings.embedded else settings.vllm_url)
+             "embedded default" if settings.embedded else settings.inference.vllm_url)
     reap(settings.label)  # leftovers of a runner that was killed with SIGKILL
     try:
         ensure_task_images(settings)

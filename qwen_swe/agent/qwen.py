@@ -24,7 +24,8 @@ from typing import Any, Literal, Protocol
 
 from qwen_swe.paths import AGENT_MOUNT, TESTBED
 from qwen_swe.sandbox.base import Sandbox
-from qwen_swe.config.settings import Settings
+from qwen_swe.agent.settings import AgentSettings
+from qwen_swe.inference.settings import InferenceSettings
 
 Profile = Literal["full", "compact"]
 Outcome = Literal["completed", "turn_limit", "timeout", "agent_error"]
@@ -86,19 +87,19 @@ class StreamSummary:
 
 
 # --- what the CLI gets --------------------------------------------------------------------------------------
-def agent_settings(settings: Settings, profile: Profile) -> dict[str, Any]:
+def agent_settings(agent: AgentSettings, inference: InferenceSettings, profile: Profile) -> dict[str, Any]:
     """qwen-code's settings.json: the endpoint comes from the environment, everything else from here."""
     core = COMPACT_TOOLS if profile == "compact" else FULL_TOOLS
     generation: dict[str, Any] = {
-        "timeout": int(settings.request_timeout * 1000),
+        "timeout": int(inference.request_timeout * 1000),
         "maxRetries": 0,  # the CLI's own 7-attempt loop still retries 5xx; no silent doubling on top
-        "samplingParams": {"temperature": settings.temperature, "top_p": 1.0,
-                           "max_tokens": settings.agent_max_tokens},
+        "samplingParams": {"temperature": agent.temperature, "top_p": 1.0,
+                           "max_tokens": agent.agent_max_tokens},
     }
-    window = settings.max_model_len or (8192 if profile == "compact" else None)
+    window = inference.max_model_len or (8192 if profile == "compact" else None)
     if window:
         generation["contextWindowSize"] = window
-    if settings.tool_choice == "required":
+    if agent.tool_choice == "required":
         generation["extra_body"] = {"tool_choice": "required"}
     return {
         "$version": 4,  # without it the CLI migrates and rewrites the file
@@ -109,7 +110,7 @@ def agent_settings(settings: Settings, profile: Profile) -> dict[str, Any]:
                     "gitCoAuthor": {"commit": False, "pr": False}},
         "memory": {"enableManagedAutoMemory": False, "enableManagedAutoDream": False},
         "model": {
-            "maxSessionTurns": settings.max_turns,
+            "maxSessionTurns": agent.max_turns,
             "skipStartupContext": True, "skipNextSpeakerCheck": True, "skipLoopDetection": True,
             "chatCompression": {"contextPercentageThreshold": 0},
             "generationConfig": generation,
@@ -140,15 +141,15 @@ def agent_env(base_url: str, model: str, profile: Profile, marker: str) -> dict[
     return env
 
 
-def agent_command(settings: Settings, bundle: str = AGENT_MOUNT) -> str:
+def agent_command(agent: AgentSettings, bundle: str = AGENT_MOUNT) -> str:
     """The shell line: ``node cli.js`` directly (no relaunch child to orphan), its group killed past the budget.
 
     The prompt arrives on stdin from a file, so its length is not bound by the kernel's per-argument limit.
     ``timeout`` (not ``--foreground``) signals its whole process group: the CLI and every shell it spawned.
     """
-    budget = max(1, int(settings.agent_timeout))
+    budget = max(1, int(agent.agent_timeout))
     cli = [f"{bundle}/node/bin/node", "--expose-gc", f"{bundle}/qwen-code/package/cli.js",
-           "--yolo", "--output-format", "stream-json", "--max-session-turns", str(settings.max_turns),
+           "--yolo", "--output-format", "stream-json", "--max-session-turns", str(agent.max_turns),
            "--max-wall-time", str(budget)]
     guard = ["timeout", "-s", "TERM", "-k", str(KILL_GRACE), str(budget + KILL_GRACE)]
     return (f"{shlex.join(guard + cli)} < {RUN_DIR}/prompt.txt > {RUN_DIR}/stdout.jsonl "
@@ -210,9 +211,10 @@ def classify(exit_code: int | None, timed_out: bool, summary: StreamSummary, std
 
 
 # --- the run ----------------------------------------------------------------------------------------------------
-async def run_agent(sandbox: Sandbox, *, base_url: str, model: str, prompt: str, settings: Settings,
-                    profile: Profile = "full", bundle: str = AGENT_MOUNT) -> AgentResult:
-    """Run qwen-code once on the task in ``sandbox`` (/testbed) and collect its outcome and ``git diff``.
+async def run_agent(sandbox: Sandbox, *, base_url: str, model: str, prompt: str, agent: AgentSettings,
+                    inference: InferenceSettings, profile: Profile = "full", bundle: str = AGENT_MOUNT) -> AgentResult:
+    """Run qwen-code once on the task in ``sandbox`` (/testbed) and collect its outcome (``take_diff`` then reads
+    its change).
 
     Never raises for the agent's own failures: they come back as an outcome. Sandbox failures (the container
     died, exec broke) propagate as the sandbox's exception, for the caller to drop the sample.
@@ -222,7 +224,7 @@ async def run_agent(sandbox: Sandbox, *, base_url: str, model: str, prompt: str,
     if profile not in ("full", "compact"):
         raise ValueError(f"profile must be 'full' or 'compact', got {profile!r}")
     marker = secrets.token_hex(8)
-    config = json.dumps(agent_settings(settings, profile), indent=1)
+    config = json.dumps(agent_settings(agent, inference, profile), indent=1)
     started = await sandbox.exec(f"mkdir -p {QWEN_HOME} {RUN_DIR} && {_GIT} rev-parse HEAD", timeout=60,
                                  workdir=REPO_DIR)
     base = started.output.strip().splitlines()[-1] if started.exit_code == 0 and started.output.strip() else ""
@@ -234,8 +236,8 @@ async def run_agent(sandbox: Sandbox, *, base_url: str, model: str, prompt: str,
     await sandbox.write_file(f"{RUN_DIR}/prompt.txt", prompt)
 
     start = time.monotonic()
-    budget = max(1, int(settings.agent_timeout))
-    done = await sandbox.exec(agent_command(settings, bundle), timeout=budget + 2 * KILL_GRACE + EXEC_SLACK,
+    budget = max(1, int(agent.agent_timeout))
+    done = await sandbox.exec(agent_command(agent, bundle), timeout=budget + 2 * KILL_GRACE + EXEC_SLACK,
                               workdir=REPO_DIR, env=agent_env(base_url, model, profile, marker))
     seconds = time.monotonic() - start
     # then undo any commit or staging of the agent's, so the diff below is against the starting commit

@@ -1,0 +1,1 @@
+"""Run settings: sections owned by the components, composed and parsed once per process."""

@@ -29,6 +29,7 @@ from typing import IO, Iterator, Mapping, Sequence
 from qwen_swe import paths
 from qwen_swe.config import settings as config
 from qwen_swe.inference.client import InferenceClient, InferenceError
+from qwen_swe.inference.embedded_model import ensure_embedded_model
 from qwen_swe.traffic.toolcalls import TOOL_CALL_PARSERS, tool_call_parser_for
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -204,30 +205,28 @@ def default_python() -> str:
     return str(path) if os.environ.get("VLLM_PYTHON") or path.exists() else sys.executable
 
 
-def embedded_serve_config(settings: config.Settings | None = None, *, port: int = 0, model_dir: Path | None = None,
+def embedded_serve_config(settings: config.Settings, *, port: int = 0, model_dir: Path | None = None,
                           kv_cache_gib: int = 1, reserved_cpus: int = 1, lora_rank: int | None = None) -> ServeConfig:
-    """The measured-good CPU profile for the embedded SmolLM2 (notes/qwen_vllm_cpu.md section 7): bf16, native
+    """The measured-good CPU profile for the embedded SmolLM2: bf16, native
     8192 context, hermes parser with the compact template, 1 GiB KV cache (~46k tokens, 5.7 full contexts).
     One core is reserved for the API server: with the trainer busy on the other core, a 2-thread engine spins at
     OpenMP barriers on a contended core (measured with benchmarks/bench_inference.py --trainer-load: 1 stream
     3.0-4.6 tok/s and 8 streams 16-55 tok/s with 0 reserved, against 15.6-23.2 and 116-158 tok/s with 1).
     Served as ``smollm2-135m`` (or SERVED_MODEL_NAME) and also under the model folder's path."""
-    settings = settings or config.load_settings([])
     if model_dir is None:
-        from qwen_swe.inference.embedded_model import ensure_embedded_model
         model_dir = ensure_embedded_model()
-    names = [settings.served_model_name or EMBEDDED_SERVED_NAME, settings.model_name, str(model_dir)]
+    names = [settings.inference.served_model_name or EMBEDDED_SERVED_NAME, settings.model_name, str(model_dir)]
     return ServeConfig(model=str(model_dir), served_model_names=tuple(dict.fromkeys(names)), host="127.0.0.1",
                        port=port or free_port(), tp=1, tool_call_parser="hermes",
-                       max_model_len=min(settings.max_model_len or 8192, 8192), gpu_memory_utilization=None,
+                       max_model_len=min(settings.inference.max_model_len or 8192, 8192), gpu_memory_utilization=None,
                        dtype="bfloat16", chat_template=str(TEMPLATE),
-                       lora_rank=settings.lora_rank if lora_rank is None else lora_rank,
+                       lora_rank=settings.train.lora_rank if lora_rank is None else lora_rank,
                        python=str(paths.vllm_python()), cpu=True, kv_cache_gib=kv_cache_gib,
                        reserved_cpus=reserved_cpus)
 
 
 @contextlib.contextmanager
-def embedded_server(settings: config.Settings | None = None, *, port: int = 0, log_dir: Path | None = None,
+def embedded_server(settings: config.Settings, *, port: int = 0, log_dir: Path | None = None,
                     startup_timeout: float = 900.0, **profile: object) -> Iterator[str]:
     """Run the embedded CPU vLLM server for the duration of the block; yields its OpenAI base URL
     (``http://127.0.0.1:PORT/v1``). ``profile`` goes to ``embedded_serve_config`` (kv_cache_gib, reserved_cpus,
@@ -261,17 +260,17 @@ def build_arg_parser() -> argparse.ArgumentParser:
 def serve_config_from_args(args: argparse.Namespace, extra: Sequence[str] = (),
                            env: Mapping[str, str] | None = None) -> ServeConfig:
     settings = config.load_settings([], env=env, profile=False)  # the embedded run profile is not a GPU default
-    model = args.model or settings.model or config.DEFAULT_MODEL
-    lora_rank = settings.lora_rank if args.lora_rank is None else args.lora_rank
+    model = args.model or settings.inference.model or config.DEFAULT_MODEL
+    lora_rank = settings.train.lora_rank if args.lora_rank is None else args.lora_rank
     if model == EMBEDDED or model.startswith(EMBEDDED + ":"):
         base = embedded_serve_config(settings, port=args.port, lora_rank=lora_rank,
                                      model_dir=paths.embedded_model_dir() if args.dry_run else None)
         return dataclasses.replace(base, host=args.host or base.host, extra_args=tuple(extra),
                                    python=args.python or base.python)
-    served = args.served_model_name or settings.served_model_name
+    served = args.served_model_name or settings.inference.served_model_name
     return ServeConfig(model=model, served_model_names=(served,) if served else (), host=args.host or "0.0.0.0",
-                       port=args.port, tp=args.tp or settings.tp, dp=args.dp, tool_call_parser=args.tool_call_parser,
-                       max_model_len=args.max_model_len or settings.max_model_len or 65536,
+                       port=args.port, tp=args.tp or settings.inference.tp, dp=args.dp, tool_call_parser=args.tool_call_parser,
+                       max_model_len=args.max_model_len or settings.inference.max_model_len or 65536,
                        gpu_memory_utilization=args.gpu_memory_utilization, lora_rank=lora_rank,
                        python=args.python or default_python(), extra_args=tuple(extra))
 

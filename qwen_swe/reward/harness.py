@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import tempfile
 import uuid
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -31,7 +32,8 @@ from typing import Any
 import docker
 
 from qwen_swe.reward import scoring as grading
-from qwen_swe.config.settings import Settings, load_settings
+from qwen_swe.reward.settings import RewardSettings
+from qwen_swe.sandbox.settings import SandboxSettings
 from qwen_swe.sandbox.docker import DockerSandbox, SandboxError, docker_client, ensure_image, image_for
 from qwen_swe.paths import TESTBED
 
@@ -40,6 +42,7 @@ EVAL_PATH = "/eval.sh"
 EVAL_OUTPUT_LIMIT = 64 << 20   # an eval log is parsed, so it must not be cut; larger is an aborted grade
 APPLY_TIMEOUT = 300.0
 MODES = ("binary", "fractional", "shaped")
+DEFAULT_RUN_ID = "qwen-swe-grade"  # the container label of a grade outside a run
 
 
 class GradeStatus(str, Enum):
@@ -71,31 +74,31 @@ def _failed(reason: str, details: dict[str, Any], timings: dict[str, float]) -> 
     return Grade(-1.0, False, GradeStatus.GRADED, reason, 0.0, 0.0, details, timings)
 
 
-async def grade_async(instance: dict, patch: str, *, settings: Settings | None = None, run_id: str | None = None,
-                      mode: str | None = None, agent_stats: dict | None = None, log_dir: Path | None = None,
+async def grade_async(instance: dict, patch: str, *, reward: RewardSettings | None = None,
+                      sandbox: SandboxSettings | None = None, run_id: str = DEFAULT_RUN_ID, mode: str | None = None,
+                      agent_stats: dict | None = None, log_dir: Path | None = None,
                       client: docker.DockerClient | None = None,
                       boot_limit: asyncio.Semaphore | None = None) -> Grade:
     """Grade ``patch`` for ``instance`` (a SWE-bench row) in a fresh container; see the module docstring.
 
-    ``settings`` defaults to the environment's without the embedded profile (``load_settings(profile=False)``);
-    ``mode`` to ``settings.reward_mode``; ``run_id`` (default ``settings.label``) labels the container so the run's
-    ``reap`` finds it; ``agent_stats``
+    ``reward`` and ``sandbox`` are the grader's settings sections (default: the seed's values); ``mode`` defaults to
+    ``reward.reward_mode``; ``run_id`` labels the container so the run's ``reap`` finds it; ``agent_stats``
     (``response_tokens``, ``tool_calls``, ``completed``) feeds the shaped mode; ``boot_limit`` bounds container
-    starts shared with other work.
+    starts shared with other work; ``log_dir`` (default under the temp folder) gets one folder per grade.
     """
-    settings = settings or load_settings([], profile=False)
-    mode = mode or settings.reward_mode
+    reward, sandbox = reward or RewardSettings(), sandbox or SandboxSettings()
+    mode = mode or reward.reward_mode
     if mode not in MODES:
         raise ValueError(f"reward mode {mode!r} is not one of {', '.join(MODES)}")
     t0 = time.monotonic()
     timings: dict[str, float] = {}
     details: dict[str, Any] = {"mode": mode, "instance_id": instance.get("instance_id")}
-    grade = await _grade(instance, patch or "", settings, run_id or settings.label, agent_stats,
-                         Path(log_dir) if log_dir else settings.output_dir / "grades", client, boot_limit,
-                         details, timings)
+    log_root = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "qwen_swe_grades"
+    grade = await _grade(instance, patch or "", reward, sandbox, run_id, log_root, client, boot_limit, details,
+                         timings)
     timings["total"] = time.monotonic() - t0
     if grade.status == GradeStatus.GRADED and mode != "binary":
-        _apply_mode(grade, mode, instance, details.get("kept_files", set()), agent_stats, settings)
+        _apply_mode(grade, mode, instance, details.get("kept_files", set()), agent_stats, reward)
     details.pop("kept_files", None)
     if "log_dir" in details:
         Path(details["log_dir"], "grade.json").write_text(json.dumps(asdict(grade), indent=2, default=str) + "\n")
@@ -108,7 +111,7 @@ def grade(instance: dict, patch: str, **kw: Any) -> Grade:
 
 
 def _apply_mode(g: Grade, mode: str, instance: dict, kept: set[str], agent_stats: dict | None,
-                settings: Settings) -> None:
+                settings: RewardSettings) -> None:
     if mode == "fractional":
         g.reward = 1.0 if g.resolved else grading.fractional_reward(g.f2p_passed)
         g.details["components"] = {"f2p": g.f2p_passed}
@@ -119,7 +122,7 @@ def _apply_mode(g: Grade, mode: str, instance: dict, kept: set[str], agent_stats
         g.details["components"] = vars(comps)
 
 
-async def _grade(instance: dict, patch: str, settings: Settings, run_id: str, agent_stats: dict | None,
+async def _grade(instance: dict, patch: str, reward: RewardSettings, sandbox: SandboxSettings, run_id: str,
                  log_root: Path, client: docker.DockerClient | None, boot_limit: asyncio.Semaphore | None,
                  details: dict[str, Any], timings: dict[str, float]) -> Grade:
     if not patch.strip():
@@ -141,7 +144,7 @@ async def _grade(instance: dict, patch: str, settings: Settings, run_id: str, ag
     (gdir / "eval.sh").write_text(script)
     details.update(log_dir=str(gdir), log_path=str(gdir / "test_output.txt"))
 
-    image = image_for(instance, settings.image_namespace)
+    image = image_for(instance, sandbox.image_namespace)
     details["image"] = image
     own = client is None
     try:
@@ -150,13 +153,13 @@ async def _grade(instance: dict, patch: str, settings: Settings, run_id: str, ag
             client = await asyncio.to_thread(docker_client)
         await asyncio.to_thread(ensure_image, client, image)
         timings["image"] = time.monotonic() - t
-        box = DockerSandbox(image, run_id=run_id, role="grade", cpus=settings.sandbox_cpus,
-                            memory=settings.sandbox_memory, network="none", hide_future=False,
-                            boot_limit=boot_limit, output_limit=EVAL_OUTPUT_LIMIT, client=client)
+        box = DockerSandbox.for_instance(sandbox, instance, run_id=run_id, role="grade", network="none",
+                                         hide_future=False, boot_limit=boot_limit, output_limit=EVAL_OUTPUT_LIMIT,
+                                         client=client)
         t = time.monotonic()
         async with box:
             timings["start"] = time.monotonic() - t
-            result = await _run_in(box, instance, kept, script, settings, gdir, details, timings)
+            result = await _run_in(box, instance, kept, script, reward.eval_timeout, gdir, details, timings)
             t = time.monotonic()
         timings["remove"] = time.monotonic() - t
         return result
@@ -169,7 +172,7 @@ async def _grade(instance: dict, patch: str, settings: Settings, run_id: str, ag
             client.close()
 
 
-async def _run_in(box: DockerSandbox, instance: dict, patch: str, script: str, settings: Settings, gdir: Path,
+async def _run_in(box: DockerSandbox, instance: dict, patch: str, script: str, eval_timeout: float, gdir: Path,
                   details: dict[str, Any], timings: dict[str, float]) -> Grade:
     t = time.monotonic()
     await box.write_file(PATCH_PATH, patch)
@@ -192,11 +195,11 @@ async def _run_in(box: DockerSandbox, instance: dict, patch: str, script: str, s
 
     t = time.monotonic()
     await box.write_file(EVAL_PATH, script, mode=0o755)
-    res = await box.exec(f"/bin/bash {EVAL_PATH}", timeout=settings.eval_timeout, workdir=TESTBED)
+    res = await box.exec(f"/bin/bash {EVAL_PATH}", timeout=eval_timeout, workdir=TESTBED)
     timings["eval"] = time.monotonic() - t
     (gdir / "test_output.txt").write_text(res.output)
     if res.timed_out:
-        return _aborted(f"eval timed out after {settings.eval_timeout:.0f}s (EVAL_TIMEOUT)", details, timings)
+        return _aborted(f"eval timed out after {eval_timeout:.0f}s (EVAL_TIMEOUT)", details, timings)
     if res.truncated:
         return _aborted(f"eval output exceeded {EVAL_OUTPUT_LIMIT} bytes; cannot be parsed", details, timings)
 

@@ -47,7 +47,7 @@ class RolloutDriver:
 
         self.settings = settings
         self.data_source = data_source or SWEBenchDataSource.from_settings(settings)
-        self.client = InferenceClient(upstream, timeout=settings.request_timeout)
+        self.client = InferenceClient(upstream, timeout=settings.inference.request_timeout)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rollout-loop", daemon=True)
         self._thread.start()
@@ -77,7 +77,7 @@ class RolloutDriver:
 
     def sync_weights(self, hf_dir: Path, version: int) -> None:
         before = self.probe_logprob()
-        if self.settings.sync_mode == "modal":  # the server cannot read our disk: go through the weights Volume
+        if self.settings.inference.sync_mode == "modal":  # the server cannot read our disk: go through the weights Volume
             from qwen_swe.inference.modal_app import push_and_reload
 
             push_and_reload(hf_dir, f"v{version:06d}")
@@ -120,11 +120,11 @@ class RolloutDriver:
 
 def make_driver(settings: Settings) -> RolloutDriver:
     """Factory the trainer calls on rank 0 (``--driver qwen_swe.rollout.driver:make_driver``)."""
-    upstream = settings.vllm_url or settings.served_url
+    upstream = settings.inference.vllm_url or settings.inference.served_url
     if not upstream:
         raise RuntimeError("no inference server: set VLLM_URL, or start the run with run_grpo.sh "
                            "(which starts the embedded server and passes SERVED_URL)")
     return RolloutDriver(settings, upstream=upstream, model=settings.model_name,
-                         served_model=settings.served_model_name)
+                         served_model=settings.inference.served_model_name)
 
 

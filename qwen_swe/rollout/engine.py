@@ -25,7 +25,7 @@ from qwen_swe.errors import DropReason, InfraError, SandboxError
 from qwen_swe.paths import AGENT_MOUNT, agent_bundle_dir
 from qwen_swe.reward.harness import Grade, GradeStatus, grade_async
 from qwen_swe.rollout.progress import BatchStats
-from qwen_swe.sandbox.docker import DockerSandbox, image_for
+from qwen_swe.sandbox.docker import DockerSandbox
 from qwen_swe.traffic.proxy import RecordingProxy
 from qwen_swe.traffic.toolcalls import tool_call_parser_for
 from qwen_swe.traffic.trajectory import build_sample, to_sample
@@ -38,25 +38,25 @@ class RolloutEngine:
         self.settings = settings
         self.upstream = upstream
         self.model = model  # HF name or folder: the tokenizer and chat template the proxy renders with
-        self.served_model = served_model or settings.served_model_name or model
+        self.served_model = served_model or settings.inference.served_model_name or model
         self.weight_version = 0
         self.proxy: Any = None
         self.tokenizer: Any = None
         self._executor: ThreadPoolExecutor | None = None
-        self._samples = asyncio.Semaphore(settings.rollout_concurrency)
-        self._boot = asyncio.Semaphore(settings.boot_concurrency)
+        self._samples = asyncio.Semaphore(settings.rollout.rollout_concurrency)
+        self._boot = asyncio.Semaphore(settings.sandbox.boot_concurrency)
 
     async def start(self) -> None:
         from transformers import AutoTokenizer  # late: heavy, and only the rollout side needs it
 
         # Each running sample parks blocking Docker calls (a whole agent run's exec) on the default executor, and
         # so does grading: size it for the samples plus the graders, or they starve each other (6 threads on 2 cores).
-        workers = 2 * self.settings.rollout_concurrency + self.settings.boot_concurrency + 4
+        workers = 2 * self.settings.rollout.rollout_concurrency + self.settings.sandbox.boot_concurrency + 4
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rollout")
         asyncio.get_running_loop().set_default_executor(self._executor)
         self.tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self.model)
         self.proxy = RecordingProxy(self.upstream, model=self.served_model, tokenizer=self.tokenizer,
-                                    mode="tokens", request_timeout=self.settings.request_timeout,
+                                    mode="tokens", request_timeout=self.settings.inference.request_timeout,
                                     tool_parser=tool_call_parser_for(self.model))
         await self.proxy.start()
 
@@ -80,7 +80,7 @@ class RolloutEngine:
         async with self._samples:
             stats.running += 1
             try:
-                guard = self.settings.agent_timeout + self.settings.eval_timeout + 120
+                guard = self.settings.agent.agent_timeout + self.settings.reward.eval_timeout + 120
                 return await asyncio.wait_for(self._run_sample(sample), guard)
             except asyncio.TimeoutError:
                 return drop(sample, DropReason.SAMPLE_TIMEOUT, "outer time guard hit")
@@ -113,33 +113,34 @@ class RolloutEngine:
         return self._fill(sample, traj, grade, turns, grade_seconds=time.monotonic() - t_agent)
 
     def _start_sandbox(self, instance: dict) -> DockerSandbox:
-        s = self.settings
-        return DockerSandbox(
-            image_for(instance, s.image_namespace), run_id=s.label, role="rollout", cpus=s.sandbox_cpus,
-            memory=s.sandbox_memory, network=s.sandbox_network, mounts={str(agent_bundle_dir()): AGENT_MOUNT},
-            base_commit=instance.get("base_commit"), hide_future=True, boot_limit=self._boot)
+        return DockerSandbox.for_instance(
+            self.settings.sandbox, instance, run_id=self.settings.label, role="rollout",
+            mounts={str(agent_bundle_dir()): AGENT_MOUNT}, base_commit=instance.get("base_commit"), hide_future=True,
+            boot_limit=self._boot)
 
     async def _run_agent(self, sandbox: DockerSandbox, base_url: str, prompt: str) -> AgentResult:
-        return await run_agent(sandbox, base_url=base_url, model=self.served_model, prompt=prompt,
-                               settings=self.settings, profile="compact" if self.settings.embedded else "full")
+        s = self.settings
+        return await run_agent(sandbox, base_url=base_url, model=self.served_model, prompt=prompt, agent=s.agent,
+                               inference=s.inference, profile="compact" if s.embedded else "full")
 
     def _build_trajectory(self, turns: list) -> Any:
         s = self.settings
-        return build_sample(turns, max_response_len=s.max_response_len, mask_truncated=s.mask_truncated,
+        return build_sample(turns, max_response_len=s.rollout.max_response_len, mask_truncated=s.rollout.mask_truncated,
                             tokenizer=self.tokenizer)
 
     async def _grade(self, instance: dict, patch: str, agent: AgentResult, traj: Any) -> Grade:
         stats = {"response_tokens": traj.metadata.get("sampled_tokens", traj.response_length),
                  "tool_calls": agent.tool_calls, "completed": agent.outcome == "completed"}
-        grade = await grade_async(instance, patch, settings=self.settings, run_id=self.settings.label,
-                                  agent_stats=stats)
+        s = self.settings
+        grade = await grade_async(instance, patch, reward=s.reward, sandbox=s.sandbox, run_id=s.label,
+                                  log_dir=s.output_dir / "grades", agent_stats=stats)
         if grade.status != GradeStatus.GRADED:
             raise GradeAborted(grade.reason or "the grader aborted")
         return grade
 
     def _fill(self, sample: Sample, traj: Any, grade: Grade, turns: list, grade_seconds: float) -> Sample:
         to_sample(traj, sample)
-        if self.settings.tool_choice == "required":
+        if self.settings.agent.tool_choice == "required":
             # Under a forced tool call vLLM reports logprobs after its grammar mask, not the policy's own; with
             # one optimizer step per batch the trainer's recomputation is the behaviour policy (ratio 1).
             sample.rollout_log_probs = None
@@ -163,7 +164,7 @@ class RolloutEngine:
 
         async def one_group(group: list[Sample]) -> list[Sample] | None:
             await asyncio.gather(*(self.run_sample(x, stats) for x in group))
-            retries = 2 if self.settings.dropped_policy == "replace" else 0
+            retries = 2 if self.settings.rollout.dropped_policy == "replace" else 0
             while retries and any(x.status == Status.ABORTED for x in group):
                 retries -= 1
                 group = [_fresh_copy(x) if x.status == Status.ABORTED else x for x in group]
@@ -171,13 +172,13 @@ class RolloutEngine:
             return None if any(x.status == Status.ABORTED for x in group) else group
 
         tasks = [asyncio.ensure_future(one_group(g)) for g in groups]
-        _, late = await asyncio.wait(tasks, timeout=self.settings.rollout_timeout)
+        _, late = await asyncio.wait(tasks, timeout=self.settings.rollout.rollout_timeout)
         for task in late:
             task.cancel()
         await asyncio.gather(*late, return_exceptions=True)
         for x in (x for g in groups for x in g if x.status == Status.PENDING):
             stats.count(drop(x, DropReason.ROLLOUT_TIMEOUT,
-                             f"the batch exceeded {self.settings.rollout_timeout:.0f}s"))
+                             f"the batch exceeded {self.settings.rollout.rollout_timeout:.0f}s"))
         return [t.result() for t in tasks if t not in late and t.result() is not None]
 
 

@@ -34,6 +34,7 @@ import docker.errors
 from qwen_swe.errors import SandboxError
 from qwen_swe.paths import TESTBED
 from qwen_swe.sandbox.base import ExecResult, Sandbox
+from qwen_swe.sandbox.settings import SandboxSettings
 
 LABEL = "qwen-swe"
 ARCH = "x86_64"
@@ -220,6 +221,13 @@ class DockerSandbox(Sandbox):
         self._client = client
         self._own_client = client is None
         self._container: Any = None
+
+    @classmethod
+    def for_instance(cls, settings: SandboxSettings, instance: Mapping[str, Any], *, run_id: str, role: str,
+                     network: str | None = None, **kw: Any) -> "DockerSandbox":
+        """A sandbox for a SWE-bench row: its image (see ``image_for``), the section's limits and network."""
+        return cls(image_for(instance, settings.image_namespace), run_id=run_id, role=role, cpus=settings.sandbox_cpus,
+                   memory=settings.sandbox_memory, network=network or settings.sandbox_network, **kw)
 
     @property
     def container_id(self) -> str | None:

@@ -7,7 +7,7 @@ new weights go out as an HF folder and into the inference server *before* the ne
 first puts the resumed weights into the server.
 
     python -m torch.distributed.run --standalone --nproc_per_node N -m qwen_swe.train.trainer \\
-        --driver qwen_swe.rollout.driver:make_driver [--model-path DIR] [settings flags]
+        --settings OUTPUT_DIR/settings.json
 
 Backend: NCCL on GPUs, gloo on CPU. Errors on rank 0 (rollout, export, sync) are broadcast so that no
 rank is left waiting in a collective.
@@ -33,12 +33,13 @@ import torch
 import torch.distributed as dist
 
 from qwen_swe.train import checkpoint as ckpt
-from qwen_swe.config.settings import Settings, load_settings
+from qwen_swe.config.settings import Settings
 from qwen_swe.train.grpo import group_advantages, loss_denominator, policy_loss, zero_variance_mask
 from qwen_swe.train.policy import PolicyModel, build_policy, full_state_dict, make_micro_batch, parameter_bytes, save_hf_folder
 from qwen_swe.data.sample import Sample
 from qwen_swe.train.metrics import MetricsLog
 from qwen_swe.errors import TrainerError
+from qwen_swe.rollout.driver import make_driver
 
 log = logging.getLogger("qwen_swe.trainer")
 
@@ -68,9 +69,9 @@ def prepare_batch(samples: Sequence[Sample], settings: Settings, version: int) -
         rewards = torch.tensor([[float(s.reward) for s in members]])
         flat = bool(zero_variance_mask(rewards)[0])
         zero_var += flat
-        if flat and settings.drop_zero_variance:
+        if flat and settings.train.drop_zero_variance:
             continue
-        for s, adv in zip(members, group_advantages(rewards, settings.advantage_mode)[0].tolist()):
+        for s, adv in zip(members, group_advantages(rewards, settings.train.advantage_mode)[0].tolist()):
             items.append({"tokens": list(s.tokens), "response_length": int(s.response_length),
                           "loss_mask": list(s.loss_mask), "advantage": adv,
                           "rollout_log_probs": list(s.rollout_log_probs) if s.rollout_log_probs is not None else None})
@@ -118,9 +119,9 @@ def train_on_batch(policy: PolicyModel, items: Sequence[dict], settings: Setting
     world = dist.get_world_size()
     masks = [torch.tensor(x["loss_mask"], dtype=torch.float32) for x in items]
     full_mask = torch.nn.utils.rnn.pad_sequence(masks, batch_first=True)
-    denom = loss_denominator(full_mask, settings.loss_norm)
+    denom = loss_denominator(full_mask, settings.train.loss_norm)
     sums = torch.zeros(6, dtype=torch.float64)  # loss, tokens, clip, kl, ratio, entropy (token-weighted)
-    for mb_items in shard_batch(items, dist.get_rank(), world, settings.micro_batch_size):
+    for mb_items in shard_batch(items, dist.get_rank(), world, settings.train.micro_batch_size):
         mb = make_micro_batch(mb_items, device, pad_id)
         packed_lp, packed_ent = policy(mb.input_ids, mb.attention_mask, mb.positions, mb.targets)
         logp, ent = mb.unpack(packed_lp), mb.unpack(packed_ent)
@@ -129,7 +130,7 @@ def train_on_batch(policy: PolicyModel, items: Sequence[dict], settings: Setting
         rollout = mb.pad([x["rollout_log_probs"] or [] for x in mb_items])
         old = torch.where(known.unsqueeze(1), rollout, logp.detach())  # unknown: on-policy, ratio 1
         adv = torch.tensor([x["advantage"] for x in mb_items], dtype=torch.float32, device=device)
-        loss, m = policy_loss(logp, old, adv, mask, settings.clip_eps, settings.upper_clip, settings.loss_norm,
+        loss, m = policy_loss(logp, old, adv, mask, settings.train.clip_eps, settings.train.upper_clip, settings.train.loss_norm,
                               denominator=denom, entropy=ent)
         (loss * world).backward()  # FSDP averages gradients over ranks; the loss is already a global mean
         t = m["tokens"]
@@ -212,7 +213,7 @@ def _init_distributed(settings: Settings) -> tuple[bool, torch.device]:
     if dist.is_initialized():
         return False, device
     # rank 0 may spend a whole rollout (ROLLOUT_TIMEOUT) in generate while the others wait in a broadcast
-    timeout = timedelta(seconds=max(1800.0, 1.5 * settings.rollout_timeout + 600.0))
+    timeout = timedelta(seconds=max(1800.0, 1.5 * settings.rollout.rollout_timeout + 600.0))
     backend = "nccl" if cuda else "gloo"
     if "RANK" in os.environ:
         dist.init_process_group(backend, timeout=timeout)
@@ -245,10 +246,10 @@ def _train(settings: Settings, driver: RolloutDriver | None, model_path: str, de
     if rank == 0 and driver is None:
         raise TrainerError("rank 0 needs a rollout driver (--driver module:function)")
     _seed(settings.seed)
-    policy = build_policy(model_path, device=device, lora_rank=settings.lora_rank, lora_alpha=settings.lora_alpha,
-                          activation_checkpointing=settings.activation_checkpointing,
-                          mixed_precision=settings.mixed_precision)
-    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=settings.lr,
+    policy = build_policy(model_path, device=device, lora_rank=settings.train.lora_rank, lora_alpha=settings.train.lora_alpha,
+                          activation_checkpointing=settings.train.activation_checkpointing,
+                          mixed_precision=settings.train.mixed_precision)
+    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=settings.train.lr,
                                   weight_decay=0.0)
     exporter = WeightExporter(out, model_path, policy)
     ckpt_bytes = ckpt.expected_bytes(*parameter_bytes(policy))
@@ -273,11 +274,11 @@ def _train(settings: Settings, driver: RolloutDriver | None, model_path: str, de
             last = _one_step(settings, driver, policy, optimizer, exporter, step, version, device)
             version = int(last["weight_version"])
             step += 1
-            if step % settings.save_interval == 0 or step == settings.num_rollouts:
+            if step % settings.train.save_interval == 0 or step == settings.num_rollouts:
                 t0 = time.monotonic()
                 state = {"step": step, "weight_version": version, "settings": settings.to_dict(),
                          "driver": driver.state_dict() if driver is not None else None}
-                ckpt.save_checkpoint(out, step, policy, optimizer, state=state, keep=settings.keep_checkpoints,
+                ckpt.save_checkpoint(out, step, policy, optimizer, state=state, keep=settings.train.keep_checkpoints,
                                      needed_bytes=ckpt_bytes)
                 last["time/save"] = time.monotonic() - t0
                 last["time/step"] += last["time/save"]
@@ -311,7 +312,7 @@ def _one_step(settings: Settings, driver: RolloutDriver | None, policy: PolicyMo
     t2 = t3 = t1
     if trainable:
         metrics.update(train_on_batch(policy, items, settings, device))
-        metrics["grad_norm"] = clip_and_step(policy, optimizer, settings.grad_clip)
+        metrics["grad_norm"] = clip_and_step(policy, optimizer, settings.train.grad_clip)
         version += 1
         t2 = time.monotonic()
         folder = exporter.export(version)
@@ -326,7 +327,8 @@ def _one_step(settings: Settings, driver: RolloutDriver | None, policy: PolicyMo
     return metrics
 
 
-def _load_factory(spec: str) -> Callable[[Settings], RolloutDriver]:
+def _load_test_driver(spec: str) -> Callable[[Settings], RolloutDriver]:
+    """A test double's factory (``--driver tests.module:function``); the run itself uses ``make_driver``."""
     module, _, name = spec.partition(":")
     if not module or not name:
         raise TrainerError(f"--driver {spec!r} must look like 'package.module:function'")
@@ -334,24 +336,24 @@ def _load_factory(spec: str) -> Callable[[Settings], RolloutDriver]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """torchrun entry: settings from env and flags; rank 0 builds the driver with ``--driver module:function``."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--driver", help="factory(settings) -> RolloutDriver, as 'module:function'")
-    parser.add_argument("--model-path", help="HF folder or name to train; default MODEL / the embedded model")
-    own, rest = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    """torchrun entry: every rank reads the run's settings.json (written by the run's entry point, the only place
+    that parses the environment); rank 0 builds the rollout driver."""
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    parser.add_argument("--settings", required=True, type=Path, help="the run's settings.json")
+    parser.add_argument("--driver", help="tests only: factory(settings) -> RolloutDriver, as 'module:function'")
+    own = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     rank = int(os.environ.get("RANK", 0))
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
                         format=f"%(asctime)s [rank {rank}] %(name)s %(levelname)s %(message)s")
-    settings = load_settings(rest)
+    settings = Settings.from_json(own.settings)
+    factory = _load_test_driver(own.driver) if own.driver else make_driver
     owns_pg, _ = _init_distributed(settings)
     holder: list[RolloutDriver] = []
     driver = None
     try:
-        if not own.driver:
-            raise TrainerError("--driver module:function is required (e.g. qwen_swe.rollout.driver:make_driver)")
-        on_rank0(lambda: holder.append(_load_factory(own.driver)(settings)), f"driver factory {own.driver}")
+        on_rank0(lambda: holder.append(factory(settings)), "the rollout driver")
         driver = holder[0] if holder else None
-        train(settings, driver, model_path=own.model_path or settings.model_name)
+        train(settings, driver, model_path=settings.model_name)
         return 0
     finally:
         close = getattr(driver, "close", None)

@@ -110,7 +110,7 @@ def test_launcher_command_line_is_accepted_by_slime_v022s_parser(slime, tmp_path
         _stub_sglang_argument_surface(monkeypatch)
     instances = tmp_path / "ids.txt"
     instances.write_text("psf__requests-1142\n")
-    s = Settings(backend="slime", slime_dir=slime.root, vllm_url="http://127.0.0.1:8000/v1",
+    s = Settings.build(backend="slime", slime_dir=slime.root, vllm_url="http://127.0.0.1:8000/v1",
                  model=str(tmp_path / "model"), dataset=str(shared_data / "verified_50.jsonl"),
                  instance_list=instances, output_dir=tmp_path / "run", num_rollouts=3)
     plan = slime.slime_backend.build_plan(s, python="python", env_report={"problems": [], "cuda_devices": 8},
@@ -139,7 +139,7 @@ def test_launcher_command_line_is_accepted_by_slime_v022s_parser(slime, tmp_path
     # --custom-config-path carried our settings onto args, which travel with every Ray actor
     assert args.instance_list == str(instances)
     again = slime.slime_backend.settings_from_slime_args(args)
-    assert again.vllm_url == s.vllm_url and again.instance_list == instances and again.n_samples == 2
+    assert again.inference.vllm_url == s.inference.vllm_url and again.instance_list == instances and again.n_samples == 2
 
     source = slime.data_source.SWEBenchDataSource(args)
     assert [r["instance_id"] for r in source.dataset] == ["psf__requests-1142"]

@@ -108,7 +108,8 @@ async def _rollout(task: dict, run_id: str, script: list, settings, *, before=No
                 if before:
                     await before(box)
                 result = await qa.run_agent(box, base_url=session.base_url, model="smollm2-135m",
-                                            prompt=build_prompt(task), settings=settings, profile=profile)
+                                            prompt=build_prompt(task), agent=settings.agent,
+                                            inference=settings.inference, profile=profile)
                 result = SimpleNamespace(**dataclasses.asdict(result), patch=await qa.take_diff(box))
                 extra = await after(box) if after else None
             turns = proxy.close_session(session.id)
@@ -168,7 +169,7 @@ def test_scripted_rollout_edits_records_and_masks(task, run_id):
     # what the agent sent, as the proxy recorded it
     assert [t.status for t in turns] == [200] * 5 and all(t.ok for t in turns)
     for t in turns:
-        assert t.params["max_tokens"] == settings.agent_max_tokens and t.params["tool_choice"] == "required"
+        assert t.params["max_tokens"] == settings.agent.agent_max_tokens and t.params["tool_choice"] == "required"
         assert sorted(tool["function"]["name"] for tool in t.tools) == sorted(qa.COMPACT_TOOLS)
     system = turns[0].request_messages[0]
     assert system["role"] == "system" and system["content"].startswith(SYSTEM_PROMPT_COMPACT.strip()[:200])
@@ -180,7 +181,7 @@ def test_scripted_rollout_edits_records_and_masks(task, run_id):
         assert t.sampled_ids == ids
         assert t.logprobs == [fake_logprob(x, i) for i, x in enumerate(ids)]
         sampled.append((ids, t.logprobs))
-    traj = build_sample(turns, max_response_len=settings.max_response_len, mask_truncated=False, tokenizer=tok)
+    traj = build_sample(turns, max_response_len=settings.rollout.max_response_len, mask_truncated=False, tokenizer=tok)
     response = traj.tokens[traj.prompt_length:]
     assert [x for x, m in zip(response, traj.loss_mask) if m] == [x for ids, _ in sampled for x in ids]
     assert [lp for lp, m in zip(traj.rollout_log_probs, traj.loss_mask) if m] == [v for _, lps in sampled for v in lps]
@@ -208,7 +209,7 @@ def test_full_profile_with_qwen3_tokens(task, run_id):
         assert t.params["max_tokens"] == 4096 and "tool_choice" not in t.params
         assert sorted(tool["function"]["name"] for tool in t.tools) == sorted(qa.FULL_TOOLS)
     assert len(turns[0].request_messages[0]["content"]) > 5000  # qwen-code's own system prompt, not the compact one
-    traj = build_sample(turns, max_response_len=settings.max_response_len, mask_truncated=False, tokenizer=tok)
+    traj = build_sample(turns, max_response_len=settings.rollout.max_response_len, mask_truncated=False, tokenizer=tok)
     assert traj.metadata["retained_fraction"] == 1.0
     assert sum(traj.loss_mask) == sum(len(t.sampled_ids) for t in turns)
 

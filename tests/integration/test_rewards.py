@@ -26,6 +26,13 @@ from qwen_swe.sandbox.docker import LABEL, DockerSandbox, reap
 from tests.task_pack import BUILD_HINT, missing
 
 pytestmark = pytest.mark.docker
+
+
+def _sections(settings: Settings) -> dict:
+    """The grader's arguments from a run's settings, as the rollout engine passes them."""
+    return {"reward": settings.reward, "sandbox": settings.sandbox, "log_dir": settings.output_dir / "grades"}
+
+
 FORCE_PASS_CONFTEST = '''import pytest
 
 
@@ -122,7 +129,7 @@ def tamper_patch(task: dict) -> str:
 @pytest.fixture(scope="module")
 def graded(tasks, tmp_path_factory) -> dict[tuple[str, str], Grade]:
     rid = f"test-{uuid.uuid4().hex[:10]}"
-    settings = Settings(output_dir=tmp_path_factory.mktemp("grades"), eval_timeout=300)
+    settings = Settings.build(output_dir=tmp_path_factory.mktemp("grades"), eval_timeout=300)
     kinds = {"gold": lambda t: t["patch"], "empty": lambda t: "", "wrong": lambda t: wrong_patch(t["patch"]),
              "unappliable": lambda t: unappliable_patch(t["patch"]), "tamper": tamper_patch}
 
@@ -132,7 +139,7 @@ def graded(tasks, tmp_path_factory) -> dict[tuple[str, str], Grade]:
 
         async def one(task, kind):
             async with limit:
-                return await grade_async(task, kinds[kind](task), settings=settings, run_id=rid, mode="binary",
+                return await grade_async(task, kinds[kind](task), reward=settings.reward, sandbox=settings.sandbox, log_dir=settings.output_dir / "grades", run_id=rid, mode="binary",
                                          client=client, boot_limit=boots)
         keys = [(iid, kind) for iid in tasks for kind in kinds]
         try:
@@ -192,31 +199,31 @@ def test_forcing_conftest_would_resolve_without_the_filter(tasks, run_id):
 
 def test_modes_fractional_and_shaped(tasks, run_id, tmp_path):
     task = next(iter(tasks.values()))
-    settings = Settings(output_dir=tmp_path)
+    settings = Settings.build(output_dir=tmp_path)
 
     async def body():
-        gold = await grade_async(task, task["patch"], settings=settings, run_id=run_id, mode="fractional")
+        gold = await grade_async(task, task["patch"], reward=settings.reward, sandbox=settings.sandbox, log_dir=settings.output_dir / "grades", run_id=run_id, mode="fractional")
         stats = {"response_tokens": 10, "tool_calls": 3, "completed": True}
-        wrong = await grade_async(task, wrong_patch(task["patch"]), settings=settings, run_id=run_id, mode="shaped",
+        wrong = await grade_async(task, wrong_patch(task["patch"]), reward=settings.reward, sandbox=settings.sandbox, log_dir=settings.output_dir / "grades", run_id=run_id, mode="shaped",
                                   agent_stats=stats)
         return gold, wrong
     gold, wrong = asyncio.run(body())
     assert gold.reward == 1.0 and gold.details["components"] == {"f2p": 1.0}
     comps = wrong.details["components"]
-    assert comps["gold_file"] == settings.shaped_gold_file and comps["completion"] == settings.shaped_completion
+    assert comps["gold_file"] == settings.reward.shaped_gold_file and comps["completion"] == settings.reward.shaped_completion
     assert not wrong.resolved and -1.0 < wrong.reward <= 0.5
 
 
 def test_missing_image_is_aborted_not_minus_one(tasks, run_id, tmp_path):
     task = dict(next(iter(tasks.values())), image="qwen-swe-test-missing-image:none")
-    g = asyncio.run(grade_async(task, task["patch"], settings=Settings(output_dir=tmp_path), run_id=run_id))
+    g = asyncio.run(grade_async(task, task["patch"], **_sections(Settings.build(output_dir=tmp_path)), run_id=run_id))
     assert (g.status, g.reward, g.resolved) == ("aborted", 0.0, False)
     assert "qwen-swe-test-missing-image:none" in g.reason and "tasks build" in g.reason
 
 
 def test_eval_timeout_is_aborted_and_leaves_no_container(tasks, run_id, tmp_path, docker_client):
     task = dict(next(iter(tasks.values())), eval_script="#!/bin/bash\nsleep 281 & sleep 282\n")
-    g = asyncio.run(grade_async(task, task["patch"], settings=Settings(output_dir=tmp_path, eval_timeout=2),
+    g = asyncio.run(grade_async(task, task["patch"], **_sections(Settings.build(output_dir=tmp_path, eval_timeout=2)),
                                 run_id=run_id))
     assert (g.status, g.reward) == ("aborted", 0.0) and "timed out" in g.reason
     assert docker_client.containers.list(all=True, filters={"label": [f"{LABEL}.run={run_id}"]}) == []
@@ -227,7 +234,7 @@ def test_concurrent_grades_of_one_instance_keep_separate_logs(tasks, run_id, tmp
     patches = [task["patch"], wrong_patch(task["patch"])]
 
     async def body():
-        return await asyncio.gather(*(grade_async(task, p, settings=Settings(output_dir=tmp_path), run_id=run_id)
+        return await asyncio.gather(*(grade_async(task, p, **_sections(Settings.build(output_dir=tmp_path)), run_id=run_id)
                                       for p in patches))
     grades = asyncio.run(body())
     assert [g.reward for g in grades] == [1.0, -1.0]
@@ -242,10 +249,9 @@ def test_concurrent_grades_of_one_instance_keep_separate_logs(tasks, run_id, tmp
 _RUNNER = """
 import sys, json
 from pathlib import Path
-from qwen_swe.config.settings import Settings
 from qwen_swe.reward.harness import grade
 task = json.loads(sys.argv[1])
-print(grade(task, task["patch"], settings=Settings(output_dir=Path(sys.argv[3])), run_id=sys.argv[2]))
+print(grade(task, task["patch"], log_dir=Path(sys.argv[3]) / "grades", run_id=sys.argv[2]))
 """
 
 

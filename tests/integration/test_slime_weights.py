@@ -153,7 +153,7 @@ def test_launcher_accepts_a_server_with_the_reload_routes(tmp_path, embedded_vll
     from qwen_swe.config.settings import Settings
     from qwen_swe.backends.slime.launcher import check_server
 
-    problems, _ = check_server(Settings(vllm_url=str(embedded_vllm), output_dir=tmp_path))
+    problems, _ = check_server(Settings.build(vllm_url=str(embedded_vllm), output_dir=tmp_path))
     assert problems == [], "the embedded server runs with VLLM_SERVER_DEV_MODE=1, so it takes new weights"
 
 

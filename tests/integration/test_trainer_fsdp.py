@@ -94,10 +94,12 @@ def _torchrun(args: list[str], timeout: float = 600) -> subprocess.CompletedProc
     return proc
 
 
-def _train(out: Path, model: str, steps: int, extra: list[str] | None = None) -> subprocess.CompletedProcess:
-    return _torchrun(["-m", "qwen_swe.train.trainer", "--driver", DRIVER, "--model", model, "--vllm-url",
-                      "http://127.0.0.1:9", "--output-dir", str(out), "--num-rollouts", str(steps),
-                      "--rollout-batch-size", "3", "--n-samples", "2", "--lr", "1e-3", *(extra or [])])
+def _train(out: Path, model: str, steps: int, **extra) -> subprocess.CompletedProcess:
+    """The trainer reads its settings from the run's settings.json, as under run_grpo.sh."""
+    settings = Settings.build(**{"model": model, "vllm_url": "http://127.0.0.1:9", "output_dir": out,
+                                 "num_rollouts": steps, "rollout_batch_size": 3, "n_samples": 2, "lr": 1e-3, **extra})
+    path = settings.write(out)
+    return _torchrun(["-m", "qwen_swe.train.trainer", "--driver", DRIVER, "--settings", str(path)])
 
 
 def _events(out: Path) -> list[dict]:
@@ -172,7 +174,7 @@ def test_checkpoint_round_trip_bit_identical_on_two_ranks(tmp_path):
 def test_flat_rewards_skip_the_update_but_count_the_step(tmp_path):
     from qwen_swe.train.trainer import train
 
-    settings = Settings(vllm_url="http://127.0.0.1:9", model=str(tiny_model_dir()), output_dir=tmp_path / "run",
+    settings = Settings.build(vllm_url="http://127.0.0.1:9", model=str(tiny_model_dir()), output_dir=tmp_path / "run",
                         num_rollouts=2, rollout_batch_size=2, n_samples=2)
     result = train(settings, FakeDriver(settings, flat=True), model_path=settings.model_name)
     assert result["step"] == 1 and result["skipped_update"] and result["weight_version"] == 0
@@ -185,7 +187,7 @@ def test_flat_rewards_skip_the_update_but_count_the_step(tmp_path):
 def test_lora_exports_merged_weights(tmp_path):
     from qwen_swe.train.trainer import train
 
-    settings = Settings(vllm_url="http://127.0.0.1:9", model=str(tiny_model_dir()), output_dir=tmp_path / "run",
+    settings = Settings.build(vllm_url="http://127.0.0.1:9", model=str(tiny_model_dir()), output_dir=tmp_path / "run",
                         num_rollouts=2, rollout_batch_size=3, n_samples=2, lr=1e-2, lora_rank=4)
     train(settings, FakeDriver(settings), model_path=settings.model_name)
     rows = _metrics(settings.output_dir)
@@ -203,7 +205,7 @@ def test_one_step_on_smollm2(tmp_path):
     if not (model / "config.json").exists():
         pytest.skip(f"no SmolLM2 folder at {model}; it is made by scripts/setup/50_model.sh")
     out = tmp_path / "smol"
-    _train(out, str(model), steps=1, extra=["--rollout-batch-size", "2", "--lr", "1e-5"])
+    _train(out, str(model), steps=1, rollout_batch_size=2, lr=1e-5)
     row = _metrics(out)[0]
     assert not row["skipped_update"] and row["grad_norm"] > 0 and row["approx_kl"] < 1e-6
     base, v1 = _weights(model), _weights(out / "weights/v000001")
@@ -220,7 +222,7 @@ def _roundtrip(out: Path) -> None:
 
     dist.init_process_group("gloo")
     rank, cpu = dist.get_rank(), torch.device("cpu")
-    settings = Settings(vllm_url="http://127.0.0.1:9", micro_batch_size=2)
+    settings = Settings.build(vllm_url="http://127.0.0.1:9", micro_batch_size=2)
     rng = random.Random(5)
     items = []
     for i in range(5):

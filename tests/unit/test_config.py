@@ -17,11 +17,11 @@ SERVER = {"VLLM_URL": "http://127.0.0.1:8000/v1"}
 
 
 def test_seed_defaults():
-    for s in (Settings(), load_settings([], SERVER), load_settings([], {}, profile=False)):
+    for s in (Settings.build(), load_settings([], SERVER), load_settings([], {}, profile=False)):
         assert (s.num_rollouts, s.rollout_batch_size, s.n_samples) == (10, 4, 2)
-        assert (s.lr, s.max_turns, s.agent_timeout, s.max_response_len) == (1e-6, 50, 1800, 16384)
+        assert (s.train.lr, s.agent.max_turns, s.agent.agent_timeout, s.rollout.max_response_len) == (1e-6, 50, 1800, 16384)
         assert s.output_dir == Path(tempfile.gettempdir()) / "qwen_swe_grpo"
-        assert s.model is None and s.dataset is None and s.instance_list is None
+        assert s.inference.model is None and s.dataset is None and s.instance_list is None
 
 
 def test_with_a_server_the_defaults_are_the_seeds_model_and_verified():
@@ -33,14 +33,14 @@ def test_with_a_server_the_defaults_are_the_seeds_model_and_verified():
 
 def test_without_a_server_the_embedded_default():
     s = load_settings([], {})
-    assert s.embedded and s.vllm_url is None
+    assert s.embedded and s.inference.vllm_url is None
     assert s.model_name == str(embedded_model_dir()) != DEFAULT_MODEL
     assert s.dataset_source == str(TASK_PACK)
     for name, value in EMBEDDED_PROFILE.items():
-        assert getattr(s, name) == value, name
+        assert s.flat()[name] == value, name
     # the profile only fills what the user left unset
     s = load_settings(["--max-turns", "9"], {"NUM_ROLLOUTS": "7", "MODEL": "/models/mine"})
-    assert (s.num_rollouts, s.max_turns, s.model_name) == (7, 9, "/models/mine")
+    assert (s.num_rollouts, s.agent.max_turns, s.model_name) == (7, 9, "/models/mine")
     # an empty VLLM_URL is unset
     assert load_settings([], {"VLLM_URL": ""}).embedded
 
@@ -52,10 +52,10 @@ def test_env_parsing_of_every_type(tmp_path, monkeypatch):
            "CLIP_EPS_HIGH": "0.28", "MODEL": "Qwen/Qwen3-0.6B", "BACKEND": "slime", "SLIME_DIR": str(tmp_path),
            "IMAGE_NAMESPACE": "", "UNRELATED": "ignored"}
     s = load_settings([], env)
-    assert (s.num_rollouts, s.rollout_batch_size, s.lr, s.agent_timeout) == (3, 5, 2e-5, 60.5)
-    assert s.mask_truncated is True and s.drop_zero_variance is False
+    assert (s.num_rollouts, s.rollout_batch_size, s.train.lr, s.agent.agent_timeout) == (3, 5, 2e-5, 60.5)
+    assert s.rollout.mask_truncated is True and s.train.drop_zero_variance is False
     assert s.output_dir == tmp_path / "runs" / "a"
-    assert s.max_model_len is None and s.upper_clip == 0.28 and s.image_namespace == ""
+    assert s.inference.max_model_len is None and s.train.upper_clip == 0.28 and s.sandbox.image_namespace == ""
     assert (s.model_name, s.backend, s.slime_dir) == ("Qwen/Qwen3-0.6B", "slime", tmp_path)
 
 
@@ -63,7 +63,7 @@ def test_flags_win_over_env(tmp_path):
     env = {**SERVER, "N_SAMPLES": "4", "LR": "1e-4", "OUTPUT_DIR": str(tmp_path / "env")}
     s = load_settings(["--n-samples", "6", "--output-dir", str(tmp_path / "flag")], env)
     assert s.n_samples == 6 and s.output_dir == tmp_path / "flag"
-    assert s.lr == 1e-4  # no flag: the env value
+    assert s.train.lr == 1e-4  # no flag: the env value
     assert load_settings(["--vllm-url", ""], SERVER).embedded  # an empty flag unsets the env value
 
 
@@ -127,8 +127,10 @@ def test_write_produces_json_that_round_trips(tmp_path):
     assert sorted(p.name for p in path.parent.iterdir()) == ["settings.json"]  # the temp file was renamed
     data = json.loads(path.read_text())
     assert data == s.to_dict() and set(data) == {f.name for f in fields(Settings)}
-    assert data["instance_list"] == str(ids) and data["lr"] == 3e-7 and data["mask_truncated"] is True
-    env = {name.upper(): str(value) for name, value in data.items() if value is not None}
+    assert data["instance_list"] == str(ids) and data["train"]["lr"] == 3e-7
+    assert data["rollout"]["mask_truncated"] is True
+    assert Settings.from_json(path) == s  # the one serialized form: no environment, no profile re-applied
+    env = {name.upper(): str(value) for name, value in s.flat().items() if value is not None}
     assert load_settings([], env, profile=False) == s
     s.replace(seed=10).write(tmp_path / "run")  # rewriting replaces the file
     assert json.loads(path.read_text())["seed"] == 10
@@ -137,11 +139,11 @@ def test_write_produces_json_that_round_trips(tmp_path):
 def test_weight_sync_mode_follows_the_server():
     from qwen_swe.config.settings import load_settings
 
-    assert load_settings([], {}).sync_mode == "path"  # embedded: the server reads our disk
-    assert load_settings([], {"VLLM_URL": "http://gpu-node:8000/v1"}).sync_mode == "path"
-    assert load_settings([], {"VLLM_URL": "https://ws--qwen-swe-vllm.modal.run/v1"}).sync_mode == "modal"
+    assert load_settings([], {}).inference.sync_mode == "path"  # embedded: the server reads our disk
+    assert load_settings([], {"VLLM_URL": "http://gpu-node:8000/v1"}).inference.sync_mode == "path"
+    assert load_settings([], {"VLLM_URL": "https://ws--qwen-swe-vllm.modal.run/v1"}).inference.sync_mode == "modal"
     assert load_settings([], {"VLLM_URL": "https://ws--qwen-swe-vllm.modal.run/v1",
-                              "WEIGHT_SYNC": "path"}).sync_mode == "path"
+                              "WEIGHT_SYNC": "path"}).inference.sync_mode == "path"
 
 
 def test_upper_bounds_name_the_variable():
@@ -149,4 +151,4 @@ def test_upper_bounds_name_the_variable():
 
     with pytest.raises(ConfigError, match=r"^SHAPED_LENGTH=1.5 is too large: .*use a value <= 1.0"):
         load_settings([], {"SHAPED_LENGTH": "1.5"})
-    assert load_settings([], {"SHAPED_LENGTH": "1.0"}).shaped_length == 1.0
+    assert load_settings([], {"SHAPED_LENGTH": "1.0"}).reward.shaped_length == 1.0

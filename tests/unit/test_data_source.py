@@ -396,7 +396,7 @@ def test_from_settings(shared_data, tmp_path):
     raw = raw_rows(shared_data / LITE)
     listing = tmp_path / "django.txt"
     listing.write_text("\n".join(r["instance_id"] for r in raw if r["repo"] == "django/django"))
-    settings = Settings(vllm_url="http://127.0.0.1:1/v1", dataset=str(shared_data / LITE), n_samples=3, seed=5,
+    settings = Settings.build(vllm_url="http://127.0.0.1:1/v1", dataset=str(shared_data / LITE), n_samples=3, seed=5,
                         output_dir=tmp_path / "out", instance_list=listing)
     ds = SWEBenchDataSource.from_settings(settings)
     assert len(ds) == 114 and ds.n_samples_per_prompt == 3 and ds.seed == 5 and ds.shuffle

@@ -25,14 +25,14 @@ def _full() -> Settings:
 # --- settings.json ----------------------------------------------------------------------------------------------
 def test_compact_settings_leave_exactly_four_tools_and_force_tool_calls():
     s = _embedded()
-    cfg = qa.agent_settings(s, "compact")
+    cfg = qa.agent_settings(s.agent, s.inference, "compact")
     tools = cfg["tools"]
     assert tools["core"] == ["run_shell_command", "read_file", "edit", "write_file"]
     assert not set(tools["core"]) & set(tools["disabled"])
     assert {"agent", "tool_search", "tool_call", "get_goal", "web_fetch", "glob", "todo_write"} <= set(tools["disabled"])
     assert set(tools["core"]) | set(tools["disabled"]) == set(qa.ALL_TOOLS)
     gen = cfg["model"]["generationConfig"]
-    assert gen["samplingParams"]["max_tokens"] == s.agent_max_tokens == 192
+    assert gen["samplingParams"]["max_tokens"] == s.agent.agent_max_tokens == 192
     assert gen["extra_body"] == {"tool_choice": "required"}
     assert gen["contextWindowSize"] == 8192
     assert cfg["skills"]["disabledLevels"] == ["project", "user", "extension", "bundled"]
@@ -40,7 +40,7 @@ def test_compact_settings_leave_exactly_four_tools_and_force_tool_calls():
 
 def test_full_settings_turn_off_hidden_calls_and_phoning_home():
     s = _full()
-    cfg = qa.agent_settings(s, "full")
+    cfg = qa.agent_settings(s.agent, s.inference, "full")
     assert cfg["$version"] == 4
     assert cfg["privacy"]["usageStatisticsEnabled"] is False
     assert cfg["telemetry"]["enabled"] is False
@@ -51,15 +51,16 @@ def test_full_settings_turn_off_hidden_calls_and_phoning_home():
     assert cfg["general"]["checkpointing"]["enabled"] is False and cfg["general"]["chatRecording"] is False
     assert cfg["security"]["auth"]["selectedType"] == "openai"
     gen = cfg["model"]["generationConfig"]
-    assert gen["samplingParams"] == {"temperature": s.temperature, "top_p": 1.0, "max_tokens": s.agent_max_tokens}
-    assert gen["timeout"] == int(s.request_timeout * 1000)
+    assert gen["samplingParams"] == {"temperature": s.agent.temperature, "top_p": 1.0, "max_tokens": s.agent.agent_max_tokens}
+    assert gen["timeout"] == int(s.inference.request_timeout * 1000)
     assert "extra_body" not in gen  # tool_choice auto: the server's default, nothing sent
     assert len(cfg["tools"]["core"]) == 7 and "list_directory" in cfg["tools"]["core"]
     json.dumps(cfg)  # written as JSON into the container
 
 
 def test_required_tool_choice_follows_settings_not_profile():
-    cfg = qa.agent_settings(_full().replace(tool_choice="required", temperature=0.3), "full")
+    s = _full().replace(tool_choice="required", temperature=0.3)
+    cfg = qa.agent_settings(s.agent, s.inference, "full")
     assert cfg["model"]["generationConfig"]["extra_body"] == {"tool_choice": "required"}
     assert cfg["model"]["generationConfig"]["samplingParams"]["temperature"] == 0.3
 
@@ -78,7 +79,7 @@ def test_env_points_at_the_proxy_and_keeps_state_outside_the_repo():
 
 def test_command_runs_cli_js_directly_under_a_group_timeout():
     s = _full()
-    line = qa.agent_command(s)
+    line = qa.agent_command(s.agent)
     argv = shlex.split(line.split(" < ")[0])
     assert argv[:6] == ["timeout", "-s", "TERM", "-k", str(qa.KILL_GRACE), str(900 + qa.KILL_GRACE)]
     assert argv[6:9] == [f"{AGENT_MOUNT}/node/bin/node", "--expose-gc", f"{AGENT_MOUNT}/qwen-code/package/cli.js"]

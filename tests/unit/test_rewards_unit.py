@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 from pathlib import Path
@@ -12,7 +13,7 @@ from swebench.harness.grading import get_logs_eval
 from swebench.harness.test_spec.test_spec import TestSpec as SwebSpec
 
 from qwen_swe.reward import scoring as grading
-from qwen_swe.config.settings import Settings
+from qwen_swe.reward.settings import RewardSettings
 from qwen_swe.reward.harness import grade
 from qwen_swe.sandbox.docker import _Capped, image_for, labels_for
 
@@ -171,7 +172,7 @@ def test_fractional():
 
 
 def test_shaped_components_and_bounds():
-    s = Settings()
+    s = RewardSettings()
     r, c = grading.shaped_reward(False, {"a.py", "x.py"}, {"a.py", "b.py"},
                                  {"response_tokens": 10, "tool_calls": 1, "completed": True}, s)
     assert c.gold_file == 1.0 and c.extra_file == -0.25 and c.missed_file == -0.5 and c.completion == 0.5
@@ -185,7 +186,7 @@ def test_shaped_components_and_bounds():
                                                 {"response_tokens": 10 ** 9, "tool_calls": 10 ** 9}, s)
     assert r_best_unresolved <= 0.5 <= r_worst_resolved <= 1.0
     assert grading.shaped_reward(True, {"a.py"}, {"a.py"}, None, s)[0] == 1.0
-    custom = s.replace(shaped_gold_file=0.1, shaped_missed_file=0.0, shaped_completion=0.0)
+    custom = dataclasses.replace(s, shaped_gold_file=0.1, shaped_missed_file=0.0, shaped_completion=0.0)
     assert grading.shaped_reward(False, {"a.py"}, {"a.py", "b.py"}, None, custom)[0] == pytest.approx(-0.9)
 
 
@@ -207,7 +208,7 @@ def test_capped_output_keeps_head_and_tail():
 
 
 def test_shaped_length_term_orders_clipped_unresolved_attempts():
-    s = Settings(shaped_length=0.2, shaped_token_budget=1000)
+    s = RewardSettings(shaped_length=0.2, shaped_token_budget=1000)
     short, c_short = grading.shaped_reward(False, set(), {"a.py"}, {"response_tokens": 100}, s)
     long, c_long = grading.shaped_reward(False, set(), {"a.py"}, {"response_tokens": 900}, s)
     # both clip to -1 before the term; the term separates them, and the result stays within [-1, 0.5)

@@ -55,7 +55,7 @@ def _run(engine: RolloutEngine, groups: list[list[Sample]]) -> tuple[list[list[S
 
 
 def test_drop_group_policy_removes_the_whole_group_and_counts_the_reason():
-    engine = ScriptedEngine(Settings(dropped_policy="drop_group"), {"a": [1.0, -1.0], "b": [-1.0, "infra"]})
+    engine = ScriptedEngine(Settings.build(dropped_policy="drop_group"), {"a": [1.0, -1.0], "b": [-1.0, "infra"]})
     kept, stats = _run(engine, _groups(["a", "b"]))
     assert [[x.metadata["instance_id"] for x in g] for g in kept] == [["a", "a"]]
     assert stats.dropped == 1 and stats.reasons == {"agent_error": 1} and stats.graded == 3
@@ -63,7 +63,7 @@ def test_drop_group_policy_removes_the_whole_group_and_counts_the_reason():
 
 
 def test_replace_policy_refills_the_dropped_sample_with_a_fresh_attempt():
-    engine = ScriptedEngine(Settings(dropped_policy="replace"), {"b": ["infra", -1.0, 1.0]})
+    engine = ScriptedEngine(Settings.build(dropped_policy="replace"), {"b": ["infra", -1.0, 1.0]})
     groups = _groups(["b"])
     kept, stats = _run(engine, groups)
     assert len(kept) == 1 and sorted(x.reward for x in kept[0]) == [-1.0, 1.0]
@@ -74,13 +74,13 @@ def test_replace_policy_refills_the_dropped_sample_with_a_fresh_attempt():
 
 
 def test_replace_policy_gives_up_after_two_retries():
-    engine = ScriptedEngine(Settings(dropped_policy="replace"), {"b": ["infra", 1.0, "infra", "infra"]})
+    engine = ScriptedEngine(Settings.build(dropped_policy="replace"), {"b": ["infra", 1.0, "infra", "infra"]})
     kept, stats = _run(engine, _groups(["b"]))
     assert kept == [] and stats.dropped == 3
 
 
 def test_outer_time_guard_drops_unfinished_samples_instead_of_crashing():
-    settings = Settings(rollout_timeout=1.0)
+    settings = Settings.build(rollout_timeout=1.0)
     engine = ScriptedEngine(settings, {"a": [1.0, -1.0], "slow": [1.0, "hang"]})
     groups = _groups(["a", "slow"])
     kept, stats = _run(engine, groups)
@@ -91,7 +91,7 @@ def test_outer_time_guard_drops_unfinished_samples_instead_of_crashing():
 
 
 def test_metrics_and_dump_cover_kept_and_dropped_samples(tmp_path):
-    engine = ScriptedEngine(Settings(), {"a": [1.0, -1.0], "b": ["infra", -1.0]})
+    engine = ScriptedEngine(Settings.build(), {"a": [1.0, -1.0], "b": ["infra", -1.0]})
     groups = _groups(["a", "b"])
     kept, stats = _run(engine, groups)
     m = batch_metrics(stats, kept, 2.0)
@@ -106,7 +106,7 @@ def test_metrics_and_dump_cover_kept_and_dropped_samples(tmp_path):
 
 
 def test_an_infrastructure_error_drops_the_sample_with_its_reason_and_detail():
-    engine = ScriptedEngine(Settings(), {"a": [1.0, "sandbox"]})
+    engine = ScriptedEngine(Settings.build(), {"a": [1.0, "sandbox"]})
     groups = _groups(["a"])
     kept, stats = _run(engine, groups)
     assert kept == [] and stats.reasons == {"sandbox": 1} and stats.graded == 1
@@ -116,7 +116,7 @@ def test_an_infrastructure_error_drops_the_sample_with_its_reason_and_detail():
 
 
 def test_a_programming_error_in_the_sample_path_fails_the_batch_loudly():
-    engine = ScriptedEngine(Settings(), {"a": [1.0, "bug"]})
+    engine = ScriptedEngine(Settings.build(), {"a": [1.0, "bug"]})
     try:
         _run(engine, _groups(["a"]))
     except KeyError as exc:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from qwen_swe.backends.slime import launcher as sb
-from qwen_swe.config.settings import ConfigError, Settings
+from qwen_swe.config.settings import ConfigError, Settings, all_fields
 from qwen_swe.paths import REPO_ROOT
 from qwen_swe.data.sample import Sample, Status
 from qwen_swe.inference.launcher import free_port
@@ -43,7 +43,7 @@ def closed_port_url() -> str:
 
 @pytest.fixture
 def seed_env(tmp_path, monkeypatch):
-    for key in [k for k in os.environ if k.upper() in {f.upper() for f in Settings.__dataclass_fields__}]:
+    for key in [k for k in os.environ if k.upper() in {f.name.upper() for f in all_fields()}]:
         monkeypatch.delenv(key)
     ids = tmp_path / "train_201_django.txt"
     ids.write_text("django__django-11099\n")
@@ -73,7 +73,12 @@ def test_dry_run_prints_slimes_train_command_for_the_seed_settings(seed_env, cap
     assert words[:3] == ["cd", str(Path(seed_env["SLIME_DIR"]).resolve()), "&&"]
     env = dict(w.split("=", 1) for w in words[4:] if "=" in w and not w.startswith("-"))
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(REPO_ROOT)
-    assert env["VLLM_URL"] == "http://localhost:8000" and env["INSTANCE_LIST"] == seed_env["INSTANCE_LIST"]
+    assert "VLLM_URL" not in env, "settings travel in one serialized form (the extra-args file), not the environment"
+    plan = sb.build_plan(sb.load_settings([], profile=False), env_report={"problems": [], "cuda_devices": 8},
+                         check_server_routes=False)
+    (extra,) = [json.loads(text) for text in plan.files.values()]
+    carried = sb.Settings.from_dict(extra["qwen_swe_settings"])
+    assert carried.inference.vllm_url == "http://localhost:8000" and extra["instance_list"] == seed_env["INSTANCE_LIST"]
     argv = words[words.index("train.py") - 1:]
     assert argv[0] == sys.executable
     flags = flag_values(argv)
@@ -108,7 +113,7 @@ def test_checkout_without_fsdp_is_refused_with_the_tag_to_use(tmp_path):
     with pytest.raises(sb.SlimeBackendError, match="not a slime checkout"):
         sb.check_slime_checkout(tmp_path)
     assert sb.check_slime_checkout(fake_slime(tmp_path / "ok")) == "0.2.2"
-    plan = sb.build_plan(Settings(backend="slime", slime_dir=newer, vllm_url=closed_port_url()),
+    plan = sb.build_plan(Settings.build(backend="slime", slime_dir=newer, vllm_url=closed_port_url()),
                          env_report={"problems": [], "cuda_devices": 8}, check_server_routes=False)
     assert any("no FSDP backend" in p for p in plan.problems)
 
@@ -140,27 +145,27 @@ def test_package_check_runs_in_the_interpreter_that_will_run_train_py(tmp_path):
 def test_a_server_that_cannot_take_new_weights_blocks_the_start_unless_allowed(tmp_path):
     base = dict(backend="slime", slime_dir=fake_slime(tmp_path / "s"), output_dir=tmp_path / "run")
     ok = {"problems": [], "cuda_devices": 8}
-    no_url = sb.build_plan(Settings(**base), env_report=ok)
+    no_url = sb.build_plan(Settings.build(**base), env_report=ok)
     assert any("needs VLLM_URL" in p for p in no_url.problems)
-    down = sb.build_plan(Settings(**base, vllm_url=closed_port_url()), env_report=ok)
+    down = sb.build_plan(Settings.build(**base, vllm_url=closed_port_url()), env_report=ok)
     assert any("cannot list the routes" in p and "ALLOW_FROZEN_SERVER=1" in p for p in down.problems)
-    allowed = sb.build_plan(Settings(**base, vllm_url=closed_port_url(), allow_frozen_server=True), env_report=ok)
+    allowed = sb.build_plan(Settings.build(**base, vllm_url=closed_port_url(), allow_frozen_server=True), env_report=ok)
     assert not allowed.problems and any("frozen server" in w for w in allowed.warnings)
 
 
 def test_batch_divisibility_lora_and_loo_are_refused(tmp_path):
     base = dict(backend="slime", slime_dir=fake_slime(tmp_path / "s"), vllm_url="http://127.0.0.1:1/v1")
-    plan = sb.build_plan(Settings(**base, slime_gpus=3), env_report={"problems": [], "cuda_devices": 8},
+    plan = sb.build_plan(Settings.build(**base, slime_gpus=3), env_report={"problems": [], "cuda_devices": 8},
                          check_server_routes=False)
     assert any("not a multiple of the 3 training GPUs" in p for p in plan.problems)
     with pytest.raises(sb.SlimeBackendError, match="no LoRA"):
-        sb.train_args(Settings(**base, lora_rank=8), gpus=1, model="m")
+        sb.train_args(Settings.build(**base, lora_rank=8), gpus=1, model="m")
     with pytest.raises(sb.SlimeBackendError, match="leave-one-out"):
-        sb.train_args(Settings(**base, advantage_mode="loo"), gpus=1, model="m")
-    std = flag_values(sb.train_args(Settings(**base, advantage_mode="std"), gpus=1, model="m"))
+        sb.train_args(Settings.build(**base, advantage_mode="loo"), gpus=1, model="m")
+    std = flag_values(sb.train_args(Settings.build(**base, advantage_mode="std"), gpus=1, model="m"))
     assert "--disable-grpo-std-normalization" not in std
     with pytest.raises(ConfigError, match="SLIME_DIR"):
-        Settings(backend="slime")
+        Settings.build(backend="slime")
 
 
 def test_the_package_is_linked_into_slimes_examples_and_a_foreign_copy_is_refused(tmp_path):
@@ -176,16 +181,16 @@ def test_the_package_is_linked_into_slimes_examples_and_a_foreign_copy_is_refuse
 
 
 def test_settings_travel_on_slimes_args(tmp_path):
-    s = Settings(backend="slime", slime_dir=tmp_path, vllm_url="http://h:1/v1", output_dir=tmp_path / "run",
+    s = Settings.build(backend="slime", slime_dir=tmp_path, vllm_url="http://h:1/v1", output_dir=tmp_path / "run",
                  max_turns=7)
     (path, text), = sb.extra_args_files(s).items()
     extra = json.loads(text)
     args = Namespace(save=str(tmp_path / "run"), n_samples_per_prompt=4, rollout_batch_size=3, **extra)
     again = sb.settings_from_slime_args(args)
-    assert (again.vllm_url, again.max_turns, again.n_samples, again.rollout_batch_size) == ("http://h:1/v1", 7, 4, 3)
+    assert (again.inference.vllm_url, again.agent.max_turns, again.n_samples, again.rollout_batch_size) == ("http://h:1/v1", 7, 4, 3)
     s.write(tmp_path / "run")
     from_file = sb.settings_from_slime_args(Namespace(save=str(tmp_path / "run")))
-    assert from_file.max_turns == 7 and from_file.vllm_url == "http://h:1/v1"
+    assert from_file.agent.max_turns == 7 and from_file.inference.vllm_url == "http://h:1/v1"
 
 
 def sample(index: int, group: int, tokens: list[int], response_length: int, **kw) -> Sample:

@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from qwen_swe.config.settings import ConfigError, Settings, load_settings
+from qwen_swe.config.settings import Settings, load_settings
 from qwen_swe.paths import REPO_ROOT
-from qwen_swe.errors import SlimeBackendError
+from qwen_swe.errors import SETUP_EXIT_CODE, ConfigError, SlimeBackendError
 
 SLIME_FSDP_TAG = "v0.2.2"
 SLIME_FSDP_COMMIT = "2418a7844abe4d490a1676dcf88fc3401adab362"
@@ -140,11 +140,11 @@ def check_packages_in(python: str) -> dict[str, Any]:
 def check_server(settings: Settings, timeout: float = 10.0) -> tuple[list[str], list[str]]:
     """(problems, warnings) about keeping the server on-policy. A problem means the run would train against
     a frozen server: no server, unreachable, or no reload endpoints (vLLM without VLLM_SERVER_DEV_MODE=1)."""
-    if not settings.vllm_url:
+    if not settings.inference.vllm_url:
         return ["BACKEND=slime needs VLLM_URL: a vLLM server (>= 0.16, started with VLLM_SERVER_DEV_MODE=1) that "
                 "the rollout function reloads after every step; the embedded CPU server serves the built-in "
                 "trainer only"], []
-    root = settings.vllm_url.rstrip("/").removesuffix("/v1")
+    root = settings.inference.vllm_url.rstrip("/").removesuffix("/v1")
     try:
         with urllib.request.urlopen(root + "/openapi.json", timeout=timeout) as resp:
             routes = set(json.loads(resp.read()).get("paths", {}))
@@ -214,10 +214,10 @@ class LaunchPlan:
 
 def train_args(s: Settings, *, gpus: int, model: str) -> list[str]:
     """slime v0.2.2 train.py arguments for these settings (see the module docstring)."""
-    if s.lora_rank:
+    if s.train.lora_rank:
         raise SlimeBackendError("slime has no LoRA (v0.2.2 FSDP trains every parameter): set LORA_RANK=0 or use "
                                 "BACKEND=fsdp")
-    if s.advantage_mode == "loo":
+    if s.train.advantage_mode == "loo":
         raise SlimeBackendError("slime's GRPO has no leave-one-out baseline: ADVANTAGE_MODE=mean or std, or "
                                 "BACKEND=fsdp")
     out = str(s.output_dir)
@@ -231,10 +231,10 @@ def train_args(s: Settings, *, gpus: int, model: str) -> list[str]:
         "--rollout-batch-size", str(s.rollout_batch_size),
         "--global-batch-size", str(s.rollout_batch_size * s.n_samples),
         "--num-rollout", str(s.num_rollouts),
-        "--lr", repr(s.lr),
-        "--eps-clip", repr(s.clip_eps), "--eps-clip-high", repr(s.upper_clip),
-        "--clip-grad", repr(s.grad_clip),
-        "--rollout-temperature", repr(s.temperature),
+        "--lr", repr(s.train.lr),
+        "--eps-clip", repr(s.train.clip_eps), "--eps-clip-high", repr(s.train.upper_clip),
+        "--clip-grad", repr(s.train.grad_clip),
+        "--rollout-temperature", repr(s.agent.temperature),
         "--prompt-data", s.dataset_source,
         "--rollout-shuffle", "--rollout-seed", str(s.seed),
         "--data-source-path", DATA_SOURCE_PATH,
@@ -242,22 +242,15 @@ def train_args(s: Settings, *, gpus: int, model: str) -> list[str]:
         "--save", out, "--load", out, "--save-interval", "1",
         "--custom-config-path", str(s.output_dir / EXTRA_ARGS_FILE),
     ]
-    if s.advantage_mode == "mean":
+    if s.train.advantage_mode == "mean":
         argv.append("--disable-grpo-std-normalization")
-    if s.loss_norm == "token":
+    if s.train.loss_norm == "token":
         argv.append("--calculate-per-token-loss")
-    if s.activation_checkpointing:
+    if s.train.activation_checkpointing:
         argv.append("--gradient-checkpointing")
-    if getattr(s, "micro_batch_size", None):
-        argv += ["--micro-batch-size", str(s.micro_batch_size)]
+    if s.train.micro_batch_size:
+        argv += ["--micro-batch-size", str(s.train.micro_batch_size)]
     return argv
-
-
-def settings_env(s: Settings) -> dict[str, str]:
-    """Every setting that differs from its default, as its environment variable, so slime's Ray actors rebuild
-    the same settings (they also find them in OUTPUT_DIR/settings.json, see ``settings_from_slime_args``)."""
-    defaults = Settings(backend="fsdp").to_dict()
-    return {k.upper(): str(v) for k, v in s.to_dict().items() if v is not None and v != defaults.get(k)}
 
 
 def build_plan(s: Settings, *, python: str | None = None, env_report: dict[str, Any] | None = None,
@@ -291,8 +284,7 @@ def build_plan(s: Settings, *, python: str | None = None, env_report: dict[str, 
         warnings += [f"ALLOW_FROZEN_SERVER is set, so the run trains against a frozen server: {p}" for p in frozen]
     else:
         problems += [p + " (ALLOW_FROZEN_SERVER=1 starts anyway, off-policy)" for p in frozen]
-    env = {**settings_env(s), "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(slime_dir)]),
-           "OUTPUT_DIR": str(s.output_dir)}
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(slime_dir)])}
     argv = [python, "train.py"] + train_args(s, gpus=gpus, model=s.model_name)
     return LaunchPlan(argv=argv, env=env, cwd=slime_dir, files=extra_args_files(s), problems=problems,
                       warnings=warnings)
@@ -308,19 +300,17 @@ def extra_args_files(s: Settings) -> dict[str, str]:
 
 def settings_from_slime_args(args: Any) -> Settings:
     """The run's settings inside slime's Ray actors: ``args.qwen_swe_settings`` (put there by the launcher through
-    --custom-config-path), else ``{--save}/settings.json``, else the environment; slime's own sizes win. (Ray
-    workers do not inherit the launcher's environment when slime joins an already running Ray cluster.)"""
+    --custom-config-path; ``args`` travels with every actor, wherever Ray runs it), else ``{--save}/settings.json``;
+    slime's own sizes win. Never the environment: Ray workers may not have inherited the launcher's."""
     stored = getattr(args, "qwen_swe_settings", None)
-    if not isinstance(stored, dict):
-        try:
-            stored = json.loads((Path(str(getattr(args, "save", "") or "")) / SETTINGS_FILE).read_text())
-        except (OSError, ValueError):
-            stored = None
     if isinstance(stored, dict):
-        settings = load_settings([], env={k.upper(): str(v) for k, v in stored.items() if v is not None},
-                                 profile=False)
+        settings = Settings.from_dict(stored)
     else:
-        settings = load_settings([], profile=True)
+        path = Path(str(getattr(args, "save", "") or "")) / SETTINGS_FILE
+        if not path.is_file():
+            raise ConfigError(f"slime's args carry no qwen_swe_settings and {path} does not exist: start slime "
+                              "through `BACKEND=slime bash examples/qwen_swe/run_grpo.sh`, which writes both")
+        settings = Settings.from_json(path)
     sizes = {"n_samples": getattr(args, "n_samples_per_prompt", None),
              "rollout_batch_size": getattr(args, "rollout_batch_size", None)}
     return settings.replace(**{k: int(v) for k, v in sizes.items() if v})
@@ -412,15 +402,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         settings = load_settings(rest, profile=False)
+    except ConfigError as exc:
+        print(f"slime backend: {exc}", file=sys.stderr)
+        return SETUP_EXIT_CODE
+    return launch(settings, dry_run=ours.dry_run)
+
+
+def launch(settings: Settings, *, dry_run: bool = False) -> int:
+    """Check everything, then replace this process with slime's train.py (or print the plan with ``dry_run``)."""
+    try:
         if settings.backend != "slime":
             settings = settings.replace(backend="slime")
         plan = build_plan(settings)
     except (ConfigError, SlimeBackendError) as exc:
         print(f"slime backend: {exc}", file=sys.stderr)
-        return 2
+        return SETUP_EXIT_CODE
     for note in plan.warnings:
         print(f"WARNING: {note}", file=sys.stderr)
-    if ours.dry_run:
+    if dry_run:
         print(plan.render())
         for problem in plan.problems:
             print(f"# would refuse: {problem}")
@@ -428,7 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if plan.problems:
         print("slime backend: refusing to start:\n  - " + "\n  - ".join(plan.problems) +
               f"\nInstall missing packages into {plan.argv[0]} ({IMAGE_HINT}).", file=sys.stderr)
-        return 2
+        return SETUP_EXIT_CODE
     ensure_link(plan.cwd)
     settings.write(settings.output_dir)
     for path, text in plan.files.items():

@@ -25,14 +25,14 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
 
 async def _slime_rollout(settings: Settings, args: Any, rollout_id: int, data_source: Any,
                          evaluation: bool) -> Any:
-    upstream = settings.vllm_url or settings.served_url
+    upstream = settings.inference.vllm_url or settings.inference.served_url
     version = 0
     if not evaluation:
         from qwen_swe.backends.slime.weights import SlimeWeightSync
 
         version = await asyncio.to_thread(SlimeWeightSync(args, upstream).before_rollout, rollout_id)
     engine = RolloutEngine(settings, upstream=upstream, model=settings.model_name,
-                           served_model=settings.served_model_name)
+                           served_model=settings.inference.served_model_name)
     await engine.start()
     try:
         engine.set_weight_version(version)

@@ -1,0 +1,74 @@
+"""The machinery every settings section shares: a field is ``FOO_BAR`` in the environment, ``--foo-bar`` on the
+command line, and carries its help, bounds and choices, so a bad value fails at start naming the variable."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import field, fields
+from pathlib import Path
+from typing import Any, Sequence
+
+from qwen_swe.errors import ConfigError
+
+
+def opt(default: Any, help: str, choices: Sequence[str] | None = None, minimum: float | None = None,
+        maximum: float | None = None) -> Any:
+    return field(default=default, metadata={"help": help, "choices": choices, "min": minimum, "max": maximum})
+
+
+def env_name(name: str) -> str:
+    return name.upper()
+
+
+def validate(section: Any) -> None:
+    """Check every field of a settings dataclass against its metadata; the error names the env var."""
+    for f in fields(section):
+        if "help" not in f.metadata:
+            continue
+        value = getattr(section, f.name)
+        lo, hi, choices = f.metadata.get("min"), f.metadata.get("max"), f.metadata.get("choices")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{env_name(f.name)}={value} is not a finite number: {f.metadata['help']}")
+        if lo is not None and value is not None and value < lo:
+            raise ConfigError(f"{env_name(f.name)}={value} is too small: {f.metadata['help']}; use a value >= {lo}")
+        if hi is not None and value is not None and value > hi:
+            raise ConfigError(f"{env_name(f.name)}={value} is too large: {f.metadata['help']}; use a value <= {hi}")
+        if choices and value not in choices:
+            raise ConfigError(f"{env_name(f.name)}={value!r} is not one of {', '.join(choices)}")
+
+
+def convert(f: dataclasses.Field, raw: str) -> Any:
+    """Turn one raw string (env var or flag) into the field's type, with an error naming the variable."""
+    kind = str(f.type)
+    if raw == "" and "None" in kind:
+        return None
+    try:
+        if kind.startswith("bool"):
+            low = raw.strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if kind.startswith("int"):
+            return int(raw)
+        if kind.startswith("float"):
+            return float(raw)
+        if kind.startswith("Path"):
+            return Path(raw).expanduser()
+        return raw
+    except ValueError:
+        want = kind.split(" ")[0].split("|")[0]
+        raise ConfigError(f"{env_name(f.name)}={raw!r} is not a valid {want}: {f.metadata['help']}") from None
+
+
+def from_json_value(f: dataclasses.Field, value: Any) -> Any:
+    """A value read back from settings.json: JSON has no Path, so paths come back from strings."""
+    if value is not None and str(f.type).startswith("Path"):
+        return Path(value)
+    return value
+
+
+def to_json_value(value: Any) -> Any:
+    return str(value) if isinstance(value, Path) else value

@@ -1,0 +1,48 @@
+"""The inference settings section: which server, which model, how new weights reach it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from qwen_swe.config.fields import opt, validate
+from qwen_swe.paths import embedded_model_dir
+
+DEFAULT_MODEL = "Qwen/Qwen3-Coder-30B-A3B-Instruct"
+
+
+@dataclass(frozen=True)
+class InferenceSettings:
+    vllm_url: str | None = opt(None, "OpenAI-compatible server URL; unset = start the embedded CPU server")
+    model: str | None = opt(None, f"HF name or local folder; default {DEFAULT_MODEL} with VLLM_URL, "
+                                  "the embedded SmolLM2 folder without")
+    tp: int = opt(1, "tensor parallel size of a locally started vLLM", minimum=1)
+    served_model_name: str | None = opt(None, "model name the server exposes; default MODEL")
+    max_model_len: int | None = opt(None, "vLLM context length")
+    request_timeout: float = opt(600.0, "timeout of one inference request, seconds", minimum=1.0)
+    served_url: str | None = opt(None, "URL of the server the launcher started (embedded); not set by users")
+    weight_sync: str = opt("auto", "how new weights reach the server: reload a shared path, or upload to the Modal "
+                           "weights Volume; auto = modal for a *.modal.run VLLM_URL", choices=("auto", "path", "modal"))
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def embedded(self) -> bool:
+        """No server given: the run starts the embedded CPU server with the tiny model."""
+        return not self.vllm_url
+
+    @property
+    def model_name(self) -> str:
+        """The model to train and serve: MODEL, else the embedded SmolLM2 folder or the seed's Qwen3-Coder."""
+        return self.model or (str(embedded_model_dir()) if self.embedded else DEFAULT_MODEL)
+
+    @property
+    def url(self) -> str | None:
+        """The server rollouts talk to: VLLM_URL, or the embedded server the run started."""
+        return self.vllm_url or self.served_url
+
+    @property
+    def sync_mode(self) -> str:
+        if self.weight_sync != "auto":
+            return self.weight_sync
+        return "modal" if self.vllm_url and ".modal.run" in self.vllm_url else "path"

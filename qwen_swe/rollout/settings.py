@@ -1,0 +1,20 @@
+"""The rollout engine's settings section (concurrency, time guards, dropped samples, trajectory length)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from qwen_swe.config.fields import opt, validate
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    rollout_concurrency: int = opt(8, "samples running at once", minimum=1)
+    rollout_timeout: float = opt(7200.0, "outer time guard for one whole rollout batch, seconds", minimum=1.0)
+    dropped_policy: str = opt("drop_group", "what to do with a group that lost samples to infrastructure",
+                              choices=("drop_group", "replace"))
+    max_response_len: int = opt(16384, "response tokens kept per trajectory", minimum=1)
+    mask_truncated: bool = opt(False, "zero the loss mask of truncated trajectories")
+
+    def __post_init__(self) -> None:
+        validate(self)

@@ -1,0 +1,34 @@
+"""The trainer's settings section (GRPO, optimizer, FSDP, checkpoints)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from qwen_swe.config.fields import opt, validate
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    lr: float = opt(1e-6, "AdamW learning rate", minimum=0.0)
+    advantage_mode: str = opt("mean", "group baseline", choices=("mean", "std", "loo"))
+    drop_zero_variance: bool = opt(True, "drop groups whose rewards are all equal")
+    clip_eps: float = opt(0.2, "PPO clip range (lower)", minimum=0.0)
+    clip_eps_high: float | None = opt(None, "PPO upper clip range; default = CLIP_EPS")
+    loss_norm: str = opt("token", "loss normalisation", choices=("token", "sample"))
+    grad_clip: float = opt(1.0, "gradient-norm clip", minimum=0.0)
+    lora_rank: int = opt(0, "LoRA rank; 0 = full fine-tuning", minimum=0)
+    lora_alpha: int = opt(16, "LoRA alpha", minimum=1)
+    activation_checkpointing: bool = opt(False, "recompute activations in the backward pass")
+    train_procs: int | None = opt(None, "trainer processes under torchrun; default: the GPU count, or 2 on CPU",
+                                  minimum=1)
+    micro_batch_size: int = opt(1, "samples per forward/backward pass on each trainer rank", minimum=1)
+    mixed_precision: bool = opt(False, "bf16 compute with fp32 master weights and gradient reduction (FSDP2)")
+    save_interval: int = opt(1, "checkpoint every N steps", minimum=1)
+    keep_checkpoints: int = opt(3, "checkpoints kept", minimum=1)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def upper_clip(self) -> float:
+        return self.clip_eps if self.clip_eps_high is None else self.clip_eps_high
