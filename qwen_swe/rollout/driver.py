@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import threading
 import time
 from pathlib import Path
@@ -13,10 +12,12 @@ from typing import Any
 
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample, Status
+from qwen_swe.data.source import SWEBenchDataSource
+from qwen_swe.errors import ConfigError
+from qwen_swe.inference.client import InferenceClient
+from qwen_swe.inference.weight_sync import ProbedSync, make_weight_sync
 from qwen_swe.rollout.engine import RolloutEngine, batch_metrics
-from qwen_swe.rollout.progress import BatchStats
-
-PROBE_TEXT = "def add(a, b):\n    return a + b\n"
+from qwen_swe.rollout.progress import BatchStats, live_progress
 
 
 def dump_rollouts(path: Path, groups: list[list[Sample]], dropped: list[Sample]) -> None:
@@ -42,9 +43,6 @@ class RolloutDriver:
 
     def __init__(self, settings: Settings, *, upstream: str, model: str, data_source: Any = None,
                  served_model: str | None = None) -> None:
-        from qwen_swe.data.source import SWEBenchDataSource
-        from qwen_swe.inference.client import InferenceClient
-
         self.settings = settings
         self.data_source = data_source or SWEBenchDataSource.from_settings(settings)
         self.client = InferenceClient(upstream, timeout=settings.inference.request_timeout)
@@ -53,14 +51,14 @@ class RolloutDriver:
         self._thread.start()
         self.engine = RolloutEngine(settings, upstream=upstream, model=model, served_model=served_model)
         self._call(self.engine.start())
+        self.weight_sync = ProbedSync(make_weight_sync(settings.inference, self.client), self.client,
+                                      self.engine.served_model)
         self.last_sync: dict[str, float] = {}
 
     def _call(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     def generate(self, step: int, weight_version: int) -> tuple[list[Sample], dict[str, Any]]:
-        from qwen_swe.rollout.progress import live_progress
-
         s = self.settings
         self.engine.set_weight_version(weight_version)
         groups = self.data_source.get_samples(s.rollout_batch_size)
@@ -76,33 +74,9 @@ class RolloutDriver:
         return [x for g in kept for x in g], metrics
 
     def sync_weights(self, hf_dir: Path, version: int) -> None:
-        before = self.probe_logprob()
-        if self.settings.inference.sync_mode == "modal":  # the server cannot read our disk: go through the weights Volume
-            from qwen_swe.inference.modal_app import push_and_reload
-
-            push_and_reload(hf_dir, f"v{version:06d}")
-        else:
-            self.client.reload_weights(str(hf_dir))
+        """Serve ``hf_dir`` as weight ``version`` before the next rollout; its metrics go out with that rollout."""
+        self.last_sync = self.weight_sync.push(hf_dir, version)
         self.engine.set_weight_version(version)
-        self.last_sync = {"sync/probe_logprob_before": before, "sync/probe_logprob_after": self.probe_logprob(),
-                          "sync/version": version}
-        logging.getLogger("qwen_swe").info("weights v%d served from %s: %s", version, hf_dir, self.last_sync)
-
-    def probe_logprob(self) -> float:
-        """Log-probability the server gives a fixed text: it changes exactly when the served weights change.
-
-        Diagnostic only: a server without vLLM's ``prompt_logprobs`` gives NaN, with a warning, not a failed run.
-        """
-        from qwen_swe.inference.client import InferenceError
-
-        body = {"model": self.engine.served_model, "prompt": PROBE_TEXT, "max_tokens": 1, "temperature": 0.0,
-                "prompt_logprobs": 0}
-        try:
-            choice = self.client.post_json("/v1/completions", body)["choices"][0]
-            return float(sum(next(iter(d.values()))["logprob"] for d in choice["prompt_logprobs"] if d))
-        except (InferenceError, KeyError, IndexError, TypeError, StopIteration) as exc:
-            logging.getLogger("qwen_swe").warning("weight-sync probe unavailable: %s", exc)
-            return float("nan")
 
     def state_dict(self) -> dict[str, Any]:
         return {"data_source": self.data_source.state_dict()}
@@ -119,11 +93,11 @@ class RolloutDriver:
 
 
 def make_driver(settings: Settings) -> RolloutDriver:
-    """Factory the trainer calls on rank 0 (``--driver qwen_swe.rollout.driver:make_driver``)."""
-    upstream = settings.inference.vllm_url or settings.inference.served_url
+    """The driver the trainer builds on rank 0."""
+    upstream = settings.inference.url
     if not upstream:
-        raise RuntimeError("no inference server: set VLLM_URL, or start the run with run_grpo.sh "
-                           "(which starts the embedded server and passes SERVED_URL)")
+        raise ConfigError("no inference server: set VLLM_URL, or start the run with run_grpo.sh "
+                          "(which starts the embedded server and records its URL in settings.json)")
     return RolloutDriver(settings, upstream=upstream, model=settings.model_name,
                          served_model=settings.inference.served_model_name)
 

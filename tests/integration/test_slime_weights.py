@@ -101,11 +101,10 @@ def test_checkpoint_in_slime_layout_converts_to_the_saved_weights(tmp_path, tiny
 
 def test_version_guard_refuses_stale_weights_and_accepts_the_base_model_for_rollout_0(tmp_path, tiny_hf):
     class NeverCalled:
-        def reload_weights(self, path):  # pragma: no cover - reaching this is the failure
-            raise AssertionError(f"reload_weights({path}) must not be called here")
+        def push(self, folder, version):  # pragma: no cover - reaching this is the failure
+            raise AssertionError(f"push({folder}, {version}) must not be called here")
 
-    args = argparse.Namespace(save=str(tmp_path / "run"), hf_checkpoint=str(tiny_hf))
-    sync = SlimeWeightSync(args, NeverCalled())
+    sync = SlimeWeightSync(tmp_path / "run", str(tiny_hf), NeverCalled())
     assert sync.before_rollout(0) == 0, "rollout 0 runs on the base model"
     with pytest.raises(WeightSyncError, match=r"rollout 1 .*iter_0000001.* is missing.*--save-interval 1"):
         sync.before_rollout(1)
@@ -123,12 +122,12 @@ def test_version_guard_refuses_stale_weights_and_accepts_the_base_model_for_roll
 @pytest.mark.vllm
 def test_converted_checkpoint_reloads_into_the_embedded_server(tmp_path, embedded_vllm):
     from qwen_swe.inference.client import InferenceClient
+    from qwen_swe.inference.weight_sync import PathReload
 
     base = paths.embedded_model_dir()
     client = embedded_vllm if hasattr(embedded_vllm, "reload_weights") else InferenceClient(str(embedded_vllm))
     save = tmp_path / "run"
     write_slime_checkpoint(base, save, rollout_id=0, optimizer=False)
-    args = argparse.Namespace(save=str(save), hf_checkpoint=str(base))
 
     def greedy() -> str:
         served = client.models()[0]
@@ -138,7 +137,7 @@ def test_converted_checkpoint_reloads_into_the_embedded_server(tmp_path, embedde
 
     before = greedy()
     try:
-        version = SlimeWeightSync(args, client).before_rollout(1)
+        version = SlimeWeightSync(save, str(base), PathReload(client)).before_rollout(1)
         assert version == 1
         assert (save / "hf_export" / "iter_0000001" / "model.safetensors").is_file()
         after = greedy()

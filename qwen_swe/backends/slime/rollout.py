@@ -5,32 +5,42 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from qwen_swe.backends.slime.launcher import settings_from_slime_args, trim_trailing_pad, validate_rollout_batch
+from qwen_swe.backends.slime.weights import SlimeWeightSync
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Status
+from qwen_swe.inference.client import InferenceClient
+from qwen_swe.inference.weight_sync import make_weight_sync
 from qwen_swe.rollout.engine import RolloutEngine
 from qwen_swe.rollout.progress import BatchStats
+
+
+def weight_sync_for(settings: Settings, args: Any) -> SlimeWeightSync:
+    """slime's checkpoints (``--save``, ``--hf-checkpoint``) pushed into the run's server the run's way."""
+    client = InferenceClient(settings.inference.url, timeout=settings.inference.request_timeout)
+    return SlimeWeightSync(getattr(args, "save", None) or settings.output_dir,
+                           getattr(args, "hf_checkpoint", None) or settings.model_name,
+                           make_weight_sync(settings.inference, client),
+                           keep_checkpoints=settings.train.keep_checkpoints, allow_frozen=settings.allow_frozen_server)
 
 
 def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
     """slime's rollout-function contract: exactly ``rollout_batch_size`` groups of ``n_samples_per_prompt``.
 
-    Settings come from the environment (as run_grpo.sh exports them), with slime's own sizes from ``args``.
-    Before a training rollout, the newest slime checkpoint is converted and reloaded into the vLLM server so
-    the rollout is on-policy; groups that lost samples are replaced by fresh groups from the data source.
+    Settings come from the run's serialized settings carried on ``args`` (see ``settings_from_slime_args``), with
+    slime's own sizes. Before a training rollout, the newest slime checkpoint is converted and reloaded into the
+    vLLM server so the rollout is on-policy; groups that lost samples are replaced by fresh groups from the data
+    source.
     """
-    from qwen_swe.backends.slime.launcher import settings_from_slime_args
-
     return asyncio.run(_slime_rollout(settings_from_slime_args(args), args, rollout_id, data_source, evaluation))
 
 
 async def _slime_rollout(settings: Settings, args: Any, rollout_id: int, data_source: Any,
                          evaluation: bool) -> Any:
-    upstream = settings.inference.vllm_url or settings.inference.served_url
+    upstream = settings.inference.url
     version = 0
     if not evaluation:
-        from qwen_swe.backends.slime.weights import SlimeWeightSync
-
-        version = await asyncio.to_thread(SlimeWeightSync(args, upstream).before_rollout, rollout_id)
+        version = await asyncio.to_thread(weight_sync_for(settings, args).before_rollout, rollout_id)
     engine = RolloutEngine(settings, upstream=upstream, model=settings.model_name,
                            served_model=settings.inference.served_model_name)
     await engine.start()
@@ -44,8 +54,6 @@ async def _slime_rollout(settings: Settings, args: Any, rollout_id: int, data_so
             raise RuntimeError(f"rollout {rollout_id}: only {len(kept)} of {want} groups survived 3 attempts; "
                                f"dropped samples by reason: {stats.reasons}")
         kept = sorted(kept[:want], key=lambda g: g[0].index)
-        from qwen_swe.backends.slime.launcher import trim_trailing_pad, validate_rollout_batch
-
         for x in (x for g in kept for x in g):
             trim_trailing_pad(x)
         validate_rollout_batch(kept, n_samples_per_prompt=settings.n_samples, rollout_batch_size=want)

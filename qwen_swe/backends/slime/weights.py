@@ -27,7 +27,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
-from qwen_swe.errors import WeightSyncError
+from qwen_swe.errors import InferenceError, WeightSyncError
+from qwen_swe.inference.weight_sync import WeightSync
 
 log = logging.getLogger(__name__)
 
@@ -245,35 +246,25 @@ def _hf_weight_names(source: Path) -> set[str] | None:
 class SlimeWeightSync:
     """Called by the rollout function before each training rollout; see the module docstring.
 
-    ``settings_or_args``: slime's ``args`` (``save``, ``hf_checkpoint``) or the project's ``Settings``
-    (``output_dir``, ``model``). ``client``: an object with ``reload_weights(path) -> int``
-    (``qwen_swe.inference.client.InferenceClient``) or the server's URL. Stateless between calls apart from
-    the files it writes, so a fresh instance per rollout behaves the same as one kept for the whole run.
+    ``save_dir`` is slime's ``--save``; ``hf_checkpoint`` its ``--hf-checkpoint`` (config and tokenizer of the
+    exported folders); ``sync`` pushes an exported folder into the server (``qwen_swe.inference.weight_sync``).
+    Stateless between calls apart from the files it writes, so a fresh instance per rollout behaves the same as one
+    kept for the whole run.
     """
 
-    def __init__(self, settings_or_args: Any, client: Any, *, export_root: str | os.PathLike[str] | None = None,
-                 keep_exports: int = 2, keep_checkpoints: int | None = None,
-                 allow_frozen: bool | None = None) -> None:
-        src = settings_or_args
-        save = getattr(src, "save", None) or getattr(src, "output_dir", None)
-        if not save:
+    def __init__(self, save_dir: str | os.PathLike[str] | None, hf_checkpoint: str | None, sync: WeightSync, *,
+                 export_root: str | os.PathLike[str] | None = None, keep_exports: int = 2,
+                 keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS, allow_frozen: bool = False) -> None:
+        if not save_dir:
             raise WeightSyncError("no checkpoint folder: slime's --save (or OUTPUT_DIR) must be set, with "
-                                       "--save-interval 1, for the vLLM server to follow training")
-        self.save_dir = Path(save).expanduser()
-        self.hf_checkpoint = getattr(src, "hf_checkpoint", None) or getattr(src, "model", None)
-        if isinstance(client, str):
-            from qwen_swe.inference.client import InferenceClient
-
-            client = InferenceClient(client)
-        self.client = client
+                                  "--save-interval 1, for the vLLM server to follow training")
+        self.save_dir = Path(save_dir).expanduser()
+        self.hf_checkpoint = hf_checkpoint
+        self.sync = sync
         self.export_root = Path(export_root) if export_root else self.save_dir / EXPORT_DIR
         self.keep_exports = max(1, keep_exports)
-        keep = keep_checkpoints or getattr(src, "keep_checkpoints", None) or os.environ.get("KEEP_CHECKPOINTS")
-        self.keep_checkpoints = int(keep) if keep else DEFAULT_KEEP_CHECKPOINTS
-        frozen = allow_frozen if allow_frozen is not None else getattr(src, "allow_frozen_server", None)
-        if frozen is None:
-            frozen = os.environ.get("ALLOW_FROZEN_SERVER", "").strip().lower() in ("1", "true", "yes", "on")
-        self.allow_frozen = bool(frozen)
+        self.keep_checkpoints = keep_checkpoints
+        self.allow_frozen = allow_frozen
         self.timings: dict[str, float] = {}
 
     def before_rollout(self, rollout_id: int) -> int:
@@ -299,8 +290,8 @@ class SlimeWeightSync:
             convert_checkpoint(newest.model_dir, self.hf_checkpoint, target)
         t1 = time.monotonic()
         try:
-            self.client.reload_weights(str(target))
-        except Exception as exc:
+            self.sync.push(target, newest.iteration)
+        except InferenceError as exc:
             if not self.allow_frozen:
                 raise WeightSyncError(f"reloading {target} into the inference server failed: {exc}") from exc
             log.warning("ALLOW_FROZEN_SERVER: reload of %s failed (%s); the server keeps its old weights",
