@@ -128,7 +128,7 @@ async def _grade(instance: dict, patch: str, reward: RewardSettings, sandbox: Sa
     if not patch.strip():
         return _failed("empty patch", details, timings)
     try:
-        script = grading.eval_script(instance)
+        grading.eval_script(instance)
         grading.parser_for(instance)
     except grading.GradingError as exc:
         return _aborted(str(exc), details, timings)
@@ -137,10 +137,40 @@ async def _grade(instance: dict, patch: str, reward: RewardSettings, sandbox: Sa
                    kept_files=grading.patch_files(kept))
     if not kept.strip():
         return _failed("the patch only changes tests or test configuration", details, timings)
+    return await _evaluate(instance, kept, sandbox, reward.eval_timeout, run_id, log_root, client, boot_limit,
+                           details, timings)
 
+
+async def evaluate(instance: dict, patch: str = "", *, sandbox: SandboxSettings | None = None,
+                   eval_timeout: float = 1800.0, run_id: str = DEFAULT_RUN_ID, log_dir: Path | None = None,
+                   client: docker.DockerClient | None = None) -> Grade:
+    """Run the instance's eval in a fresh container after applying ``patch`` as it is (empty: the base commit)
+    and judge the log with swebench's logic: the binary verdict plus ``details["status_map"]`` (test -> status).
+
+    This is the grader without its guards (no test-file filtering, no empty-patch shortcut), for proving tasks.
+    """
+    details: dict[str, Any] = {"mode": "binary", "instance_id": instance.get("instance_id")}
+    timings: dict[str, float] = {}
+    log_root = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "qwen_swe_grades"
+    try:
+        grading.parser_for(instance)
+    except grading.GradingError as exc:
+        return _aborted(str(exc), details, timings)
+    return await _evaluate(instance, patch, sandbox or SandboxSettings(), eval_timeout, run_id, log_root, client,
+                           None, details, timings)
+
+
+async def _evaluate(instance: dict, patch: str, sandbox: SandboxSettings, eval_timeout: float, run_id: str,
+                    log_root: Path, client: docker.DockerClient | None, boot_limit: asyncio.Semaphore | None,
+                    details: dict[str, Any], timings: dict[str, float]) -> Grade:
+    """The container part: a fresh no-network container, apply, eval, judge; infrastructure failures abort."""
+    try:
+        script = grading.eval_script(instance)
+    except grading.GradingError as exc:
+        return _aborted(str(exc), details, timings)
     gdir = log_root / str(instance["instance_id"]) / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
     gdir.mkdir(parents=True, exist_ok=True)
-    (gdir / "patch.diff").write_text(kept)
+    (gdir / "patch.diff").write_text(patch)
     (gdir / "eval.sh").write_text(script)
     details.update(log_dir=str(gdir), log_path=str(gdir / "test_output.txt"))
 
@@ -159,7 +189,7 @@ async def _grade(instance: dict, patch: str, reward: RewardSettings, sandbox: Sa
         t = time.monotonic()
         async with box:
             timings["start"] = time.monotonic() - t
-            result = await _run_in(box, instance, kept, script, reward.eval_timeout, gdir, details, timings)
+            result = await _run_in(box, instance, patch, script, eval_timeout, gdir, details, timings)
             t = time.monotonic()
         timings["remove"] = time.monotonic() - t
         return result
@@ -174,6 +204,16 @@ async def _grade(instance: dict, patch: str, reward: RewardSettings, sandbox: Sa
 
 async def _run_in(box: DockerSandbox, instance: dict, patch: str, script: str, eval_timeout: float, gdir: Path,
                   details: dict[str, Any], timings: dict[str, float]) -> Grade:
+    if patch.strip():
+        applied = await _apply(box, patch, gdir, details, timings)
+        if applied is None:
+            return _failed("the patch does not apply", details, timings)
+    return await _eval(box, instance, script, eval_timeout, gdir, details, timings)
+
+
+async def _apply(box: DockerSandbox, patch: str, gdir: Path, details: dict[str, Any],
+                 timings: dict[str, float]) -> str | None:
+    """swebench's apply ladder; the command that applied, or None."""
     t = time.monotonic()
     await box.write_file(PATCH_PATH, patch)
     attempts = []
@@ -190,9 +230,11 @@ async def _run_in(box: DockerSandbox, instance: dict, patch: str, script: str, e
     timings["apply"] = time.monotonic() - t
     details["apply_cmd"] = applied
     details["applied"] = applied is not None
-    if applied is None:
-        return _failed("the patch does not apply", details, timings)
+    return applied
 
+
+async def _eval(box: DockerSandbox, instance: dict, script: str, eval_timeout: float, gdir: Path,
+                details: dict[str, Any], timings: dict[str, float]) -> Grade:
     t = time.monotonic()
     await box.write_file(EVAL_PATH, script, mode=0o755)
     res = await box.exec(f"/bin/bash {EVAL_PATH}", timeout=eval_timeout, workdir=TESTBED)

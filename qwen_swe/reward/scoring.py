@@ -39,16 +39,13 @@ from swebench.harness.test_spec.create_scripts import make_eval_script_list
 from swebench.harness.test_spec.test_spec import TestSpec
 from qwen_swe.errors import GradingError
 from qwen_swe.paths import TESTBED
+from qwen_swe.reward.testfiles import CONFIG_FILES, test_path_reason
 
 __all__ = ["GIT_APPLY_CMDS", "GradingError", "FileDiff", "split_patch", "patch_files", "filter_patch",
            "eval_script", "parser_for", "test_spec_for", "Verdict", "judge_log", "Components", "shaped_reward",
            "fractional_reward"]
 
 EVAL_HEADER = "#!/bin/bash\nset -uxo pipefail\n"
-_TEST_DIRS = {"tests", "test", "testing"}
-_HOOK_FILES = {"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini",
-               "sitecustomize.py", "usercustomize.py"}
-_CONFIG_FILES = {"setup.cfg", "pyproject.toml"}
 _PYTEST_HUNK = re.compile(r"pytest|^\s*(addopts|testpaths|python_files|python_classes|python_functions|"
                           r"norecursedirs|filterwarnings|markers|xfail_strict|usefixtures|required_plugins|"
                           r"minversion|confcutdir)\s*=", re.IGNORECASE)
@@ -111,23 +108,11 @@ def patch_files(patch: str) -> set[str]:
     return {p for f in split_patch(patch) for p in f.paths}
 
 
-def _is_test_path(path: str) -> str | None:
-    pp = PurePosixPath(path)
-    name = pp.name
-    if name in _HOOK_FILES or name.endswith(".pth"):
-        return "test hook or config file"
-    if any(part in _TEST_DIRS for part in pp.parts[:-1]):
-        return "test directory"
-    if name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py") or name == "tests.py"):
-        return "test file"
-    return None
-
-
 def _drop_reason(paths: tuple[str, ...], test_files: set[str]) -> str | None:
     for p in paths:
         if p in test_files:
             return "touched by the test patch"
-        if reason := _is_test_path(p):
+        if reason := test_path_reason(p):
             return reason
     return None
 
@@ -140,7 +125,7 @@ def filter_patch(patch: str, test_files: set[str]) -> tuple[str, list[dict[str, 
         if reason:
             dropped.append({"path": f.paths[-1] if f.paths else "?", "reason": reason, "hunks": max(len(f.hunks), 1)})
             continue
-        if any(PurePosixPath(p).name in _CONFIG_FILES for p in f.paths) and f.hunks:
+        if any(PurePosixPath(p).name in CONFIG_FILES for p in f.paths) and f.hunks:
             good = [h for h in f.hunks if not any(_PYTEST_HUNK.search(line[1:]) for line in h[1:])]
             if len(good) < len(f.hunks):
                 dropped.append({"path": f.paths[-1], "reason": "pytest configuration",

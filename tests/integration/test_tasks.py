@@ -164,7 +164,7 @@ def test_stale_image_is_replaced(rows, client, built):
 def test_check_passes_for_every_task(rows, client, built):
     from qwen_swe.data.taskpack.check import check_all, format_report
 
-    results = check_all(rows, client, log=lambda _: None)
+    results = check_all(rows, log=lambda _: None)
     assert all(r.ok for r in results), format_report(results)
     careless = [r for r in results if "careless" in r.runs]
     assert careless, "the careless fix was not exercised"

@@ -219,3 +219,15 @@ def test_shaped_length_term_orders_clipped_unresolved_attempts():
     assert capped == pytest.approx(-1.0)
     resolved, c = grading.shaped_reward(True, {"a.py"}, {"a.py"}, {"response_tokens": 900}, s)
     assert resolved == 1.0 and c.length == 0.0
+
+
+def test_one_definition_of_a_test_file_serves_the_grader_and_the_task_pack():
+    from qwen_swe.data.taskpack import source
+    from qwen_swe.reward import testfiles
+
+    assert source.is_test_path is testfiles.is_test_path
+    for path in ("tests/test_x.py", "pkg/tests/helpers.py", "test_mod.py", "a/mod_test.py", "conftest.py",
+                 "pkg/conftest.py", "tox.ini", "x/evil.pth", "sitecustomize.py"):
+        assert testfiles.is_test_path(path), path
+    for path in ("pkg/mod.py", "testing_utils.py", "pkg/contest.py", "setup.cfg", "README.md"):
+        assert not testfiles.is_test_path(path), path

@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             from qwen_swe.data.taskpack.check import check_all, format_report
 
-            results = check_all(_rows(args.instance_ids), _client())
+            results = check_all(_rows(args.instance_ids))
             print(format_report(results))
             if any(not result.ok for result in results):
                 return 1

@@ -9,20 +9,23 @@ graded the same way in a rollout.
 
 from __future__ import annotations
 
-import io
+import asyncio
 import json
-import tarfile
+import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
-from qwen_swe.data.taskpack import TaskPackError
-from qwen_swe.data.taskpack.source import END_TEST_OUTPUT, START_TEST_OUTPUT, careless_patch
+from qwen_swe.data.taskpack.source import careless_patch
+from qwen_swe.errors import TaskPackError
+from qwen_swe.reward.harness import Grade, evaluate
+from qwen_swe.sandbox.settings import SandboxSettings
 
-CHECK_LABELS = {"qwen-swe": "1", "qwen-swe.role": "check"}
-EVAL_TIMEOUT = 300  # seconds, enforced inside the container by coreutils timeout
+CHECK_RUN_ID = "qwen-swe-check"  # the container label; `reap` finds leftovers by it
+EVAL_TIMEOUT = 300.0
 PASSED = ("PASSED", "XFAIL")
+SANDBOX = SandboxSettings(image_namespace="")  # task images are local
 
 
 @dataclass
@@ -37,123 +40,93 @@ class TaskCheck:
         return not self.problems
 
 
-def _archive(files: dict[str, str]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def run_eval(client: Any, image: str, script: str, patch: str | None = None) -> str:
-    """Run ``script`` in a fresh no-network container of ``image`` (after ``git apply`` of ``patch``); the log.
-
-    The log is stdout and stderr merged, as swebench records it (the markers come from ``set -x``).
-    """
-    container = client.containers.create(image, command=["sleep", "infinity"], network_mode="none",
-                                          labels=CHECK_LABELS, working_dir="/testbed")
-    try:
-        container.start()
-        files = {"eval.sh": script, **({"patch.diff": patch} if patch is not None else {})}
-        if not container.put_archive("/tmp", _archive(files)):
-            raise TaskPackError(f"copying the eval script into a container of {image} failed")
-        if patch is not None:
-            code, out = container.exec_run(["timeout", "60", "git", "apply", "-v", "/tmp/patch.diff"],
-                                           workdir="/testbed")
-            if code != 0:
-                raise TaskPackError(f"the patch does not apply in {image}: {out.decode(errors='replace')[-1500:]}")
-        code, out = container.exec_run(["timeout", str(EVAL_TIMEOUT), "bash", "/tmp/eval.sh"], workdir="/testbed")
-        log = out.decode(errors="replace")
-        if code == 124:
-            raise TaskPackError(f"the eval script timed out after {EVAL_TIMEOUT} s in {image}")
-        return log
-    finally:
-        container.remove(force=True)
-
-
-def parse_log(log: str) -> dict[str, str]:
-    """Test statuses from the part of the log between swebench's markers, with swebench's pytest parser."""
-    from swebench.harness.log_parsers.python import parse_log_pytest
-
-    if START_TEST_OUTPUT not in log or END_TEST_OUTPUT not in log:
-        raise TaskPackError("the eval log lacks the start/end test output markers; the eval script did not run "
-                            "to the end")
-    section = log.split(START_TEST_OUTPUT, 1)[1].split(END_TEST_OUTPUT, 1)[0]
-    # parse_log_pytest takes a TestSpec for the parsers that need one; the pytest parser never reads it.
-    return parse_log_pytest(section, None)
-
-
-def resolution(statuses: dict[str, str], f2p: list[str], p2p: list[str]) -> str:
-    """swebench's verdict for these statuses: RESOLVED_FULL, RESOLVED_PARTIAL or RESOLVED_NO."""
-    from swebench.harness.constants import FAIL_TO_PASS, PASS_TO_PASS, EvalType
-    from swebench.harness.grading import get_eval_tests_report, get_resolution_status
-
-    report = get_eval_tests_report(statuses, {FAIL_TO_PASS: f2p, PASS_TO_PASS: p2p}, eval_type=EvalType.PASS_AND_FAIL)
-    return get_resolution_status(report)
+async def _statuses(row: dict[str, Any], patch: str, log_dir: Path) -> tuple[dict[str, str], Grade]:
+    """The grader's evaluation of ``patch`` (empty: the base commit): test statuses and the verdict."""
+    grade = await evaluate(row, patch, sandbox=SANDBOX, eval_timeout=EVAL_TIMEOUT, run_id=CHECK_RUN_ID,
+                           log_dir=log_dir)
+    if grade.aborted:
+        raise TaskPackError(f"the eval could not run: {grade.reason}")
+    if patch and not grade.details.get("applied"):
+        raise TaskPackError(f"the patch does not apply: see {grade.details.get('log_dir')}/apply.log")
+    return dict(grade.details.get("status_map") or {}), grade
 
 
 def _not_passing(tests: list[str], statuses: dict[str, str]) -> list[str]:
     return [f"{t} ({statuses.get(t, 'absent')})" for t in tests if statuses.get(t) not in PASSED]
 
 
-def check_task(client: Any, row: dict[str, Any]) -> TaskCheck:
+async def check_task(row: dict[str, Any], log_dir: Path) -> TaskCheck:
     """All checks of one task; problems are collected, not raised, so one report covers the whole pack."""
     result = TaskCheck(row["instance_id"])
     start = time.monotonic()
     f2p, p2p = json.loads(row["FAIL_TO_PASS"]), json.loads(row["PASS_TO_PASS"])
-    image, script = row["image"], row["eval_script"]
     try:
-        base = result.runs["base"] = parse_log(run_eval(client, image, script))
-        passing_f2p = [t for t in f2p if base.get(t) in PASSED]
-        if passing_f2p:
-            result.problems.append(f"at base_commit these FAIL_TO_PASS tests already pass: {', '.join(passing_f2p)}")
-        broken = _not_passing(p2p, base)
-        if broken:
-            result.problems.append(f"at base_commit these PASS_TO_PASS tests do not pass: {', '.join(broken)}")
-
-        gold = result.runs["gold"] = parse_log(run_eval(client, image, script, row["patch"]))
-        broken = _not_passing(f2p + p2p, gold)
-        if broken:
-            result.problems.append(f"with the gold patch these tests do not pass: {', '.join(broken)}")
-        unlisted = sorted(set(gold) - set(f2p) - set(p2p))
-        if unlisted:
-            result.problems.append(f"the eval script runs tests listed in neither FAIL_TO_PASS nor PASS_TO_PASS: "
-                                   f"{', '.join(unlisted)}")
-        if resolution(gold, f2p, p2p) != "RESOLVED_FULL":
-            result.problems.append("swebench does not grade the gold patch as RESOLVED_FULL")
-
+        base, _ = await _statuses(row, "", log_dir)
+        result.runs["base"] = base
+        _check_base(result, base, f2p, p2p)
+        gold, verdict = await _statuses(row, row["patch"], log_dir)
+        result.runs["gold"] = gold
+        _check_gold(result, gold, verdict, f2p, p2p)
         careless = careless_patch(row["instance_id"])
         if careless is not None:
-            sloppy = result.runs["careless"] = parse_log(run_eval(client, image, script, careless))
-            if _not_passing(f2p, sloppy):
-                result.problems.append(f"the careless fix should pass FAIL_TO_PASS but does not: "
-                                       f"{', '.join(_not_passing(f2p, sloppy))}")
-            if not _not_passing(p2p, sloppy):
-                result.problems.append("the careless fix should break a PASS_TO_PASS test but breaks none")
-            if resolution(sloppy, f2p, p2p) == "RESOLVED_FULL":
-                result.problems.append("swebench grades the careless fix as resolved")
+            sloppy, verdict = await _statuses(row, careless, log_dir)
+            result.runs["careless"] = sloppy
+            _check_careless(result, sloppy, verdict, f2p, p2p)
     except TaskPackError as exc:
         result.problems.append(str(exc))
-    except Exception as exc:  # noqa: BLE001 - a Docker failure is one task's problem, reported with the rest
-        result.problems.append(f"{exc.__class__.__name__}: {exc}")
     result.seconds = time.monotonic() - start
     return result
 
 
-def check_all(rows: list[dict[str, Any]], client: Any, jobs: int = 2,
-              log: Callable[[str], None] = print) -> list[TaskCheck]:
+def _check_base(result: TaskCheck, base: dict[str, str], f2p: list[str], p2p: list[str]) -> None:
+    passing_f2p = [t for t in f2p if base.get(t) in PASSED]
+    if passing_f2p:
+        result.problems.append(f"at base_commit these FAIL_TO_PASS tests already pass: {', '.join(passing_f2p)}")
+    broken = _not_passing(p2p, base)
+    if broken:
+        result.problems.append(f"at base_commit these PASS_TO_PASS tests do not pass: {', '.join(broken)}")
+
+
+def _check_gold(result: TaskCheck, gold: dict[str, str], verdict: Grade, f2p: list[str], p2p: list[str]) -> None:
+    broken = _not_passing(f2p + p2p, gold)
+    if broken:
+        result.problems.append(f"with the gold patch these tests do not pass: {', '.join(broken)}")
+    unlisted = sorted(set(gold) - set(f2p) - set(p2p))
+    if unlisted:
+        result.problems.append(f"the eval script runs tests listed in neither FAIL_TO_PASS nor PASS_TO_PASS: "
+                               f"{', '.join(unlisted)}")
+    if not verdict.resolved:
+        result.problems.append("swebench does not grade the gold patch as RESOLVED_FULL")
+
+
+def _check_careless(result: TaskCheck, sloppy: dict[str, str], verdict: Grade, f2p: list[str],
+                    p2p: list[str]) -> None:
+    if _not_passing(f2p, sloppy):
+        result.problems.append(f"the careless fix should pass FAIL_TO_PASS but does not: "
+                               f"{', '.join(_not_passing(f2p, sloppy))}")
+    if not _not_passing(p2p, sloppy):
+        result.problems.append("the careless fix should break a PASS_TO_PASS test but breaks none")
+    if verdict.resolved:
+        result.problems.append("swebench grades the careless fix as resolved")
+
+
+def check_all(rows: list[dict[str, Any]], jobs: int = 2, log: Callable[[str], None] = print,
+              log_dir: Path | None = None) -> list[TaskCheck]:
     """Check every row (``jobs`` tasks at a time); results come back in row order."""
+    log_dir = log_dir or Path(tempfile.gettempdir()) / "qwen_swe_check"
 
-    def one(row: dict[str, Any]) -> TaskCheck:
-        result = check_task(client, row)
-        log(f"{'ok' if result.ok else 'FAILED':>6}  {result.seconds:5.1f} s  {result.instance_id}")
-        return result
+    async def run() -> list[TaskCheck]:
+        bound = asyncio.Semaphore(max(1, jobs))
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, rows))
+        async def one(row: dict[str, Any]) -> TaskCheck:
+            async with bound:
+                result = await check_task(row, log_dir)
+            log(f"{'ok' if result.ok else 'FAILED':>6}  {result.seconds:5.1f} s  {result.instance_id}")
+            return result
+
+        return list(await asyncio.gather(*(one(row) for row in rows)))
+
+    return asyncio.run(run())
 
 
 def format_report(results: list[TaskCheck]) -> str:

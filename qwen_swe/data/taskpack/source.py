@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
+
 from qwen_swe.data.taskpack import SRC_DIR, TASKS_JSONL, TaskPackError
 from qwen_swe.data.taskpack.repo import copy_files, git, make_repo
+from qwen_swe.reward.testfiles import is_test_path
 
 VERSION = "1.0"
 HEREDOC = "EOF_114329324912"  # swebench's delimiter
-START_TEST_OUTPUT = ">>>>> Start Test Output"  # swebench.harness.constants
-END_TEST_OUTPUT = ">>>>> End Test Output"
 ID_RE = re.compile(r"(?P<owner>[a-z0-9]+)__(?P<name>[a-z0-9_]+)-(?P<number>\d+)")
 
 
@@ -91,11 +92,6 @@ def diff_against_base(repo_name: str, overlay: Path) -> str:
 def patch_files(patch: str) -> list[str]:
     """Paths a diff touches, in order (from its ``diff --git a/X b/X`` headers)."""
     return re.findall(r"^diff --git a/(\S+) b/", patch, flags=re.M)
-
-
-def is_test_path(path: str) -> bool:
-    name = path.rsplit("/", 1)[-1]
-    return path.startswith("tests/") or name.startswith("test_") or name.endswith("_test.py")
 
 
 def eval_script(base_commit: str, test_patch: str) -> str:
