@@ -104,6 +104,8 @@ class RolloutEngine:
             raise SandboxError(f"the Docker engine failed during the rollout: {exc}") from exc
         finally:
             turns = self.proxy.close_session(session.id)
+        if session.bug is not None:  # a bug in the proxy, not the infrastructure: fail loudly
+            raise session.bug
         t_agent = time.monotonic()
         meta.update(outcome=agent.outcome, patch=patch, final_message=agent.final_message,
                     agent_seconds=round(t_agent - t0, 3), tool_calls=agent.tool_calls)

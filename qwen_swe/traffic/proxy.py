@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -27,11 +28,13 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from qwen_swe.traffic.forward import chat_forward
 from qwen_swe.traffic.sessions import PromptBuilder, Session
-from qwen_swe.traffic.toolcalls import FORMATS, ParsedReply, new_call_id, parse_completion, split_reasoning, structural_tag
+from qwen_swe.traffic.toolcalls import FORMATS, ParsedReply, parse_completion, split_reasoning, structural_tag
 from qwen_swe.traffic.trajectory import Turn
 from qwen_swe.errors import ProxyError, UpstreamFailure
 
+log = logging.getLogger("qwen_swe.proxy")
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty", "frequency_penalty",
                  "repetition_penalty")
 
@@ -190,22 +193,24 @@ class RecordingProxy:
         try:
             if self.mode == "tokens":
                 return await self._chat_tokens(request, body, session, turn)
-            return await self._chat_forward(request, body, turn)
+            return await chat_forward(self, request, body, turn)
         except UpstreamFailure as exc:
             turn.status, turn.error = exc.status, exc.message
             return web.json_response(exc.body, status=exc.status)
         except asyncio.CancelledError:  # the agent hung up; the turn must not look like a success without ids
             turn.status, turn.error = 499, "client disconnected"
             raise
-        except Exception as exc:  # noqa: BLE001 - a proxy bug is the agent's API error, recorded, not a crash
+        except Exception as exc:  # noqa: BLE001 - a bug here: the agent gets a 500, the rollout re-raises it
             turn.status, turn.error = 500, f"proxy error: {exc!r}"
+            session.bug = exc
+            log.exception("proxy bug in session %s", session.id)
             return web.json_response(_error_body(f"proxy error: {exc!r}"), status=500)
         finally:
             turn.latency = time.perf_counter() - t0
             session.turns.append(turn)
 
     # --- upstream calls --------------------------------------------------------------------------
-    async def _post(self, path: str, payload: dict[str, Any]) -> aiohttp.ClientResponse:
+    async def post_upstream(self, path: str, payload: dict[str, Any]) -> aiohttp.ClientResponse:
         try:
             resp = await self._client.post(f"{self.upstream}{path}", json=payload)
         except asyncio.TimeoutError:
@@ -224,7 +229,7 @@ class RecordingProxy:
             raise UpstreamFailure(resp.status, err, f"upstream {resp.status}: {raw[:500].decode(errors='replace')}")
         return resp
 
-    async def _read_json(self, resp: aiohttp.ClientResponse, path: str) -> dict[str, Any]:
+    async def read_json(self, resp: aiohttp.ClientResponse, path: str) -> dict[str, Any]:
         try:
             return await resp.json(content_type=None)
         except asyncio.TimeoutError:
@@ -232,35 +237,6 @@ class RecordingProxy:
                                                    "timeout", 504), "timeout") from None
         finally:
             resp.release()
-
-    # --- forward mode ----------------------------------------------------------------------------
-    async def _chat_forward(self, request: web.Request, body: dict[str, Any], turn: Turn) -> web.StreamResponse:
-        payload = dict(body, return_token_ids=True, logprobs=True)
-        payload.pop("top_logprobs", None)
-        if self.model:
-            payload["model"] = self.model
-        t0 = time.perf_counter()
-        resp = await self._post("/chat/completions", payload)
-        if not body.get("stream"):
-            data = await self._read_json(resp, "/chat/completions")
-            turn.upstream_latency = time.perf_counter() - t0
-            _record_chat(turn, data)
-            return web.json_response(data)
-        out = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await out.prepare(request)
-        acc = _StreamAccumulator()
-        try:
-            async for line in resp.content:
-                await out.write(line)
-                acc.feed(line)
-        except asyncio.TimeoutError:
-            turn.status, turn.error = 504, "timeout while streaming"
-        finally:
-            resp.release()
-            turn.upstream_latency = time.perf_counter() - t0
-        acc.apply(turn)
-        await out.write_eof()
-        return out
 
     # --- token mode ------------------------------------------------------------------------------
     async def _fetch_max_model_len(self) -> None:
@@ -290,31 +266,45 @@ class RecordingProxy:
 
     async def _chat_tokens(self, request: web.Request, body: dict[str, Any], session: Session,
                            turn: Turn) -> web.StreamResponse:
+        """Token mode: plan the prompt ids -> complete with ids -> parse the reply -> answer as a chat completion."""
+        plan = await self._plan(request, body, session, turn)
+        choice = await self._complete(body, turn, plan.prompt_ids)
+        session.last_render = (turn.index, plan.text)
+        message, finish = self._parse(body, turn, choice)
+        turn.usage = {"prompt_tokens": len(plan.prompt_ids), "completion_tokens": len(turn.sampled_ids),
+                      "total_tokens": len(plan.prompt_ids) + len(turn.sampled_ids)}
+        return await self._answer(request, body, turn, message, finish)
+
+    async def _plan(self, request: web.Request, body: dict[str, Any], session: Session, turn: Turn) -> Any:
+        """The prompt ids: earlier prompts and sampled ids kept, newly rendered messages appended."""
         builder = self._builder
-        messages, tools = turn.request_messages, turn.tools
-        tool_choice = body.get("tool_choice")
-        args = (messages, tools, list(session.turns), body.get("chat_template_kwargs"), session.last_render)
+        args = (turn.request_messages, turn.tools, list(session.turns), body.get("chat_template_kwargs"),
+                session.last_render)
         small = (request.content_length or 0) < INLINE_RENDER_BYTES
         plan = builder.plan(*args) if small else await self._offload(builder.plan, *args)
         turn.prompt_ids, turn.prompt_source, turn.drift = plan.prompt_ids, plan.source, plan.drift
-        payload: dict[str, Any] = {"model": self.model or body.get("model"), "prompt": plan.prompt_ids,
-                                   "max_tokens": await self._max_tokens(body, len(plan.prompt_ids)),
+        return plan
+
+    async def _complete(self, body: dict[str, Any], turn: Turn, prompt_ids: list[int]) -> dict[str, Any]:
+        """``/v1/completions`` with token ids (a forced tool call constrained by a structural tag)."""
+        payload: dict[str, Any] = {"model": self.model or body.get("model"), "prompt": prompt_ids,
+                                   "max_tokens": await self._max_tokens(body, len(prompt_ids)),
                                    "return_token_ids": True, "logprobs": 1, "skip_special_tokens": False}
         payload.update({k: body[k] for k in SAMPLING_KEYS if body.get(k) is not None})
-        forced = _forced_tools(tools, tool_choice)
+        forced = _forced_tools(turn.tools, body.get("tool_choice"))
         if forced:
             payload["structured_outputs"] = {"structural_tag": json.dumps(structural_tag(forced, self.tool_parser))}
         t0 = time.perf_counter()
         try:
-            resp = await self._post("/completions", payload)
+            resp = await self.post_upstream("/completions", payload)
         except UpstreamFailure as exc:
             if not (forced and exc.status == 400):
                 raise
             # the grammar backend rejected a tool schema: keep the call envelope, free the arguments
             payload["structured_outputs"] = {"structural_tag": json.dumps(
                 structural_tag(forced, self.tool_parser, strict_arguments=False))}
-            resp = await self._post("/completions", payload)
-        data = await self._read_json(resp, "/completions")
+            resp = await self.post_upstream("/completions", payload)
+        data = await self.read_json(resp, "/completions")
         turn.upstream_latency = time.perf_counter() - t0
         choice = (data.get("choices") or [{}])[0]
         ids = choice.get("token_ids")
@@ -322,13 +312,16 @@ class RecordingProxy:
             raise UpstreamFailure(502, _error_body("upstream /completions returned no token_ids; the server must "
                                                    "be vLLM >= 0.10.2", "upstream_error", 502), "no token ids")
         turn.sampled_ids = list(ids)
-        session.last_render = (turn.index, plan.text)
         lps = (choice.get("logprobs") or {}).get("token_logprobs")
         turn.logprobs = [float(x) if x is not None else 0.0 for x in lps] if lps is not None else None
-        text = builder.decode(turn.sampled_ids)
+        return choice
+
+    def _parse(self, body: dict[str, Any], turn: Turn, choice: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        """The sampled text as an assistant message: tool calls in the template's format, reasoning split off."""
+        text = self._builder.decode(turn.sampled_ids)
         turn.completion_text = text
-        if tools and tool_choice != "none":
-            parsed = parse_completion(text, self.tool_parser, tools)
+        if turn.tools and body.get("tool_choice") != "none":
+            parsed = parse_completion(text, self.tool_parser, turn.tools)
         else:
             reasoning, rest = split_reasoning(text)
             parsed = ParsedReply(content=rest or None, reasoning_content=reasoning)
@@ -336,8 +329,10 @@ class RecordingProxy:
         turn.parse_errors = parsed.errors
         finish = "tool_calls" if message.get("tool_calls") else (choice.get("finish_reason") or "stop")
         turn.message, turn.finish_reason = message, finish
-        turn.usage = {"prompt_tokens": len(plan.prompt_ids), "completion_tokens": len(turn.sampled_ids),
-                      "total_tokens": len(plan.prompt_ids) + len(turn.sampled_ids)}
+        return message, finish
+
+    async def _answer(self, request: web.Request, body: dict[str, Any], turn: Turn, message: dict[str, Any],
+                      finish: str) -> web.StreamResponse:
         reply_id = f"chatcmpl-{uuid.uuid4().hex}"
         model = body.get("model") or self.model or ""
         if not body.get("stream"):
@@ -391,86 +386,6 @@ def _sse_chunks(reply_id: str, model: str, message: dict[str, Any], finish: str,
         out.append(chunk([], usage=usage))
     out.append(b"data: [DONE]\n\n")
     return out
-
-
-def _record_chat(turn: Turn, data: dict[str, Any]) -> None:
-    choice = (data.get("choices") or [{}])[0]
-    msg = dict(choice.get("message") or {})
-    if "reasoning" in msg and "reasoning_content" not in msg:
-        msg["reasoning_content"] = msg.pop("reasoning")
-    turn.message = {k: v for k, v in msg.items() if v is not None or k == "content"}
-    turn.finish_reason = choice.get("finish_reason")
-    turn.usage = data.get("usage")
-    turn.prompt_ids = data.get("prompt_token_ids")
-    turn.sampled_ids = choice.get("token_ids")
-    content = (choice.get("logprobs") or {}).get("content")
-    turn.logprobs = [float(e.get("logprob", 0.0)) for e in content] if content is not None else None
-
-
-class _StreamAccumulator:
-    """Rebuilds the assistant message, ids and logprobs from a chat-completion SSE stream."""
-
-    def __init__(self) -> None:
-        self.content: list[str] = []
-        self.reasoning: list[str] = []
-        self.calls: dict[int, dict[str, Any]] = {}
-        self.prompt_ids: list[int] | None = None
-        self.ids: list[int] = []
-        self.logprobs: list[float] = []
-        self.has_ids = self.has_logprobs = False
-        self.finish: str | None = None
-        self.usage: dict[str, Any] | None = None
-
-    def feed(self, line: bytes) -> None:
-        if not line.startswith(b"data:"):
-            return
-        raw = line[5:].strip()
-        if not raw or raw == b"[DONE]":
-            return
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError:
-            return
-        if data.get("prompt_token_ids") is not None:
-            self.prompt_ids = data["prompt_token_ids"]
-        if data.get("usage"):
-            self.usage = data["usage"]
-        for choice in data.get("choices") or ():
-            if choice.get("token_ids") is not None:
-                self.has_ids = True
-                self.ids.extend(choice["token_ids"])
-            content = (choice.get("logprobs") or {}).get("content")
-            if content is not None:
-                self.has_logprobs = True
-                self.logprobs.extend(float(e.get("logprob", 0.0)) for e in content)
-            d = choice.get("delta") or {}
-            if d.get("content"):
-                self.content.append(d["content"])
-            r = d.get("reasoning_content") or d.get("reasoning")
-            if r:
-                self.reasoning.append(r)
-            for tc in d.get("tool_calls") or ():
-                slot = self.calls.setdefault(tc.get("index", 0), {"id": None, "type": "function",
-                                                                   "function": {"name": "", "arguments": ""}})
-                slot["id"] = tc.get("id") or slot["id"]
-                fn = tc.get("function") or {}
-                slot["function"]["name"] += fn.get("name") or ""
-                slot["function"]["arguments"] += fn.get("arguments") or ""
-            if choice.get("finish_reason"):
-                self.finish = choice["finish_reason"]
-
-    def apply(self, turn: Turn) -> None:
-        msg: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
-        if self.calls:
-            msg["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
-            for call in msg["tool_calls"]:
-                call["id"] = call["id"] or new_call_id()
-        if self.reasoning:
-            msg["reasoning_content"] = "".join(self.reasoning)
-        turn.message, turn.finish_reason, turn.usage = msg, self.finish, self.usage
-        turn.prompt_ids = self.prompt_ids
-        turn.sampled_ids = self.ids if self.has_ids else None
-        turn.logprobs = self.logprobs if self.has_logprobs else None
 
 
 __all__ = ["RecordingProxy", "ProxyError", "Session", "Turn"]

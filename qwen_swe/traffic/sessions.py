@@ -39,6 +39,7 @@ class Session:
     turns: list[Turn] = field(default_factory=list)
     next_index: int = 0
     last_render: tuple[int, str] | None = None  # (turn index, its rendered prompt)
+    bug: BaseException | None = None  # a proxy bug met while serving this session; the rollout re-raises it
 
     def take_index(self) -> int:
         self.next_index += 1

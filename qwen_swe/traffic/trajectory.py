@@ -140,35 +140,9 @@ def build_sample(turns: Iterable[Turn], *, max_response_len: int, mask_truncated
             raise TrajectoryError(f"{len(usable) - len(good)} of {len(usable)} turns carry no token ids; pass the "
                                   "model's tokenizer to fall back to chat-template masking")
         return _from_messages(usable, tokenizer, max_response_len, mask_truncated, failed)
-    tokens: list[int] = []
-    mask: list[int] = []
-    logps: list[float] = []
-    prompt_len = 0
-    sampled = 0
-    missing_logprobs = 0
-    drift: list[dict[str, Any]] = []
-    for n, turn in enumerate(good):
-        prompt = list(turn.prompt_ids)
-        if n == 0:
-            tokens, mask, logps, prompt_len = prompt, [0] * len(prompt), [0.0] * len(prompt), len(prompt)
-        else:
-            keep = _common_prefix(tokens, prompt)
-            if keep < len(tokens):
-                drift.append({"turn": turn.index, "at": keep, "held": len(tokens),
-                              "dropped_sampled": sum(mask[keep:]), "proxy_drift": turn.drift})
-                del tokens[keep:], mask[keep:], logps[keep:]
-                prompt_len = min(prompt_len, keep)
-            tokens.extend(prompt[keep:])
-            mask.extend([0] * (len(prompt) - keep))
-            logps.extend([0.0] * (len(prompt) - keep))
-        ids = list(turn.sampled_ids)
-        lp = list(turn.logprobs) if turn.logprobs is not None and len(turn.logprobs) == len(ids) else None
-        if lp is None:
-            missing_logprobs += len(ids)
-        tokens.extend(ids)
-        mask.extend([1] * len(ids))
-        logps.extend(lp if lp is not None else [0.0] * len(ids))
-        sampled += len(ids)
+    seq = _splice(good)
+    tokens, mask, logps, prompt_len, drift = seq.tokens, seq.mask, seq.logps, seq.prompt_len, seq.drift
+    sampled, missing_logprobs = seq.sampled, seq.missing_logprobs
     retained = sum(mask)
     meta = {"source": "token_ids", "turns": len(turns), "model_turns": len(good), "error_turns": failed,
             "sampled_tokens": sampled, "retained_sampled_tokens": retained,
@@ -179,6 +153,52 @@ def build_sample(turns: Iterable[Turn], *, max_response_len: int, mask_truncated
             "missing_logprobs": missing_logprobs,
             "weight_versions": sorted({str(t.weight_version) for t in good if t.weight_version is not None})}
     return _finish(tokens, prompt_len, mask, logps, meta, max_response_len, mask_truncated)
+
+
+@dataclass
+class _Spliced:
+    """One token sequence from a session's turns, with its mask and logprobs aligned."""
+
+    tokens: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logps: list[float] = field(default_factory=list)
+    prompt_len: int = 0
+    sampled: int = 0
+    missing_logprobs: int = 0
+    drift: list[dict[str, Any]] = field(default_factory=list)
+
+    def add_prompt(self, turn: Turn, first: bool) -> None:
+        """Extend by the turn's prompt; where it does not extend the sequence, cut back and record the drift."""
+        prompt = list(turn.prompt_ids)
+        keep = 0 if first else _common_prefix(self.tokens, prompt)
+        if not first and keep < len(self.tokens):
+            self.drift.append({"turn": turn.index, "at": keep, "held": len(self.tokens),
+                               "dropped_sampled": sum(self.mask[keep:]), "proxy_drift": turn.drift})
+            del self.tokens[keep:], self.mask[keep:], self.logps[keep:]
+            self.prompt_len = min(self.prompt_len, keep)
+        self.tokens.extend(prompt[keep:])
+        self.mask.extend([0] * (len(prompt) - keep))
+        self.logps.extend([0.0] * (len(prompt) - keep))
+        if first:
+            self.prompt_len = len(prompt)
+
+    def add_sampled(self, turn: Turn) -> None:
+        ids = list(turn.sampled_ids)
+        lp = list(turn.logprobs) if turn.logprobs is not None and len(turn.logprobs) == len(ids) else None
+        if lp is None:
+            self.missing_logprobs += len(ids)
+        self.tokens.extend(ids)
+        self.mask.extend([1] * len(ids))
+        self.logps.extend(lp if lp is not None else [0.0] * len(ids))
+        self.sampled += len(ids)
+
+
+def _splice(good: list[Turn]) -> _Spliced:
+    seq = _Spliced()
+    for n, turn in enumerate(good):
+        seq.add_prompt(turn, first=n == 0)
+        seq.add_sampled(turn)
+    return seq
 
 
 def _finish(tokens: list[int], prompt_len: int, mask: list[int], logps: list[float] | None,

@@ -218,7 +218,7 @@ def test_missing_image_is_aborted_not_minus_one(tasks, run_id, tmp_path):
     task = dict(next(iter(tasks.values())), image="qwen-swe-test-missing-image:none")
     g = asyncio.run(grade_async(task, task["patch"], **_sections(Settings.build(output_dir=tmp_path)), run_id=run_id))
     assert (g.status, g.reward, g.resolved) == ("aborted", 0.0, False)
-    assert "qwen-swe-test-missing-image:none" in g.reason and "tasks build" in g.reason
+    assert "qwen-swe-test-missing-image:none" in g.reason and "taskpack build" in g.reason
 
 
 def test_eval_timeout_is_aborted_and_leaves_no_container(tasks, run_id, tmp_path, docker_client):

@@ -246,7 +246,7 @@ def test_removed_on_exception_and_on_cancellation(image, run_id, docker_client):
 
 def test_missing_image_and_exec_after_stop(run_id):
     async def body():
-        with pytest.raises(SandboxError, match="tasks build"):
+        with pytest.raises(SandboxError, match="taskpack build"):
             async with _box("qwen-swe-test/no-such-image:none", run_id):
                 pass
         with pytest.raises(SandboxError, match="not running"):

@@ -117,59 +117,14 @@ def convert_checkpoint(model_dir: str | os.PathLike[str], hf_source: str | os.Pa
     model's own parameter names, cast to ``dtype`` ("auto" = the dtype in the config; None = as stored), plus
     the config and tokenizer files of ``hf_source``. Loads one shard's worth of tensors at a time, so memory
     stays near ``shard_bytes`` whatever the model size. Atomic: the folder appears complete or not at all."""
-    import torch
-    import torch.distributed.checkpoint as dcp
-    from safetensors.torch import save_file
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
     model_dir, out = Path(model_dir), Path(out_dir)
     source = resolve_hf_dir(hf_source)
-    config = json.loads((source / "config.json").read_text())
-    target = _target_dtype(config, dtype)
-    try:
-        meta = dcp.FileSystemReader(str(model_dir)).read_metadata()
-    except Exception as exc:  # noqa: BLE001 - any reader failure means "not a readable DCP folder"
-        raise WeightSyncError(f"cannot read the DCP checkpoint in {model_dir} ({exc.__class__.__name__}: "
-                                   f"{exc}); is the save complete?") from None
-    entries = {k: v for k, v in meta.state_dict_metadata.items() if isinstance(v, TensorStorageMetadata)}
-    names = {k: hf_name(k) for k in entries}
-    tied = bool(config.get("tie_word_embeddings", False))
-    keys = [k for k in entries if not (tied and names[k] == "lm_head.weight")]  # the HF folder stores it once
-    _check_names([names[k] for k in keys], source, tied)
-
-    def out_dtype(k: str) -> torch.dtype:
-        stored = entries[k].properties.dtype
-        return target if target is not None and stored.is_floating_point else stored
-
-    shards, size = [[]], 0
-    for k in keys:
-        nbytes = entries[k].size.numel() * out_dtype(k).itemsize
-        if shards[-1] and size + nbytes > shard_bytes:
-            shards.append([])
-            size = 0
-        shards[-1].append(k)
-        size += nbytes
-
+    plan = _plan_conversion(model_dir, source, dtype, shard_bytes)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        weight_map: dict[str, str] = {}
-        total = 0
-        for n, group in enumerate(shards, 1):
-            state = {k: torch.empty(tuple(entries[k].size), dtype=entries[k].properties.dtype) for k in group}
-            with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
-                warnings.simplefilter("ignore", UserWarning)
-                dcp.load(state, checkpoint_id=str(model_dir), no_dist=True)
-            fname = "model.safetensors" if len(shards) == 1 else f"model-{n:05d}-of-{len(shards):05d}.safetensors"
-            tensors = {names[k]: state[k].to(out_dtype(k)).contiguous() for k in group}
-            save_file(tensors, str(tmp / fname), metadata={"format": "pt"})
-            total += sum(t.numel() * t.element_size() for t in tensors.values())
-            weight_map.update({name: fname for name in tensors})
-            del state, tensors
-        if len(shards) > 1:
-            index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-            (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+        _write_shards(plan, model_dir, tmp)
         for name in AUX_FILES:
             if (source / name).is_file():
                 shutil.copy2(source / name, tmp / name)
@@ -179,6 +134,70 @@ def convert_checkpoint(model_dir: str | os.PathLike[str], hf_source: str | os.Pa
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+@dataclass
+class _Conversion:
+    """Which tensors go to which shard, under which HF name and dtype."""
+
+    entries: dict[str, Any]
+    names: dict[str, str]
+    dtypes: dict[str, Any]
+    shards: list[list[str]]
+
+
+def _plan_conversion(model_dir: Path, source: Path, dtype: Any, shard_bytes: int) -> _Conversion:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    config = json.loads((source / "config.json").read_text())
+    target = _target_dtype(config, dtype)
+    try:
+        meta = dcp.FileSystemReader(str(model_dir)).read_metadata()
+    except Exception as exc:  # noqa: BLE001 - any reader failure means "not a readable DCP folder"
+        raise WeightSyncError(f"cannot read the DCP checkpoint in {model_dir} ({exc.__class__.__name__}: "
+                              f"{exc}); is the save complete?") from None
+    entries = {k: v for k, v in meta.state_dict_metadata.items() if isinstance(v, TensorStorageMetadata)}
+    names = {k: hf_name(k) for k in entries}
+    tied = bool(config.get("tie_word_embeddings", False))
+    keys = [k for k in entries if not (tied and names[k] == "lm_head.weight")]  # the HF folder stores it once
+    _check_names([names[k] for k in keys], source, tied)
+    dtypes = {k: target if target is not None and entries[k].properties.dtype.is_floating_point
+              else entries[k].properties.dtype for k in keys}
+    shards: list[list[str]] = [[]]
+    size = 0
+    for k in keys:
+        nbytes = entries[k].size.numel() * dtypes[k].itemsize
+        if shards[-1] and size + nbytes > shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(k)
+        size += nbytes
+    return _Conversion(entries, names, dtypes, shards)
+
+
+def _write_shards(plan: _Conversion, model_dir: Path, tmp: Path) -> None:
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import save_file
+
+    weight_map: dict[str, str] = {}
+    total = 0
+    count = len(plan.shards)
+    for n, group in enumerate(plan.shards, 1):
+        state = {k: torch.empty(tuple(plan.entries[k].size), dtype=plan.entries[k].properties.dtype) for k in group}
+        with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+            warnings.simplefilter("ignore", UserWarning)
+            dcp.load(state, checkpoint_id=str(model_dir), no_dist=True)
+        fname = "model.safetensors" if count == 1 else f"model-{n:05d}-of-{count:05d}.safetensors"
+        tensors = {plan.names[k]: state[k].to(plan.dtypes[k]).contiguous() for k in group}
+        save_file(tensors, str(tmp / fname), metadata={"format": "pt"})
+        total += sum(t.numel() * t.element_size() for t in tensors.values())
+        weight_map.update({name: fname for name in tensors})
+        del state, tensors
+    if count > 1:
+        index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+        (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
 
 
 def resolve_hf_dir(hf_checkpoint: str | os.PathLike[str]) -> Path:
