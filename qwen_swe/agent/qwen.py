@@ -25,6 +25,7 @@ from typing import Any, Literal, Protocol
 from qwen_swe.paths import AGENT_MOUNT, TESTBED
 from qwen_swe.sandbox.base import Sandbox
 from qwen_swe.agent.settings import AgentSettings
+from qwen_swe.data.prompts import SYSTEM_PROMPT_COMPACT
 from qwen_swe.inference.settings import InferenceSettings
 
 Profile = Literal["full", "compact"]
@@ -219,8 +220,6 @@ async def run_agent(sandbox: Sandbox, *, base_url: str, model: str, prompt: str,
     Never raises for the agent's own failures: they come back as an outcome. Sandbox failures (the container
     died, exec broke) propagate as the sandbox's exception, for the caller to drop the sample.
     """
-    from qwen_swe.data.prompts import SYSTEM_PROMPT_COMPACT  # owned by prompts.py; imported late on purpose
-
     if profile not in ("full", "compact"):
         raise ValueError(f"profile must be 'full' or 'compact', got {profile!r}")
     marker = secrets.token_hex(8)

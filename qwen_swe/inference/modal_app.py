@@ -29,8 +29,9 @@ from pathlib import Path
 
 import modal
 
-from qwen_swe.config import settings as config  # noqa: E402
-from qwen_swe.inference.launcher import ServeConfig  # noqa: E402
+from qwen_swe.config import settings as config
+from qwen_swe.inference.client import InferenceClient
+from qwen_swe.inference.launcher import ServeConfig
 
 APP_NAME = os.environ.get("MODAL_APP_NAME", "qwen-swe-vllm")
 GPU_TYPE = os.environ.get("MODAL_GPU", "A100-80GB")
@@ -81,8 +82,6 @@ def weights_path(path: str) -> str:
 
 def reload_server(path: str, lora_name: str | None = None, base_url: str = f"http://127.0.0.1:{PORT}") -> dict:
     """What the reload entry point does after ``Volume.reload()``: the same client calls as the local run."""
-    from qwen_swe.inference.client import InferenceClient
-
     client = InferenceClient(base_url, timeout=60.0, reload_timeout=FUNCTION_TIMEOUT - 5 * MINUTES)
     where = weights_path(path)
     version = client.load_lora(lora_name, where) if lora_name else client.reload_weights(where)
@@ -127,8 +126,6 @@ class Server:
     @modal.method()
     def reload(self, path: str, lora_name: str | None = None) -> dict:
         """Serve new weights from the Volume: full HF safetensors folder, or a PEFT adapter with ``lora_name``."""
-        from qwen_swe.inference.client import InferenceClient
-
         InferenceClient(f"http://127.0.0.1:{PORT}").wait_ready(STARTUP_TIMEOUT)
         weights_volume.reload()
         return reload_server(path, lora_name)

@@ -8,11 +8,12 @@ import time
 from typing import Sequence
 
 from qwen_swe.data.taskpack import TASKS_JSONL, TaskPackError
+from qwen_swe.data.taskpack.check import check_all, format_report
+from qwen_swe.data.taskpack.images import build_all
+from qwen_swe.data.taskpack.source import generate, load_rows
 
 
 def _rows(only: Sequence[str] | None) -> list[dict]:
-    from qwen_swe.data.taskpack.source import load_rows
-
     rows = load_rows(TASKS_JSONL)
     if only:
         unknown = sorted(set(only) - {row["instance_id"] for row in rows})
@@ -44,17 +45,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.monotonic()
     try:
         if args.command == "generate":
-            from qwen_swe.data.taskpack.source import generate
-
             rows = generate(TASKS_JSONL)
             print(f"wrote {len(rows)} tasks to {TASKS_JSONL}")
         elif args.command == "build":
-            from qwen_swe.data.taskpack.images import build_all
-
             build_all(_rows(args.instance_ids), _client())
         else:
-            from qwen_swe.data.taskpack.check import check_all, format_report
-
             results = check_all(_rows(args.instance_ids))
             print(format_report(results))
             if any(not result.ok for result in results):

@@ -1,0 +1,128 @@
+"""The import graph stays the data flow: no cycles between modules, no library module importing an entry point,
+no module of ours loaded by a string, imports at the top of the module (a late one says why on its line), and
+the seed's entry points in examples/qwen_swe stay thin."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from qwen_swe.paths import PACKAGE_DIR, REPO_ROOT
+
+ENTRY_DIR = REPO_ROOT / "examples" / "qwen_swe"
+TASK_DATA = (PACKAGE_DIR / "data" / "taskpack" / "src", PACKAGE_DIR / "data" / "taskpack" / "repos")
+ENTRY_MODULES = {"qwen_swe.run"}  # the run's orchestration: called by the entry point only
+LATE_OK = "# late:"  # a function-level import of ours must say why on its line
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        if any(path.is_relative_to(d) for d in TASK_DATA):
+            continue
+        rel = path.relative_to(REPO_ROOT).with_suffix("")
+        name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        found[name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    """The module of ours an import names (``from a.b import c``: ``a.b.c`` when that is a module)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(path: Path) -> list[tuple[str, int, bool, str]]:
+    """(imported name, line, inside a function, source line) for every import of ours in ``path``."""
+    source = path.read_text()
+    lines = source.splitlines()
+    out: list[tuple[str, int, bool, str]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                for alias in child.names:
+                    out.append((f"{child.module}.{alias.name}", child.lineno, in_function, lines[child.lineno - 1]))
+            elif isinstance(child, ast.Import):
+                for alias in child.names:
+                    out.append((alias.name, child.lineno, in_function, lines[child.lineno - 1]))
+            visit(child, nested)
+
+    visit(ast.parse(source), False)
+    return [x for x in out if x[0].startswith(("qwen_swe", "examples"))]
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {name: set() for name in MODULES}
+    for name, path in MODULES.items():
+        for imported, *_ in _imports(path):
+            target = _resolve(imported)
+            if target and target != name and not name.startswith(target + "."):  # a package's own __init__
+                graph[name].add(target)
+    return graph
+
+
+def test_no_import_cycles():
+    graph, state, stack, cycles = _graph(), {}, [], []
+
+    def dfs(node: str) -> None:
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                dfs(nxt)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            dfs(node)
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_library_module_imports_an_entry_point():
+    bad = [f"{MODULES[name].relative_to(REPO_ROOT)}:{line}: {imported}"
+           for name in MODULES if name not in ENTRY_MODULES
+           for imported, line, _, _ in _imports(MODULES[name])
+           if imported.startswith("examples") or _resolve(imported) in ENTRY_MODULES]
+    assert not bad, "library modules importing entry points:\n" + "\n".join(bad)
+
+
+def test_no_module_of_ours_is_loaded_by_a_string():
+    bad = []
+    for name, path in MODULES.items():
+        lines = path.read_text().splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            func = getattr(node.func, "attr", getattr(node.func, "id", None))
+            first = node.args[0]
+            ours = isinstance(first, ast.Constant) and str(first.value).startswith(("qwen_swe", "examples"))
+            dynamic = func in ("import_module", "__import__") and not isinstance(first, ast.Constant)
+            if func in ("import_module", "__import__", "find_spec") and (ours or dynamic) \
+                    and LATE_OK not in lines[node.lineno - 1]:
+                bad.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    assert not bad, "modules loaded by a string:\n" + "\n".join(bad)
+
+
+def test_our_imports_are_at_the_top_of_the_module():
+    late = [f"{MODULES[name].relative_to(REPO_ROOT)}:{line}: {text.strip()}"
+            for name in MODULES for imported, line, in_function, text in _imports(MODULES[name])
+            if in_function and LATE_OK not in text]
+    assert not late, ("function-level imports of our own modules (move them up, or say why with "
+                      f"'{LATE_OK} ...' on the line):\n" + "\n".join(late))
+
+
+def test_the_seed_entry_points_stay_thin():
+    for path in sorted(ENTRY_DIR.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        defs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        assert not defs, f"{path.relative_to(REPO_ROOT)} defines {[d.name for d in defs]}: put logic in qwen_swe/"
+        assert len(path.read_text().splitlines()) <= 30, f"{path.relative_to(REPO_ROOT)} is not thin"
