@@ -13,7 +13,7 @@ from qwen_swe.config import settings as config
 
 SHARED_DATA = paths.REPO_ROOT.parent / "shared" / "data" / "swebench"
 
-# 1 intra-op thread per process: on 2 cores, OpenMP threads spinning at barriers cost 4-10x (notes/cpu_fsdp.md)
+# 1 intra-op thread per process: on 2 cores, OpenMP threads spinning at barriers cost 4-10x
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 

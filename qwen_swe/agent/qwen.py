@@ -1,15 +1,15 @@
 """qwen-code inside a rollout sandbox: its settings, its command line, its time budget, its outcome and diff.
 
-The runtime (Node 22 + qwen-code, ``agent_bundle.py``) is mounted read-only at ``AGENT_MOUNT``; the agent's
+The runtime (Node 22 + qwen-code, ``bundle.py``) is mounted read-only at ``AGENT_MOUNT``; the agent's
 home, settings, prompt and logs live under /tmp inside the container, never in the repository, so the final
 ``git diff`` of /testbed is the agent's answer and nothing else. The settings switch off everything that would
-send extra model calls or phone home (notes/qwen_code.md, sections 2.6 and 6) and are written both as user
+send extra model calls or phone home and are written both as user
 and as *system* settings, because system settings override a repository's own ``.qwen/settings.json``.
 
 Two profiles: ``full`` (qwen-code's own system prompt, 7 file and shell tools) for real models, and
 ``compact`` (a 400-character system prompt and the 4 core tools) for the embedded 135M model with an 8k
-context (notes/qwen_vllm_cpu.md, section 7). Sampling (max_tokens, temperature, tool_choice) comes from
-``Settings`` in both.
+context. Sampling (max_tokens, temperature, tool_choice) comes from the agent settings section
+(``AgentSettings``) in both.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ ALL_TOOLS = (
     "omni_extract_audio omni_clip_video omni_convert_image omni_transcribe_audio omni_clip_image omni_clip_audio "
     "omni_caption_image omni_caption_audio omni_ocr_image omni_understand_video_segments omni_recall_media_memory"
 ).split()
-# Exit codes of qwen-code 0.24.4 (notes/qwen_code.md, 2.10) and of coreutils `timeout`.
+# Exit codes of qwen-code 0.24.4 and of coreutils `timeout`.
 EXIT_TURN_LIMIT, EXIT_BUDGET = 53, 55
 EXIT_KILLED = {124, 130, 137, 143}
 _GIT = "git -c safe.directory='*'"

@@ -2,7 +2,7 @@
 
 The instruction is qwen-code's user message (``-p``). The compact system prompt replaces qwen-code's
 ~21k-character built-in one for the embedded small model (via ``QWEN_SYSTEM_MD``): a 135M model
-has an 8k context and needs a literal tool-call example to copy (notes/qwen_vllm_cpu.md, 3.1).
+has an 8k context and needs a literal tool-call example to copy.
 """
 
 from __future__ import annotations
