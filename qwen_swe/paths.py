@@ -5,6 +5,7 @@ Defined once here; everything else imports them.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -35,3 +36,12 @@ def embedded_model_dir() -> Path:
 def agent_bundle_dir() -> Path:
     """The qwen-code runtime bundle (Node 22 + qwen-code) mounted read-only into rollout containers."""
     return cache_home() / "agent"
+
+
+def file_sha256(path: Path) -> str:
+    """Content hash of a file, read in 1 MiB blocks: the caches stamp their entries with their inputs' hashes."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

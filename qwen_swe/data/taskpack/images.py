@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 
 import requests
 
-from qwen_swe.paths import cache_home, TESTBED
+from qwen_swe.paths import TESTBED, cache_home, file_sha256
 from qwen_swe.data.taskpack import TaskPackError
 from qwen_swe.data.taskpack.repo import make_repo
 
@@ -124,14 +124,6 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\0".join((BUILDER_VERSION, *parts)).encode()).hexdigest()[:32]
 
 
-def _file_digest(path: Path) -> str:
-    sha = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            sha.update(chunk)
-    return sha.hexdigest()
-
-
 def _existing(client: Any, name: str) -> Any | None:
     import docker.errors
 
@@ -182,7 +174,7 @@ def ensure_base(client: Any, log: Callable[[str], None] = print) -> list[StepRes
     tarball, boot_seconds = rootfs_tarball(log)
     steps = [StepResult(str(tarball), "built" if boot_seconds else "reused", boot_seconds, "debootstrap + tar")]
     start = time.monotonic()
-    inputs = _digest("base", SUITE, _file_digest(tarball))
+    inputs = _digest("base", SUITE, file_sha256(tarball))
     if _current(client, BASE_IMAGE, inputs) is not None:
         return steps + [StepResult(BASE_IMAGE, "reused", time.monotonic() - start)]
     old = _existing(client, BASE_IMAGE)
