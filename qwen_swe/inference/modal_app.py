@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import modal
@@ -32,6 +31,7 @@ import modal
 from qwen_swe.config import settings as config
 from qwen_swe.inference.client import InferenceClient
 from qwen_swe.inference.launcher import ServeConfig
+from qwen_swe.inference.settings import DEFAULT_MODEL
 
 APP_NAME = os.environ.get("MODAL_APP_NAME", "qwen-swe-vllm")
 GPU_TYPE = os.environ.get("MODAL_GPU", "A100-80GB")
@@ -52,13 +52,16 @@ DEPLOY_ENV_KEYS = ("MODEL", "SERVED_MODEL_NAME", "MAX_MODEL_LEN", "LORA_RANK", "
 
 
 def serve_config() -> ServeConfig:
-    """The vLLM command served on Modal (pure; ``python`` is the image's interpreter)."""
-    model = os.environ.get("MODEL") or config.DEFAULT_MODEL
-    served = os.environ.get("SERVED_MODEL_NAME")
-    return ServeConfig(model=model, served_model_names=(served,) if served else (), host="0.0.0.0", port=PORT,
-                       tp=int(os.environ.get("TP") or GPU_COUNT), max_model_len=int(os.environ.get("MAX_MODEL_LEN")
-                                                                                    or 65536),
-                       gpu_memory_utilization=0.90, lora_rank=int(os.environ.get("LORA_RANK") or 0), python="python")
+    """The vLLM command served on Modal (``python`` is the image's interpreter). The settings are parsed here, the
+    app's entry point, with the same parser and messages as every other entry point (no embedded profile: this
+    is a GPU server); the deploy-time variables are copied into the container, so both sides build one command."""
+    settings = config.load_settings([], profile=False)
+    inference = settings.inference
+    served = inference.served_model_name
+    tp = inference.tp if os.environ.get("TP") else GPU_COUNT
+    return ServeConfig(model=inference.model or DEFAULT_MODEL, served_model_names=(served,) if served else (),
+                       host="0.0.0.0", port=PORT, tp=tp, max_model_len=inference.max_model_len or 65536,
+                       gpu_memory_utilization=0.90, lora_rank=settings.train.lora_rank, python="python")
 
 
 def vllm_cmd() -> list[str]:
