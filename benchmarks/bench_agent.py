@@ -17,12 +17,12 @@ import time
 from pathlib import Path
 
 from qwen_swe.agent import qwen as qa
-from qwen_swe.agent.bundle import AGENT_MOUNT, build_bundle
+from qwen_swe.agent.bundle import build_bundle
 from qwen_swe.config.settings import load_settings
-from qwen_swe.paths import TASK_PACK, agent_bundle_dir
 from qwen_swe.data.prompts import build_prompt
-from qwen_swe.traffic.proxy import RecordingProxy
+from qwen_swe.paths import AGENT_MOUNT, TASK_PACK, agent_bundle_dir
 from qwen_swe.sandbox.docker import DockerSandbox, reap
+from qwen_swe.traffic.proxy import RecordingProxy
 from tests.integration.test_agent import _call, _gold_edit
 from tests.scripted_server import ScriptedServer, smollm2_tokenizer
 

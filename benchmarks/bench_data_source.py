@@ -15,8 +15,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable
 
-from qwen_swe.paths import REPO_ROOT
 from qwen_swe.data.source import SWEBenchDataSource, load_instances
+from qwen_swe.paths import REPO_ROOT
 
 
 def best_of(repeat: int, fn: Callable[[], object]) -> float:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import docker
 
-from qwen_swe.reward import scoring as grading
 from qwen_swe.config.settings import Settings
 from qwen_swe.paths import TASK_PACK
+from qwen_swe.reward import scoring as grading
 from qwen_swe.reward.harness import grade_async
 from qwen_swe.sandbox.docker import labels_for, reap
 

@@ -6,18 +6,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from qwen_swe.backends.slime.launcher import launch as launch_slime
 from qwen_swe.config.settings import Settings, load_settings
-from qwen_swe.errors import SETUP_EXIT_CODE, EmbeddedModelError, SetupError
+from qwen_swe.errors import SETUP_EXIT_CODE, EmbeddedModelError, SetupError, TaskPackError
 from qwen_swe.inference.launcher import embedded_server
-from qwen_swe.sandbox.docker import reap
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir
+from qwen_swe.sandbox.docker import reap
+from qwen_swe.supervise import SUPERVISOR, Interrupted
+from qwen_swe.supervise import install as install_supervisor
 
 log = logging.getLogger("qwen_swe")
 
@@ -35,22 +35,16 @@ def _default_procs() -> int:
 
 
 def run_trainer(settings: Settings) -> int:
-    """Run torchrun in its own process group; Ctrl-C or a failure stops the whole group by its id."""
+    """Run torchrun in its own process group, dying with this process; stopped by its group id on the way out."""
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     cmd = trainer_command(settings, settings.write(settings.output_dir))  # with the started server's URL
     log.info("trainer: %s", " ".join(cmd))
-    proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, start_new_session=True)
+    proc = SUPERVISOR.spawn(cmd, env=env, cwd=REPO_ROOT)
     try:
         return proc.wait()
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        SUPERVISOR.stop(proc, grace=settings.stop_timeout)
 
 
 @contextlib.contextmanager
@@ -67,15 +61,23 @@ def inference_server(settings: Settings) -> Iterator[Settings]:
 
 def ensure_task_images(settings: Settings) -> None:
     """The embedded default's task images are built here if missing (cached by their inputs' hash)."""
-    if settings.embedded and settings.dataset is None:
-        subprocess.run([sys.executable, "-m", "qwen_swe.data.taskpack", "build"], cwd=REPO_ROOT, check=True,
-                       timeout=3600)
+    if not (settings.embedded and settings.dataset is None):
+        return
+    proc = SUPERVISOR.spawn([sys.executable, "-m", "qwen_swe.data.taskpack", "build"], cwd=REPO_ROOT)
+    try:
+        if proc.wait(timeout=3600) != 0:
+            raise TaskPackError(f"building the task images failed (exit {proc.returncode}); run "
+                                "`python -m qwen_swe.data.taskpack build` to see why")
+    finally:
+        SUPERVISOR.stop(proc, grace=settings.stop_timeout)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the settings (the only place this process does), then run; a setup error exits 2 with its message."""
+    """Parse the settings (the only place this process does), then run. A setup error exits 2 with its message;
+    SIGTERM or SIGINT stops everything the run started and exits 128 + the signal number."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     args = list(sys.argv[1:] if argv is None else argv)
+    install_supervisor()
     try:
         settings = load_settings(args)
         if settings.backend == "slime":
@@ -84,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SetupError as exc:
         print(f"qwen-swe: {exc}", file=sys.stderr)
         return SETUP_EXIT_CODE
+    except Interrupted as stop:
+        log.warning("%s: everything the run started is stopped; rerun with the same OUTPUT_DIR to resume", stop)
+        return stop.exit_code
 
 
 def run(settings: Settings) -> int:

@@ -9,7 +9,6 @@ from functools import cache
 import pytest
 
 from qwen_swe import paths
-from qwen_swe.config import settings as config
 
 SHARED_DATA = paths.REPO_ROOT.parent / "shared" / "data" / "swebench"
 

@@ -20,14 +20,12 @@ import os
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import aiohttp
 from aiohttp import web
 
 from qwen_swe import paths
-from qwen_swe.config import settings as config
 from qwen_swe.traffic.sessions import for_template
 from qwen_swe.traffic.toolcalls import parse_completion
 

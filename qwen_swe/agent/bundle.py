@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from qwen_swe.paths import AGENT_MOUNT, agent_bundle_dir
 from qwen_swe.errors import BundleError
+from qwen_swe.paths import agent_bundle_dir
 
 QWEN_CODE_VERSION = "0.24.4"
 QWEN_CODE_PACKAGE = "@qwen-code/qwen-code"

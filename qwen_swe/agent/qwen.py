@@ -20,13 +20,13 @@ import secrets
 import shlex
 import time
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-from qwen_swe.paths import AGENT_MOUNT, TESTBED
-from qwen_swe.sandbox.base import Sandbox
 from qwen_swe.agent.settings import AgentSettings
 from qwen_swe.data.prompts import SYSTEM_PROMPT_COMPACT
 from qwen_swe.inference.settings import InferenceSettings
+from qwen_swe.paths import AGENT_MOUNT, TESTBED
+from qwen_swe.sandbox.base import Sandbox
 
 Profile = Literal["full", "compact"]
 Outcome = Literal["completed", "turn_limit", "timeout", "agent_error"]

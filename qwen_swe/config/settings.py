@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 from qwen_swe.agent.settings import AgentSettings
 from qwen_swe.config.fields import convert, env_name, from_json_value, opt, to_json_value, validate
 from qwen_swe.errors import ConfigError
-from qwen_swe.inference.settings import DEFAULT_MODEL, InferenceSettings
+from qwen_swe.inference.settings import InferenceSettings
 from qwen_swe.paths import TASK_PACK
 from qwen_swe.reward.settings import RewardSettings
 from qwen_swe.rollout.settings import RolloutSettings
@@ -54,6 +54,8 @@ class Settings:
     allow_frozen_server: bool = opt(False, "BACKEND=slime: start even when the server cannot take new weights "
                                            "(trains against a frozen policy)")
     run_id: str | None = opt(None, "label for containers and logs; default derived from OUTPUT_DIR")
+    stop_timeout: float = opt(30.0, "on SIGTERM/SIGINT, seconds the trainer and the server get to stop before "
+                                    "SIGKILL (a second signal kills at once)", minimum=1.0)
 
     # --- the components' sections ------------------------------------------------------------
     inference: InferenceSettings = field(default_factory=InferenceSettings)

@@ -8,6 +8,7 @@ has an 8k context and needs a literal tool-call example to copy.
 from __future__ import annotations
 
 from typing import Any, Mapping
+
 from qwen_swe.errors import PromptError
 from qwen_swe.paths import TESTBED
 

@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import os
 import shlex
-import signal
 import socket
 import subprocess
 import sys
@@ -30,7 +29,10 @@ from qwen_swe import paths
 from qwen_swe.config import settings as config
 from qwen_swe.inference.client import InferenceClient, InferenceError
 from qwen_swe.inference.embedded_model import ensure_embedded_model
-from qwen_swe.traffic.toolcalls import TOOL_CALL_PARSERS, tool_call_parser_for
+from qwen_swe.inference.settings import DEFAULT_MODEL
+from qwen_swe.supervise import SUPERVISOR, Interrupted
+from qwen_swe.supervise import install as install_supervisor
+from qwen_swe.traffic.toolcalls import tool_call_parser_for
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 TEMPLATE = Path(__file__).resolve().parent / "chat_templates" / "hermes_compact.jinja"
@@ -139,8 +141,8 @@ class VLLMServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
         env = {**os.environ, **self.serve.env()}
-        self.process = subprocess.Popen(self.serve.argv(), env=env, stdin=subprocess.DEVNULL, stdout=self._log,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = SUPERVISOR.spawn(self.serve.argv(), env=env, stdin=subprocess.DEVNULL, stdout=self._log,
+                                        stderr=subprocess.STDOUT)
         client = InferenceClient(self.base_url, timeout=5.0)
         deadline = time.monotonic() + timeout
         try:
@@ -161,15 +163,8 @@ class VLLMServer:
         """Terminate the server's process group (the API server and its engine workers); idempotent."""
         proc, self.process = self.process, None
         try:
-            if proc is not None and proc.poll() is None:
-                _signal_group(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=grace)
-                except subprocess.TimeoutExpired:
-                    _signal_group(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=30)
             if proc is not None:
-                _signal_group(proc.pid, signal.SIGKILL)  # workers left behind by a crashed parent
+                SUPERVISOR.stop(proc, grace)  # the API server and its engine workers share its group
         finally:
             if self._log is not None:
                 self._log.close()
@@ -186,11 +181,6 @@ class VLLMServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -240,7 +230,7 @@ def embedded_server(settings: config.Settings, *, port: int = 0, log_dir: Path |
 def build_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description="Start vLLM's OpenAI server with tool calls and the RL endpoints on.",
                                 epilog="Arguments after -- go to vLLM unchanged.")
-    p.add_argument("--model", help=f"HF name or folder, or '{EMBEDDED}' (env MODEL; default {config.DEFAULT_MODEL})")
+    p.add_argument("--model", help=f"HF name or folder, or '{EMBEDDED}' (env MODEL; default {DEFAULT_MODEL})")
     p.add_argument("--served-model-name", help="name clients send (env SERVED_MODEL_NAME; default the model)")
     p.add_argument("--host", default=None, help="bind address (default 0.0.0.0; embedded 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000)
@@ -260,7 +250,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
 def serve_config_from_args(args: argparse.Namespace, extra: Sequence[str] = (),
                            env: Mapping[str, str] | None = None) -> ServeConfig:
     settings = config.load_settings([], env=env, profile=False)  # the embedded run profile is not a GPU default
-    model = args.model or settings.inference.model or config.DEFAULT_MODEL
+    model = args.model or settings.inference.model or DEFAULT_MODEL
     lora_rank = settings.train.lora_rank if args.lora_rank is None else args.lora_rank
     if model == EMBEDDED or model.startswith(EMBEDDED + ":"):
         base = embedded_serve_config(settings, port=args.port, lora_rank=lora_rank,
@@ -275,8 +265,6 @@ def serve_config_from_args(args: argparse.Namespace, extra: Sequence[str] = (),
                        python=args.python or default_python(), extra_args=tuple(extra))
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -296,8 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     log = args.log_file or paths.cache_home() / "logs" / f"vllm-{serve.port}.log"
     server = VLLMServer(serve, log)
-    # SIGTERM behaves like Ctrl-C, so `finally` stops the server group in both cases.
-    signal.signal(signal.SIGTERM, _interrupt)
+    install_supervisor()  # SIGTERM and Ctrl-C unwind through `finally`, which stops the server group
     try:
         print(f"starting vLLM (log: {log}):\n  {serve.shell()}", flush=True)
         url = server.start(args.startup_timeout)
@@ -311,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"vLLM exited with code {server.process.returncode if server.process else '?'}; see {log}",
               file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except Interrupted:
         print("stopping vLLM", flush=True)
         return 0
     except InferenceError as exc:

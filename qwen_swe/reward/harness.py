@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import tempfile
+import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -31,11 +31,11 @@ from typing import Any
 
 import docker
 
+from qwen_swe.paths import TESTBED
 from qwen_swe.reward import scoring as grading
 from qwen_swe.reward.settings import RewardSettings
-from qwen_swe.sandbox.settings import SandboxSettings
 from qwen_swe.sandbox.docker import DockerSandbox, SandboxError, docker_client, ensure_image, image_for
-from qwen_swe.paths import TESTBED
+from qwen_swe.sandbox.settings import SandboxSettings
 
 PATCH_PATH = "/tmp/patch.diff"
 EVAL_PATH = "/eval.sh"

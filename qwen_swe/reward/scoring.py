@@ -29,14 +29,31 @@ from pathlib import PurePosixPath
 from typing import Any, Callable, Mapping
 
 from swebench.harness import log_parsers
-from swebench.harness.constants import (APPLY_PATCH_FAIL, END_TEST_OUTPUT, FAIL_ONLY_REPOS, FAIL_TO_PASS,
-                                        MAP_REPO_TO_EXT, MAP_REPO_VERSION_TO_SPECS, PASS_TO_PASS, RESET_FAILED,
-                                        START_TEST_OUTPUT, TESTS_ERROR, TESTS_TIMEOUT, EvalType, ResolvedStatus)
-from swebench.harness.grading import (compute_fail_to_pass, compute_pass_to_pass, get_eval_tests_report,
-                                      get_resolution_status)
+from swebench.harness.constants import (
+    APPLY_PATCH_FAIL,
+    END_TEST_OUTPUT,
+    FAIL_ONLY_REPOS,
+    FAIL_TO_PASS,
+    MAP_REPO_TO_EXT,
+    MAP_REPO_VERSION_TO_SPECS,
+    PASS_TO_PASS,
+    RESET_FAILED,
+    START_TEST_OUTPUT,
+    TESTS_ERROR,
+    TESTS_TIMEOUT,
+    EvalType,
+    ResolvedStatus,
+)
+from swebench.harness.grading import (
+    compute_fail_to_pass,
+    compute_pass_to_pass,
+    get_eval_tests_report,
+    get_resolution_status,
+)
 from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 from swebench.harness.test_spec.create_scripts import make_eval_script_list
 from swebench.harness.test_spec.test_spec import TestSpec
+
 from qwen_swe.errors import GradingError
 from qwen_swe.paths import TESTBED
 from qwen_swe.reward.testfiles import CONFIG_FILES, test_path_reason

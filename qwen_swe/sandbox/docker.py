@@ -18,19 +18,18 @@ Why this shape:
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import io
 import shlex
 import tarfile
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import docker
 import docker.errors
+
 from qwen_swe.errors import SandboxError
 from qwen_swe.paths import TESTBED
 from qwen_swe.sandbox.base import ExecResult, Sandbox

@@ -28,11 +28,11 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from qwen_swe.errors import ProxyError, UpstreamFailure
 from qwen_swe.traffic.forward import chat_forward
 from qwen_swe.traffic.sessions import PromptBuilder, Session
 from qwen_swe.traffic.toolcalls import FORMATS, ParsedReply, parse_completion, split_reasoning, structural_tag
 from qwen_swe.traffic.trajectory import Turn
-from qwen_swe.errors import ProxyError, UpstreamFailure
 
 log = logging.getLogger("qwen_swe.proxy")
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty", "frequency_penalty",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Iterable
+
 from qwen_swe.errors import TrajectoryError
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"

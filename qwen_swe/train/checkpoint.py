@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
+
 from qwen_swe.errors import CheckpointError
 
 log = logging.getLogger("qwen_swe.checkpoint")

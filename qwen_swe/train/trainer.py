@@ -32,14 +32,21 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from qwen_swe.train import checkpoint as ckpt
 from qwen_swe.config.settings import Settings
-from qwen_swe.train.grpo import group_advantages, loss_denominator, policy_loss, zero_variance_mask
-from qwen_swe.train.policy import PolicyModel, build_policy, full_state_dict, make_micro_batch, parameter_bytes, save_hf_folder
 from qwen_swe.data.sample import Sample
-from qwen_swe.train.metrics import MetricsLog
 from qwen_swe.errors import TrainerError
 from qwen_swe.rollout.driver import make_driver
+from qwen_swe.train import checkpoint as ckpt
+from qwen_swe.train.grpo import group_advantages, loss_denominator, policy_loss, zero_variance_mask
+from qwen_swe.train.metrics import MetricsLog
+from qwen_swe.train.policy import (
+    PolicyModel,
+    build_policy,
+    full_state_dict,
+    make_micro_batch,
+    parameter_bytes,
+    save_hf_folder,
+)
 
 log = logging.getLogger("qwen_swe.trainer")
 

@@ -17,8 +17,8 @@ import pytest
 from safetensors.torch import load_file
 
 from qwen_swe.config.settings import load_settings
-from qwen_swe.paths import REPO_ROOT, embedded_model_dir
 from qwen_swe.data.source import SWEBenchDataSource
+from qwen_swe.paths import REPO_ROOT, embedded_model_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.vllm, pytest.mark.agent]
 RUN_ID = "qwen-swe-e2e"

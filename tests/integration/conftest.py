@@ -13,7 +13,6 @@ from typing import Iterator
 
 import pytest
 
-from qwen_swe import paths
 from qwen_swe.config import settings as config
 
 

@@ -21,17 +21,15 @@ import docker
 import pytest
 
 from qwen_swe.agent import qwen as qa
-from qwen_swe.agent.bundle import AGENT_MOUNT, AgentBundle, QWEN_CODE_VERSION
+from qwen_swe.agent.bundle import QWEN_CODE_VERSION, AgentBundle
 from qwen_swe.config.settings import load_settings
-from qwen_swe.paths import TASK_PACK, agent_bundle_dir
 from qwen_swe.data.prompts import SYSTEM_PROMPT_COMPACT, build_prompt
-from qwen_swe.traffic.proxy import RecordingProxy
+from qwen_swe.paths import AGENT_MOUNT, TASK_PACK, agent_bundle_dir
 from qwen_swe.sandbox.docker import LABEL, DockerSandbox, reap
+from qwen_swe.traffic.proxy import RecordingProxy
 from qwen_swe.traffic.trajectory import build_sample
 from tests.scripted_server import Reply, ScriptedServer, fake_logprob, qwen3_tokenizer, smollm2_tokenizer
 from tests.task_pack import BUILD_HINT, missing
-
-
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ import aiohttp
 import pytest
 
 from qwen_swe import paths
-from qwen_swe.config import settings as config
 from qwen_swe.traffic.proxy import ProxyError, RecordingProxy
 from qwen_swe.traffic.trajectory import build_sample
 from tests.scripted_server import APIError, Context, Reply, ScriptedServer, chat, fake_logprob, smollm2_tokenizer

@@ -18,9 +18,9 @@ from pathlib import Path
 import docker
 import pytest
 
-from qwen_swe.reward import scoring as grading
 from qwen_swe.config.settings import Settings
 from qwen_swe.paths import REPO_ROOT, TASK_PACK
+from qwen_swe.reward import scoring as grading
 from qwen_swe.reward.harness import Grade, grade_async
 from qwen_swe.sandbox.docker import LABEL, DockerSandbox, reap
 from tests.task_pack import BUILD_HINT, missing

@@ -197,8 +197,8 @@ def test_labels_and_limits_in_container_attrs(image, run_id, docker_client):
             assert attrs["HostConfig"]["NanoCpus"] == 500_000_000
             assert attrs["HostConfig"]["Memory"] == 300 * 1024 * 1024
             assert attrs["HostConfig"]["NetworkMode"] == "none"
-            r = await sb.exec("echo $A; ls /mnt/examples/qwen_swe/sandbox.py", 30)
-            assert r.output == "1\n/mnt/examples/qwen_swe/sandbox.py\n"
+            r = await sb.exec("echo $A; ls /mnt/examples/qwen_swe/rewards.py", 30)
+            assert r.output == "1\n/mnt/examples/qwen_swe/rewards.py\n"
             r = await sb.exec("touch /mnt/examples/x", 30)
             assert r.exit_code != 0 and "Read-only" in r.output
     asyncio.run(body())

@@ -15,10 +15,14 @@ from pathlib import Path
 import pytest
 
 from qwen_swe import paths
-from qwen_swe.config import settings as config
+from qwen_swe.backends.slime.weights import (
+    SlimeWeightSync,
+    WeightSyncError,
+    convert_checkpoint,
+    list_checkpoints,
+    newest_checkpoint,
+)
 from qwen_swe.inference.launcher import free_port
-from qwen_swe.backends.slime.weights import (SlimeWeightSync, WeightSyncError, convert_checkpoint,
-                                             list_checkpoints, newest_checkpoint)
 
 PERTURBED = "mlp.down_proj.weight"  # the worker flips the sign of these before saving
 
@@ -49,9 +53,8 @@ def write_slime_checkpoint(hf_dir: Path, save_dir: Path, rollout_id: int, *, opt
 
 
 def expected_state(hf_dir: Path) -> dict:
-    from transformers import AutoModelForCausalLM
-
     import torch
+    from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32)
     assert perturb(model.named_parameters()) > 0
@@ -149,8 +152,8 @@ def test_converted_checkpoint_reloads_into_the_embedded_server(tmp_path, embedde
 
 @pytest.mark.vllm
 def test_launcher_accepts_a_server_with_the_reload_routes(tmp_path, embedded_vllm):
-    from qwen_swe.config.settings import Settings
     from qwen_swe.backends.slime.launcher import check_server
+    from qwen_swe.config.settings import Settings
 
     problems, _ = check_server(Settings.build(vllm_url=str(embedded_vllm), output_dir=tmp_path))
     assert problems == [], "the embedded server runs with VLLM_SERVER_DEV_MODE=1, so it takes new weights"

@@ -7,9 +7,10 @@ import shutil
 
 import pytest
 
-from qwen_swe.data.taskpack import SRC_DIR, TASKS_JSONL, TaskPackError
+from qwen_swe.data.taskpack import SRC_DIR, TASKS_JSONL
 from qwen_swe.data.taskpack.repo import make_repo
 from qwen_swe.data.taskpack.source import generate, load_rows, patch_files
+from qwen_swe.errors import TaskPackError
 
 CLASSIC = ("repo", "instance_id", "base_commit", "patch", "test_patch", "problem_statement", "created_at", "version",
            "FAIL_TO_PASS", "PASS_TO_PASS")

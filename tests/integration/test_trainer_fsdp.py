@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from qwen_swe.config.settings import Settings
-from qwen_swe.paths import REPO_ROOT, embedded_model_dir
 from qwen_swe.data.sample import Sample
+from qwen_swe.paths import REPO_ROOT, embedded_model_dir
 from tests.tiny_model import tiny_model_dir
 
 DRIVER = "tests.integration.test_trainer_fsdp:make_driver"

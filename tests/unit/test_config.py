@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from qwen_swe.config.settings import DEFAULT_DATASET, DEFAULT_MODEL, EMBEDDED_PROFILE, ConfigError, Settings, load_settings
+from qwen_swe.config.settings import (
+    DEFAULT_DATASET,
+    EMBEDDED_PROFILE,
+    ConfigError,
+    Settings,
+    load_settings,
+)
+from qwen_swe.inference.settings import DEFAULT_MODEL
 from qwen_swe.paths import TASK_PACK, embedded_model_dir
 
 SERVER = {"VLLM_URL": "http://127.0.0.1:8000/v1"}

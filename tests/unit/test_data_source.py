@@ -15,10 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from qwen_swe.config.settings import Settings
-from qwen_swe.paths import REPO_ROOT
-from qwen_swe.data.source import DataError, SWEBenchDataSource, load_instances
 from qwen_swe.data.prompts import build_prompt
 from qwen_swe.data.sample import Status
+from qwen_swe.data.source import DataError, SWEBenchDataSource, load_instances
+from qwen_swe.paths import REPO_ROOT
 
 LITE, VERIFIED, V5 = "lite_300.jsonl", "verified_50.jsonl", "verified_django5_v5columns.jsonl"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from qwen_swe import paths
-from qwen_swe.config import settings as config
+from qwen_swe.inference.settings import DEFAULT_MODEL
 
 pytest.importorskip("modal")
 MODULE = "qwen_swe.inference.modal_app"
@@ -65,7 +65,7 @@ def test_gpu_volumes_and_timeouts(mi):
 def test_served_command_matches_the_local_launcher(mi):
     argv = mi.vllm_cmd()
     assert argv[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
-    assert flag(argv, "--model") == config.DEFAULT_MODEL
+    assert flag(argv, "--model") == DEFAULT_MODEL
     assert flag(argv, "--tool-call-parser") == "qwen3_coder" and "--enable-auto-tool-choice" in argv
     assert flag(argv, "--tensor-parallel-size") == "8"  # TP follows the GPU count
     assert flag(argv, "--port") == str(mi.PORT) and flag(argv, "--host") == "0.0.0.0"

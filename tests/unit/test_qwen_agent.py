@@ -10,8 +10,8 @@ import subprocess
 import pytest
 
 from qwen_swe.agent import qwen as qa
-from qwen_swe.agent.bundle import AGENT_MOUNT
 from qwen_swe.config.settings import Settings, load_settings
+from qwen_swe.paths import AGENT_MOUNT
 
 
 def _embedded() -> Settings:

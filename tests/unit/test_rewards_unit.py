@@ -13,8 +13,8 @@ from swebench.harness.grading import get_logs_eval
 from swebench.harness.test_spec.test_spec import TestSpec as SwebSpec
 
 from qwen_swe.reward import scoring as grading
-from qwen_swe.reward.settings import RewardSettings
 from qwen_swe.reward.harness import grade
+from qwen_swe.reward.settings import RewardSettings
 from qwen_swe.sandbox.docker import _Capped, image_for, labels_for
 
 V5_COLUMNS = ("image", "eval_script", "log_parser", "eval_type")

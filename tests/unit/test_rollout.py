@@ -10,11 +10,11 @@ import asyncio
 import json
 
 from qwen_swe.config.settings import Settings
-from qwen_swe.rollout.driver import dump_rollouts
+from qwen_swe.data.sample import Sample, Status
 from qwen_swe.errors import DropReason, SandboxError
+from qwen_swe.rollout.driver import dump_rollouts
 from qwen_swe.rollout.engine import RolloutEngine, batch_metrics, drop
 from qwen_swe.rollout.progress import BatchStats
-from qwen_swe.data.sample import Sample, Status
 
 
 class ScriptedEngine(RolloutEngine):

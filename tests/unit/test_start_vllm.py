@@ -15,6 +15,7 @@ from qwen_swe.config import settings as config
 from qwen_swe.inference import launcher as start_vllm
 from qwen_swe.inference.client import InferenceClient, InferenceError
 from qwen_swe.inference.launcher import ServeConfig, tool_call_parser_for
+from qwen_swe.inference.settings import DEFAULT_MODEL
 
 CLEAN_ENV = {k: v for k, v in os.environ.items()
              if k not in {"MODEL", "VLLM_URL", "TP", "SERVED_MODEL_NAME", "MAX_MODEL_LEN", "LORA_RANK"}}
@@ -54,7 +55,7 @@ def test_dry_run_defaults_to_qwen3_coder_and_runs_as_module():
                          capture_output=True, text=True, timeout=120, env=CLEAN_ENV, cwd=paths.REPO_ROOT)
     assert out.returncode == 0, out.stderr
     argv = shlex.split(out.stdout.strip().splitlines()[-1])
-    assert flag(argv, "--model") == config.DEFAULT_MODEL
+    assert flag(argv, "--model") == DEFAULT_MODEL
     assert flag(argv, "--data-parallel-size") == "4" and flag(argv, "--tensor-parallel-size") == "2"
     assert flag(argv, "--served-model-name") == "qwen3-coder"
     assert argv[-2:] == ["--max-num-seqs", "64"]

@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from qwen_swe.config.settings import Settings, load_settings
-from qwen_swe.paths import REPO_ROOT
 from qwen_swe.errors import SETUP_EXIT_CODE, ConfigError, SlimeBackendError
+from qwen_swe.paths import REPO_ROOT
 
 SLIME_FSDP_TAG = "v0.2.2"
 SLIME_FSDP_COMMIT = "2418a7844abe4d490a1676dcf88fc3401adab362"

@@ -27,6 +27,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
+
 from qwen_swe.errors import InferenceError, WeightSyncError
 from qwen_swe.inference.weight_sync import WeightSync
 

@@ -8,7 +8,6 @@ and ``repos/<name>/``; ``python -m qwen_swe.data.taskpack generate`` turns them 
 from __future__ import annotations
 
 from pathlib import Path
-from qwen_swe.errors import TaskPackError
 
 PACK_DIR = Path(__file__).resolve().parent
 TASKS_JSONL = PACK_DIR / "tasks.jsonl"

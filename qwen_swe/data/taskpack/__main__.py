@@ -7,10 +7,11 @@ import sys
 import time
 from typing import Sequence
 
-from qwen_swe.data.taskpack import TASKS_JSONL, TaskPackError
+from qwen_swe.data.taskpack import TASKS_JSONL
 from qwen_swe.data.taskpack.check import check_all, format_report
 from qwen_swe.data.taskpack.images import build_all
 from qwen_swe.data.taskpack.source import generate, load_rows
+from qwen_swe.errors import TaskPackError
 
 
 def _rows(only: Sequence[str] | None) -> list[dict]:

@@ -23,9 +23,9 @@ from typing import Any, Callable, Iterable
 
 import requests
 
-from qwen_swe.paths import TESTBED, cache_home, file_sha256
-from qwen_swe.data.taskpack import TaskPackError
 from qwen_swe.data.taskpack.repo import make_repo
+from qwen_swe.errors import TaskPackError
+from qwen_swe.paths import TESTBED, cache_home, file_sha256
 
 SUITE = "bookworm"
 BASE_IMAGE = f"qwen-swe/base:{SUITE}"

@@ -11,7 +11,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from qwen_swe.data.taskpack import REPOS_DIR, TaskPackError
+from qwen_swe.data.taskpack import REPOS_DIR
+from qwen_swe.errors import TaskPackError
 
 IDENTITY = {
     "GIT_AUTHOR_NAME": "qwen-swe", "GIT_AUTHOR_EMAIL": "tasks@qwen-swe.invalid",

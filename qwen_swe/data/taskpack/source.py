@@ -17,8 +17,9 @@ from typing import Any
 
 from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
-from qwen_swe.data.taskpack import SRC_DIR, TASKS_JSONL, TaskPackError
+from qwen_swe.data.taskpack import SRC_DIR, TASKS_JSONL
 from qwen_swe.data.taskpack.repo import copy_files, git, make_repo
+from qwen_swe.errors import TaskPackError
 from qwen_swe.reward.testfiles import is_test_path
 
 VERSION = "1.0"

@@ -1,0 +1,109 @@
+"""Process supervision: a run stops cleanly on SIGTERM or SIGINT, and nothing it started outlives it.
+
+- The first SIGTERM/SIGINT raises ``Interrupted`` in the main thread, wherever it is (building images, starting
+  the server, waiting for the trainer); the ``finally`` blocks on the way out stop the trainer and the server by
+  their process groups (SIGTERM, then SIGKILL after the grace) and remove the run's containers. The process then
+  exits with 128 + the signal number.
+- A second signal does not wait: every process group the run started gets SIGKILL and the process exits at once.
+- Children are started in their own session (so a terminal's Ctrl-C reaches only the run, which then stops them
+  in order) and with ``PR_SET_PDEATHSIG``: if the run dies by SIGKILL, the kernel sends them SIGTERM. The next
+  run reaps the containers that were left.
+
+Signals are process-wide, so the supervisor is too: ``install`` once, in the entry point.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import threading
+from typing import Any, Sequence
+
+PR_SET_PDEATHSIG = 1
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Interrupted(BaseException):
+    """The run was asked to stop; a BaseException so that no ``except Exception`` on the way out swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class Supervisor:
+    """The process groups this process started, and what the stop signals do."""
+
+    def __init__(self) -> None:
+        self.groups: set[int] = set()
+        self.stopping = False
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.stopping:  # the second signal: no more waiting
+            self.kill_all()
+            os._exit(128 + signum)
+        self.stopping = True
+        raise Interrupted(signum)
+
+    def spawn(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
+        """Start ``argv`` in its own session, dying with this process; its group is stopped on the way out."""
+        proc = subprocess.Popen(list(argv), start_new_session=True, preexec_fn=die_with_parent, **kwargs)
+        with self._lock:
+            self.groups.add(proc.pid)
+        return proc
+
+    def stop(self, proc: subprocess.Popen, grace: float) -> None:
+        """SIGTERM to the process group, SIGKILL after ``grace`` seconds; then the group is gone."""
+        try:
+            if proc.poll() is None:
+                signal_group(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    signal_group(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=30)
+            signal_group(proc.pid, signal.SIGKILL)  # workers left in the group by a parent that already exited
+        finally:
+            with self._lock:
+                self.groups.discard(proc.pid)
+
+    def kill_all(self) -> None:
+        with self._lock:
+            groups = list(self.groups)
+        for pgid in groups:
+            signal_group(pgid, signal.SIGKILL)
+
+
+SUPERVISOR = Supervisor()  # process-wide, as signal handlers are
+
+
+def install() -> Supervisor:
+    SUPERVISOR.install()
+    return SUPERVISOR
+
+
+def signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux); safe in a preexec_fn."""
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os.kill(os.getpid(), sig)
