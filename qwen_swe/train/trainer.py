@@ -36,6 +36,7 @@ from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample
 from qwen_swe.errors import TrainerError
 from qwen_swe.rollout.driver import make_driver
+from qwen_swe.supervise import die_with_parent
 from qwen_swe.train import checkpoint as ckpt
 from qwen_swe.train.grpo import group_advantages, loss_denominator, policy_loss, zero_variance_mask
 from qwen_swe.train.metrics import MetricsLog
@@ -349,6 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--settings", required=True, type=Path, help="the run's settings.json")
     parser.add_argument("--driver", help="tests only: factory(settings) -> RolloutDriver, as 'module:function'")
     own = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    die_with_parent()  # a rank whose torchrun is gone has nobody to report to
     rank = int(os.environ.get("RANK", 0))
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
                         format=f"%(asctime)s [rank {rank}] %(name)s %(levelname)s %(message)s")
