@@ -33,6 +33,7 @@ import docker
 
 from qwen_swe.paths import TESTBED
 from qwen_swe.reward import scoring as grading
+from qwen_swe.reward import tamper
 from qwen_swe.reward.settings import RewardSettings
 from qwen_swe.sandbox.docker import DockerSandbox, SandboxError, docker_client, ensure_image, image_for
 from qwen_swe.sandbox.settings import SandboxSettings
@@ -68,6 +69,21 @@ class Grade:
 
 def _aborted(reason: str, details: dict[str, Any], timings: dict[str, float]) -> Grade:
     return Grade(0.0, False, GradeStatus.ABORTED, reason, 0.0, 0.0, details, timings)
+
+
+def _pytest_based(instance: dict) -> bool:
+    """The eval runs pytest, so pytest can write the trusted report (other runners keep the log alone)."""
+    try:
+        return "pytest" in grading.parser_for(instance).__name__
+    except grading.GradingError:
+        return False
+
+
+async def _read_optional(box: DockerSandbox, path: str) -> str | None:
+    try:
+        return (await box.read_file(path)).decode("utf-8", "replace")
+    except SandboxError:
+        return None
 
 
 def _failed(reason: str, details: dict[str, Any], timings: dict[str, float]) -> Grade:
@@ -137,6 +153,9 @@ async def _grade(instance: dict, patch: str, reward: RewardSettings, sandbox: Sa
                    kept_files=grading.patch_files(kept))
     if not kept.strip():
         return _failed("the patch only changes tests or test configuration", details, timings)
+    if hits := tamper.scan(kept, instance):
+        details["reward_hack"] = hits
+        return _failed(f"reward_hack_suspected: {hits[0]}", details, timings)
     return await _evaluate(instance, kept, sandbox, reward.eval_timeout, run_id, log_root, client, boot_limit,
                            details, timings)
 
@@ -237,7 +256,11 @@ async def _eval(box: DockerSandbox, instance: dict, script: str, eval_timeout: f
                 details: dict[str, Any], timings: dict[str, float]) -> Grade:
     t = time.monotonic()
     await box.write_file(EVAL_PATH, script, mode=0o755)
-    res = await box.exec(f"/bin/bash {EVAL_PATH}", timeout=eval_timeout, workdir=TESTBED)
+    junit = f"/tmp/qwen-swe-{uuid.uuid4().hex}/report.xml"  # outside the repository, unknown to the patch
+    trusted = _pytest_based(instance)
+    env = {"PYTEST_ADDOPTS": f"--junitxml={junit} -o junit_family=xunit1"} if trusted else None
+    res = await box.exec(f"mkdir -p {junit.rsplit('/', 1)[0]} && /bin/bash {EVAL_PATH}", timeout=eval_timeout,
+                         workdir=TESTBED, env=env)
     timings["eval"] = time.monotonic() - t
     (gdir / "test_output.txt").write_text(res.output)
     if res.timed_out:
@@ -255,6 +278,13 @@ async def _eval(box: DockerSandbox, instance: dict, script: str, eval_timeout: f
                         f"does not print them", details, timings)
     if not verdict.found:
         return _failed(f"eval failed: {verdict.problem}", details, timings)
+    if trusted:
+        tests = grading.listed_tests(instance)
+        disagreements = tamper.cross_check(verdict.status_map, tests, await _read_optional(box, junit))
+        if disagreements:
+            details["reward_hack"] = disagreements
+            return _failed(f"reward_hack_suspected: the log and pytest's own report disagree: {disagreements[0]}",
+                           details, timings)
     reward = 1.0 if verdict.resolved else -1.0
     return Grade(reward, verdict.resolved, GradeStatus.GRADED, None if verdict.resolved else verdict.resolution,
                  verdict.f2p, verdict.p2p, details, timings)

@@ -59,8 +59,8 @@ from qwen_swe.paths import TESTBED
 from qwen_swe.reward.testfiles import CONFIG_FILES, test_path_reason
 
 __all__ = ["GIT_APPLY_CMDS", "GradingError", "FileDiff", "split_patch", "patch_files", "filter_patch",
-           "eval_script", "parser_for", "test_spec_for", "Verdict", "judge_log", "Components", "shaped_reward",
-           "fractional_reward"]
+           "eval_script", "listed_tests", "parser_for", "test_spec_for", "Verdict", "judge_log", "Components",
+           "shaped_reward", "fractional_reward"]
 
 EVAL_HEADER = "#!/bin/bash\nset -uxo pipefail\n"
 _PYTEST_HUNK = re.compile(r"pytest|^\s*(addopts|testpaths|python_files|python_classes|python_functions|"
@@ -158,6 +158,11 @@ def filter_patch(patch: str, test_files: set[str]) -> tuple[str, list[dict[str, 
 def _tests(instance: Mapping[str, Any], key: str) -> list[str]:
     value = instance.get(key) or []
     return json.loads(value) if isinstance(value, str) else list(value)
+
+
+def listed_tests(instance: Mapping[str, Any]) -> list[str]:
+    """FAIL_TO_PASS then PASS_TO_PASS: the tests whose results decide the grade."""
+    return _tests(instance, FAIL_TO_PASS) + _tests(instance, PASS_TO_PASS)
 
 
 def eval_script(instance: Mapping[str, Any]) -> str:

@@ -29,8 +29,9 @@ def dump_rollouts(path: Path, groups: list[list[Sample]], dropped: list[Sample])
             fh.write(json.dumps({
                 "instance_id": m.get("instance_id"), "group_index": x.group_index, "index": x.index,
                 "status": x.status.value if hasattr(x.status, "value") else str(x.status),
-                "reward": x.reward, "resolved": m.get("resolved"), "drop_reason": m.get("drop_reason"),
-                "drop_detail": m.get("drop_detail"),
+                "reward": x.reward, "resolved": m.get("resolved"),
+                "reward_hack_suspected": m.get("reward_hack_suspected"),
+                "drop_reason": m.get("drop_reason"), "drop_detail": m.get("drop_detail"),
                 "outcome": m.get("outcome"), "patch": m.get("patch"), "turns": m.get("turns"),
                 "response_length": x.response_length, "weight_version": m.get("weight_version"),
                 "agent_seconds": m.get("agent_seconds"), "grade_seconds": m.get("grade_seconds"),

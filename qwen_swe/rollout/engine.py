@@ -148,7 +148,8 @@ class RolloutEngine:
             sample.rollout_log_probs = None
         sample.reward = float(grade.reward)
         sample.status = Status.TRUNCATED if traj.metadata.get("truncated") else Status.COMPLETED
-        sample.metadata.update(resolved=grade.resolved, f2p_passed=grade.f2p_passed, p2p_passed=grade.p2p_passed,
+        sample.metadata.update(resolved=grade.resolved, reward_hack_suspected=bool(grade.details.get("reward_hack")),
+                               f2p_passed=grade.f2p_passed, p2p_passed=grade.p2p_passed,
                                grade_details=_jsonable(grade.details), grade_timings=grade.timings,
                                trajectory=_jsonable(traj.metadata), turns=len(turns),
                                grade_seconds=round(grade_seconds, 3))
@@ -185,8 +186,8 @@ class RolloutEngine:
 
 
 _RUN_KEYS = {"weight_version", "outcome", "patch", "final_message", "agent_seconds", "tool_calls", "resolved",
-             "f2p_passed", "p2p_passed", "grade_details", "grade_timings", "trajectory", "turns", "grade_seconds",
-             "drop_reason", "drop_detail"}
+             "reward_hack_suspected", "f2p_passed", "p2p_passed", "grade_details", "grade_timings", "trajectory",
+             "turns", "grade_seconds", "drop_reason", "drop_detail"}
 
 
 def _fresh_copy(sample: Sample) -> Sample:
@@ -240,6 +241,7 @@ def batch_metrics(stats: BatchStats, groups: list[list[Sample]], seconds: float)
         "rollout/dropped_samples": stats.dropped,
         "rollout/reward_mean": sum(float(x.reward) for x in samples) / n if samples else 0.0,
         "rollout/resolve_rate": sum(bool(x.metadata.get("resolved")) for x in samples) / n if samples else 0.0,
+        "rollout/reward_hack_suspected": sum(bool(x.metadata.get("reward_hack_suspected")) for x in samples),
         "rollout/response_len_mean": sum(x.response_length for x in samples) / n if samples else 0.0,
         "rollout/agent_seconds_mean": sum(x.metadata.get("agent_seconds", 0.0) for x in samples) / n,
         "rollout/grade_seconds_mean": sum(x.metadata.get("grade_seconds", 0.0) for x in samples) / n,

@@ -97,6 +97,7 @@ def test_metrics_and_dump_cover_kept_and_dropped_samples(tmp_path):
     m = batch_metrics(stats, kept, 2.0)
     assert m["rollout/groups_kept"] == 1 and m["rollout/dropped_samples"] == 1
     assert m["rollout/reward_mean"] == 0.0 and m["rollout/resolve_rate"] == 0.5
+    assert m["rollout/reward_hack_suspected"] == 0
     dropped = [x for g in groups for x in g if x.status == Status.ABORTED]
     path = tmp_path / "rollouts" / "step_000000.jsonl"
     dump_rollouts(path, kept, dropped)
