@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from qwen_swe import preflight
 from qwen_swe.backends.slime.launcher import launch as launch_slime
 from qwen_swe.config.settings import Settings, load_settings
 from qwen_swe.errors import SETUP_EXIT_CODE, EmbeddedModelError, SetupError, TaskPackError
@@ -96,6 +97,7 @@ def run(settings: Settings) -> int:
     settings.write(settings.output_dir)
     log.info("run %s -> %s (%s)", settings.label, settings.output_dir,
              "embedded default" if settings.embedded else settings.inference.vllm_url)
+    preflight.check(settings)
     reap(settings.label)  # leftovers of a runner that was killed with SIGKILL
     try:
         ensure_task_images(settings)
