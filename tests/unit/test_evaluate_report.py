@@ -1,0 +1,64 @@
+"""The evaluation report: pass@k's unbiased estimator, the Wilson interval, the harness's report keys, and a
+predictions file's bad lines named by line and field."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+
+import pytest
+from swebench.harness import reporting
+
+from qwen_swe.evaluate.predictions import read_predictions
+from qwen_swe.evaluate.report import EMPTY, ERROR, RESOLVED, UNRESOLVED, AttemptResult, build_report, pass_at_k, wilson
+
+
+def test_pass_at_k_against_hand_values():
+    assert pass_at_k(5, 0, 1) == 0.0 and pass_at_k(5, 5, 3) == 1.0
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(4, 1, 2) == pytest.approx(1 - math.comb(3, 2) / math.comb(4, 2))  # 0.5
+    assert pass_at_k(10, 3, 5) == pytest.approx(1 - 21 / 252)
+    with pytest.raises(ValueError):
+        pass_at_k(2, 1, 3)
+
+
+def test_wilson_interval_against_a_known_value():
+    lo, hi = wilson(8, 10)
+    assert lo == pytest.approx(0.4902, abs=1e-3) and hi == pytest.approx(0.9433, abs=1e-3)
+    assert wilson(0, 0) == (0.0, 1.0)
+
+
+def test_the_report_has_the_harness_keys_and_counts_errors_apart():
+    source = inspect.getsource(reporting.make_run_report)
+    harness_keys = {"total_instances", "submitted_instances", "completed_instances", "resolved_instances",
+                    "unresolved_instances", "empty_patch_instances", "error_instances", "completed_ids",
+                    "incomplete_ids", "empty_patch_ids", "submitted_ids", "resolved_ids", "unresolved_ids",
+                    "error_ids", "schema_version"}
+    assert all(f'"{k}"' in source for k in harness_keys), "swebench's report keys changed"
+    results = [AttemptResult("a", 0, RESOLVED), AttemptResult("a", 1, UNRESOLVED), AttemptResult("b", 0, UNRESOLVED),
+               AttemptResult("b", 1, RESOLVED), AttemptResult("c", 0, EMPTY), AttemptResult("d", 0, ERROR)]
+    report = build_report(results, dataset_ids=["a", "b", "c", "d", "e"], submitted_ids=["a", "b", "c", "d", "x"])
+    assert harness_keys <= set(report)
+    assert report["resolved_ids"] == ["a"] and report["unresolved_ids"] == ["b"]  # first attempts
+    assert report["empty_patch_ids"] == ["c"] and report["error_ids"] == ["d"] and report["incomplete_ids"] == ["x"]
+    assert report["completed_instances"] == 2 and report["total_instances"] == 5
+    # pass@k over graded attempts per instance: a 1/2, b 1/2, c 0/1 (d's error is no attempt)
+    assert report["graded_attempts"] == 5 and report["resolve_rate"] == pytest.approx(2 / 5)
+    assert report["pass_at_k"] == {"1": pytest.approx((0.5 + 0.5 + 0.0) / 3)}
+
+
+def test_bad_prediction_lines_are_named_and_the_rest_kept(tmp_path):
+    lines = [json.dumps({"instance_id": "a", "model_name_or_path": "m", "model_patch": "diff"}),
+             "{not json",
+             json.dumps({"instance_id": "b", "model_patch": "x"}),
+             json.dumps(["a list"]),
+             json.dumps({"instance_id": "a", "model_name_or_path": "m", "model_patch": None}),
+             json.dumps({"instance_id": "", "model_name_or_path": "m", "model_patch": ""})]
+    path = tmp_path / "preds.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    preds, errors = read_predictions(path)
+    assert [(p.instance_id, p.attempt, p.model_patch) for p in preds] == [("a", 0, "diff"), ("a", 1, "")]
+    assert [e.split(": ", 1)[0] for e in errors] == [f"{path}:2", f"{path}:3", f"{path}:4", f"{path}:6"]
+    assert "not JSON" in errors[0] and "'model_name_or_path' is missing" in errors[1]
+    assert "JSON object" in errors[2] and "'instance_id' must be a non-empty string" in errors[3]
