@@ -36,6 +36,10 @@ def dump_rollouts(path: Path, groups: list[list[Sample]], dropped: list[Sample])
                 "response_length": x.response_length, "weight_version": m.get("weight_version"),
                 "agent_seconds": m.get("agent_seconds"), "grade_seconds": m.get("grade_seconds"),
                 "grade": m.get("grade_details"), "trajectory": m.get("trajectory"),
+                "reward_components": (m.get("grade_details") or {}).get("components"),
+                "sampled_tokens": (m.get("trajectory") or {}).get("sampled_tokens"),
+                "trained_tokens": sum(x.loss_mask) if x.loss_mask else 0,
+                "conversation": m.get("conversation"),
             }, default=str) + "\n")
 
 

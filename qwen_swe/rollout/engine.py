@@ -29,6 +29,7 @@ from qwen_swe.sandbox.docker import DockerSandbox
 from qwen_swe.traffic.proxy import RecordingProxy
 from qwen_swe.traffic.toolcalls import tool_call_parser_for
 from qwen_swe.traffic.trajectory import build_sample, to_sample
+from qwen_swe.traffic.transcript import transcript
 
 
 class RolloutEngine:
@@ -106,6 +107,7 @@ class RolloutEngine:
             turns = self.proxy.close_session(session.id)
         if session.bug is not None:  # a bug in the proxy, not the infrastructure: fail loudly
             raise session.bug
+        meta["conversation"] = transcript(turns)
         t_agent = time.monotonic()
         meta.update(outcome=agent.outcome, patch=patch, final_message=agent.final_message,
                     agent_seconds=round(t_agent - t0, 3), tool_calls=agent.tool_calls)
@@ -187,7 +189,7 @@ class RolloutEngine:
 
 _RUN_KEYS = {"weight_version", "outcome", "patch", "final_message", "agent_seconds", "tool_calls", "resolved",
              "reward_hack_suspected", "f2p_passed", "p2p_passed", "grade_details", "grade_timings", "trajectory",
-             "turns", "grade_seconds", "drop_reason", "drop_detail"}
+             "turns", "grade_seconds", "drop_reason", "drop_detail", "conversation"}
 
 
 def _fresh_copy(sample: Sample) -> Sample:

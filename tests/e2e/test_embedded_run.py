@@ -83,6 +83,14 @@ def test_embedded_default_trains_syncs_and_resumes(tmp_path):
     kept = sum(r["trajectory"]["retained_sampled_tokens"] for r in rows)
     assert rows and sampled > 0 and kept / sampled >= 0.99, (kept, sampled)
 
+    # The dumps keep the conversation a person can read: the task, the model's calls, their token counts.
+    for r in rows:
+        talk = r["conversation"]
+        assert [m["role"] for m in talk["messages"][:2]] == ["system", "user"], talk["messages"][:2]
+        assert any(m["role"] == "assistant" for m in talk["messages"])
+        assert sum(c["sampled_tokens"] for c in talk["calls"]) == r["sampled_tokens"] == r["trajectory"]["sampled_tokens"]
+        assert 0 < r["trained_tokens"] <= r["sampled_tokens"]
+
     # Every rollout left a record, and no container is left behind.
     assert (out / "rewards.png").exists()
     left = docker.from_env().containers.list(all=True, filters={"label": f"qwen-swe.run={RUN_ID}"})
