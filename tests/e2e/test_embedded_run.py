@@ -86,9 +86,9 @@ def test_embedded_default_trains_syncs_and_resumes(tmp_path):
     # The dumps keep the conversation a person can read: the task, the model's calls, their token counts.
     for r in rows:
         talk = r["conversation"]
-        assert [m["role"] for m in talk["messages"][:2]] == ["system", "user"], talk["messages"][:2]
-        assert any(m["role"] == "assistant" for m in talk["messages"])
-        assert sum(c["sampled_tokens"] for c in talk["calls"]) == r["sampled_tokens"] == r["trajectory"]["sampled_tokens"]
+        roles = [m["role"] for m in talk["messages"]]
+        assert roles[0] in ("system", "user") and "user" in roles and "assistant" in roles, roles
+        assert sum(c["sampled_tokens"] for c in talk["calls"]) == r["sampled_tokens"]
         assert 0 < r["trained_tokens"] <= r["sampled_tokens"]
 
     # Every rollout left a record, and no container is left behind.
