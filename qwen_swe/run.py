@@ -3,19 +3,18 @@ trainer under torchrun (rank 0 drives the rollouts). Re-running with the same OU
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from qwen_swe import preflight
 from qwen_swe.backends.slime.launcher import launch as launch_slime
 from qwen_swe.config.settings import Settings, load_settings
-from qwen_swe.errors import SETUP_EXIT_CODE, EmbeddedModelError, SetupError, TaskPackError
-from qwen_swe.inference.launcher import embedded_server
-from qwen_swe.paths import REPO_ROOT, embedded_model_dir
+from qwen_swe.errors import SETUP_EXIT_CODE, SetupError, TaskPackError
+from qwen_swe.inference.launcher import serving
+from qwen_swe.paths import REPO_ROOT
 from qwen_swe.sandbox.docker import reap
 from qwen_swe.supervise import SUPERVISOR, Interrupted
 from qwen_swe.supervise import install as install_supervisor
@@ -46,18 +45,6 @@ def run_trainer(settings: Settings) -> int:
         return proc.wait()
     finally:
         SUPERVISOR.stop(proc, grace=settings.stop_timeout)
-
-
-@contextlib.contextmanager
-def inference_server(settings: Settings) -> Iterator[Settings]:
-    """With VLLM_URL: that server. Without: the embedded CPU server, started here and stopped by its PID."""
-    if not settings.embedded:
-        yield settings
-        return
-    if not (embedded_model_dir() / "config.json").exists():
-        raise EmbeddedModelError(f"the embedded model is missing at {embedded_model_dir()}: run `bash scripts/setup.sh`")
-    with embedded_server(settings, log_dir=settings.output_dir / "logs") as url:
-        yield settings.replace(served_url=url)
 
 
 def ensure_task_images(settings: Settings) -> None:
@@ -101,7 +88,7 @@ def run(settings: Settings) -> int:
     reap(settings.label)  # leftovers of a runner that was killed with SIGKILL
     try:
         ensure_task_images(settings)
-        with inference_server(settings) as resolved:
+        with serving(settings, log_dir=settings.output_dir / "logs") as resolved:
             return run_trainer(resolved)
     finally:
         reap(settings.label)

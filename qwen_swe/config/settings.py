@@ -54,6 +54,7 @@ class Settings:
     allow_frozen_server: bool = opt(False, "BACKEND=slime: start even when the server cannot take new weights "
                                            "(trains against a frozen policy)")
     run_id: str | None = opt(None, "label for containers and logs; default derived from OUTPUT_DIR")
+    eval_samples: int = opt(1, "evaluation: attempts per instance (pass@k up to this k)", minimum=1)
     stop_timeout: float = opt(30.0, "on SIGTERM/SIGINT, seconds the trainer and the server get to stop before "
                                     "SIGKILL (a second signal kills at once)", minimum=1.0)
 

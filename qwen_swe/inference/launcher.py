@@ -27,6 +27,7 @@ from typing import IO, Iterator, Mapping, Sequence
 
 from qwen_swe import paths
 from qwen_swe.config import settings as config
+from qwen_swe.errors import EmbeddedModelError
 from qwen_swe.inference.client import InferenceClient, InferenceError
 from qwen_swe.inference.embedded_model import ensure_embedded_model
 from qwen_swe.inference.settings import DEFAULT_MODEL
@@ -225,6 +226,21 @@ def embedded_server(settings: config.Settings, *, port: int = 0, log_dir: Path |
     log_dir = Path(log_dir) if log_dir is not None else paths.cache_home() / "logs"
     with VLLMServer(serve, log_dir / f"vllm-embedded-{serve.port}.log") as server:
         yield server.start(startup_timeout)
+
+
+@contextlib.contextmanager
+def serving(settings: config.Settings, *, log_dir: Path) -> Iterator[config.Settings]:
+    """With VLLM_URL: that server. Without: the embedded CPU server (MODEL's folder when given, else the embedded
+    SmolLM2), started here and stopped by its process group; yields the settings with its URL."""
+    if not settings.embedded:
+        yield settings
+        return
+    model_dir = Path(settings.inference.model).expanduser() if settings.inference.model else None
+    if model_dir is None and not (paths.embedded_model_dir() / "config.json").exists():
+        raise EmbeddedModelError(f"the embedded model is missing at {paths.embedded_model_dir()}: run "
+                                 "`bash scripts/setup.sh`")
+    with embedded_server(settings, log_dir=log_dir, model_dir=model_dir) as url:
+        yield settings.replace(served_url=url)
 
 
 def build_arg_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,66 @@
+"""Evaluation with the agent: ``EVAL_SAMPLES`` attempts per instance through the same sandbox, agent, proxy and
+grader as training (the rollout engine), no trainer. Each finished attempt is appended to ``predictions.jsonl``
+(the official format) and ``results.jsonl`` at once, so a re-run with the same folder runs only what is missing.
+An infrastructure failure is an ``error`` attempt with its reason, never ``unresolved``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from qwen_swe.config.settings import Settings
+from qwen_swe.data.prompts import build_prompt
+from qwen_swe.data.sample import Sample, Status
+from qwen_swe.evaluate.grade_only import RESULTS, load_done
+from qwen_swe.evaluate.report import EMPTY, ERROR, RESOLVED, UNRESOLVED, AttemptResult
+from qwen_swe.rollout.engine import RolloutEngine
+from qwen_swe.rollout.progress import BatchStats
+
+PREDICTIONS = "predictions.jsonl"
+
+
+def outcome_of(sample: Sample) -> AttemptResult:
+    meta = sample.metadata
+    attempt = int(sample.index or 0)
+    if sample.status == Status.ABORTED:
+        reason = f"{meta.get('drop_reason')}: {meta.get('drop_detail')}"
+        return AttemptResult(meta["instance_id"], attempt, ERROR, reason, float(meta.get("agent_seconds") or 0.0))
+    seconds = float(meta.get("agent_seconds") or 0.0) + float(meta.get("grade_seconds") or 0.0)
+    kind = RESOLVED if meta.get("resolved") else EMPTY if not (meta.get("patch") or "").strip() else UNRESOLVED
+    return AttemptResult(meta["instance_id"], attempt, kind, None if kind == RESOLVED else meta.get("outcome"),
+                         round(seconds, 3))
+
+
+async def run_attempts(rows: list[dict[str, Any]], settings: Settings, out: Path) -> list[AttemptResult]:
+    """Run the missing attempts (``settings.eval_samples`` per row) and return every result, old and new."""
+    out.mkdir(parents=True, exist_ok=True)
+    done = load_done(out)
+    samples = [Sample(group_index=g, index=k, prompt=build_prompt(row), metadata=dict(row))
+               for g, row in enumerate(rows) for k in range(settings.eval_samples)
+               if (row["instance_id"], k) not in done]
+    engine = RolloutEngine(settings, upstream=settings.inference.url, model=settings.model_name,
+                           served_model=settings.inference.served_model_name)
+    await engine.start()
+    try:
+        stats = BatchStats()
+
+        async def one(sample: Sample) -> None:
+            await engine.run_sample(sample, stats)
+            result = outcome_of(sample)
+            _append(out / PREDICTIONS, {"instance_id": result.instance_id, "model_name_or_path": settings.model_name,
+                                        "model_patch": sample.metadata.get("patch") or ""})
+            _append(out / RESULTS, asdict(result))
+            done[(result.instance_id, result.attempt)] = result
+
+        await asyncio.gather(*(one(s) for s in samples))
+    finally:
+        await engine.stop()
+    return list(done.values())
+
+
+def _append(path: Path, row: dict[str, Any]) -> None:
+    with path.open("a") as fh:
+        fh.write(json.dumps(row) + "\n")

@@ -1,0 +1,69 @@
+"""Evaluation with the agent, no trainer: real sandbox, real qwen-code, real proxy and grader, a scripted model
+that replays the gold edit. The attempt is resolved, the predictions file is in the official format, an
+instance whose image is missing is an error (not unresolved), and a re-run resumes without running anything."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import uuid
+
+import pytest
+
+from qwen_swe.evaluate.__main__ import main
+from qwen_swe.paths import TASK_PACK, embedded_model_dir
+from tests.integration.test_agent import _call, _gold_edit
+from tests.scripted_server import ScriptedServer, smollm2_tokenizer
+
+pytestmark = [pytest.mark.docker, pytest.mark.agent]
+
+
+class ServerThread:
+    """The scripted model on its own event loop, so the evaluation entry point can run its own."""
+
+    def __init__(self, script: list) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.server = ScriptedServer(script, tokenizer=smollm2_tokenizer())
+        self.url = asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(60)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(60)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def test_agent_evaluation_writes_predictions_and_a_report_and_resumes(tmp_path, monkeypatch, capsys):
+    rows = [json.loads(line) for line in TASK_PACK.read_text().splitlines()]
+    row = next(r for r in rows if _gold_edit(r["patch"]))
+    path, old, new = _gold_edit(row["patch"])
+    broken = dict(row, instance_id="qwenswe__missing-image-1", image="qwen-swe-test-missing-image:none")
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text(json.dumps(row) + "\n" + json.dumps(broken) + "\n")
+    server = ServerThread([_call("read_file", file_path=f"/testbed/{path}"),
+                           _call("edit", file_path=f"/testbed/{path}", old_string=old, new_string=new),
+                           "Fixed the bug."])
+    try:
+        for key, value in {"VLLM_URL": server.url, "MODEL": str(embedded_model_dir()), "SERVED_MODEL_NAME": "scripted",
+                           "DATASET": str(dataset), "IMAGE_NAMESPACE": "", "MAX_TURNS": "6", "AGENT_TIMEOUT": "300",
+                           "TOOL_CHOICE": "auto", "EVAL_SAMPLES": "1", "ROLLOUT_CONCURRENCY": "1",
+                           "RUN_ID": f"eval-agent-{uuid.uuid4().hex[:8]}", "OUTPUT_DIR": str(tmp_path / "run")}.items():
+            monkeypatch.setenv(key, value)
+        out = tmp_path / "eval"
+        assert main(["--agent", "--out", str(out)]) == 0
+    finally:
+        server.stop()
+    report = json.loads((out / "report.json").read_text())
+    assert report["resolved_ids"] == [row["instance_id"]], report["attempts"]
+    assert report["error_ids"] == [broken["instance_id"]] and report["unresolved_ids"] == []
+    predictions = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert {p["instance_id"] for p in predictions} == {row["instance_id"], broken["instance_id"]}
+    assert all(set(p) == {"instance_id", "model_name_or_path", "model_patch"} for p in predictions)
+    solved = next(p for p in predictions if p["instance_id"] == row["instance_id"])
+    assert f"+{new}" in solved["model_patch"]
+    before = (out / "results.jsonl").read_text()
+    assert main(["--agent", "--out", str(out)]) == 0  # nothing left to run: no server needed, nothing appended
+    assert (out / "results.jsonl").read_text() == before
+    assert "resolved 1/2 instances" in capsys.readouterr().out
