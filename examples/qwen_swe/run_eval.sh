@@ -6,9 +6,5 @@
 # Writes OUTPUT_DIR/eval/{predictions.jsonl,results.jsonl,report.json} (or --out DIR); re-running resumes.
 # Grade an existing predictions file instead: .venv/bin/python -m qwen_swe.evaluate --predictions FILE
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-PY="${PYTHON:-$ROOT/.venv/bin/python}"
-[ -x "$PY" ] || PY="$(command -v python3)"
-cd "$ROOT"
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 exec "$PY" -m qwen_swe.evaluate --agent "$@"

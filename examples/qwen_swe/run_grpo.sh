@@ -6,9 +6,5 @@
 # setting listed by `--help`. BACKEND=slime SLIME_DIR=<slime v0.2.2 checkout> launches slime's train.py instead.
 # Re-running with the same OUTPUT_DIR resumes from the latest complete checkpoint.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-PY="${PYTHON:-$ROOT/.venv/bin/python}"
-[ -x "$PY" ] || PY="$(command -v python3)"
-cd "$ROOT"
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 exec "$PY" -m qwen_swe.run "$@"
