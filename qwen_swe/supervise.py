@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -60,6 +61,7 @@ class Supervisor:
 
     def spawn(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
         """Start ``argv`` in its own session, dying with this process; its group is stopped on the way out."""
+        _prctl()  # resolved here, not in the forked child (no dlopen between fork and exec)
         proc = subprocess.Popen(list(argv), start_new_session=True, preexec_fn=die_with_parent, **kwargs)
         with self._lock:
             self.groups.add(proc.pid)
@@ -100,10 +102,19 @@ def signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
+@functools.cache
+def _prctl() -> Any:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: no parent-death signal, the stop path still works
+        return None
+
+
 def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> None:
-    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux); safe in a preexec_fn."""
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux); used as a preexec_fn."""
     parent = os.getppid()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    prctl = _prctl()
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     if os.getppid() != parent:  # the parent died before the request took effect
         os.kill(os.getpid(), sig)
