@@ -18,6 +18,7 @@ from qwen_swe.paths import REPO_ROOT
 from qwen_swe.sandbox.docker import reap
 from qwen_swe.supervise import SUPERVISOR, Interrupted
 from qwen_swe.supervise import install as install_supervisor
+from qwen_swe.viewer.build import write_viewer
 
 log = logging.getLogger("qwen_swe")
 
@@ -92,6 +93,7 @@ def run(settings: Settings) -> int:
             return run_trainer(resolved)
     finally:
         reap(settings.label)
+        log.info("viewer: %s", write_viewer(settings.output_dir))
 
 
 if __name__ == "__main__":

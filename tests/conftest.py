@@ -4,6 +4,7 @@ under CI (CI=true) it fails instead, because a CI run that skips Docker, vLLM or
 from __future__ import annotations
 
 import os
+import shutil
 from functools import cache
 
 import pytest
@@ -58,9 +59,15 @@ def _slime() -> str | None:
     return None if os.environ.get("SLIME_PATH") else "SLIME_PATH does not point at a slime checkout"
 
 
-CHECKS = {"docker": _docker, "vllm": _vllm, "agent": _agent, "gpu": _gpu, "modal": _modal, "slime": _slime}
+def _browser() -> str | None:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    return None if found else "no headless chromium; run scripts/setup.sh (Debian's chromium)"
+
+
+CHECKS = {"docker": _docker, "vllm": _vllm, "agent": _agent, "browser": _browser, "gpu": _gpu, "modal": _modal,
+          "slime": _slime}
 # Resources CI provides itself; the rest (GPU, Modal account, a slime checkout) are skipped there too.
-CI_PROVIDES = {"docker", "vllm", "agent"}
+CI_PROVIDES = {"docker", "vllm", "agent", "browser"}
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -91,7 +91,9 @@ def test_embedded_default_trains_syncs_and_resumes(tmp_path):
         assert sum(c["sampled_tokens"] for c in talk["calls"]) == r["sampled_tokens"]
         assert 0 < r["trained_tokens"] <= r["sampled_tokens"]
 
-    # Every rollout left a record, and no container is left behind.
+    # Every rollout left a record, the viewer shows them, and no container is left behind.
     assert (out / "rewards.png").exists()
+    viewer = (out / "viewer.html").read_text()
+    assert all(r["instance_id"] in viewer for r in rows)
     left = docker.from_env().containers.list(all=True, filters={"label": f"qwen-swe.run={RUN_ID}"})
     assert left == []
