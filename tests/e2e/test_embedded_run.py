@@ -66,16 +66,21 @@ def test_embedded_default_trains_syncs_and_resumes(tmp_path):
     assert sorted(_served_ids(out, steps[0])) == sorted(expected[0])
     assert sorted(_served_ids(out, steps[1])) == sorted(expected[1])
 
-    # The optimiser moved the weights, and the server served them after the sync.
+    # A step with an update moved the weights, and the server served them after the sync. (The tiny model's
+    # groups are often all-equal, so a step may rightly skip its update; the trainer's own test checks movement
+    # deterministically.) A sync of version 0 (a resume before any update) serves the base weights again.
     newest = sorted((out / "weights").iterdir())[-1]
     base, trained = load_file(embedded_model_dir() / "model.safetensors"), load_file(newest / "model.safetensors")
     moved = [k for k in base if k in trained and not base[k].float().equal(trained[k].float())]
-    assert moved, "no parameter changed after two GRPO steps"
+    updated = [m for m in metrics if not m["skipped_update"]]
+    assert bool(moved) == bool(updated), (len(moved), [m["zero_variance_groups"] for m in metrics])
     synced = [m for m in metrics if "sync/probe_logprob_after" in m]
     assert synced, "no weight sync was recorded"
     for m in synced:
         before, after = m["sync/probe_logprob_before"], m["sync/probe_logprob_after"]
-        assert math.isfinite(before) and math.isfinite(after) and after != before, m
+        assert math.isfinite(before) and math.isfinite(after), m
+        if m["sync/version"] >= 1:
+            assert after != before, m
 
     # Token-exact trajectories on real qwen-code traffic: >= 99% of sampled tokens kept with their ids.
     rows = [r for step in steps for r in _jsonl(out / "rollouts" / step) if r["trajectory"]]
