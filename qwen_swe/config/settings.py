@@ -55,6 +55,9 @@ class Settings:
                                            "(trains against a frozen policy)")
     run_id: str | None = opt(None, "label for containers and logs; default derived from OUTPUT_DIR")
     eval_samples: int = opt(1, "evaluation: attempts per instance (pass@k up to this k)", minimum=1)
+    eval_interval: int = opt(0, "training: evaluate every N steps on EVAL_DATASET (0 = never)", minimum=0)
+    eval_dataset: str | None = opt(None, "training: the evaluation rows (HF name or local file); default DATASET")
+    eval_instance_list: Path | None = opt(None, "training: file of evaluation instance ids, one a line")
     stop_timeout: float = opt(30.0, "on SIGTERM/SIGINT, seconds the trainer and the server get to stop before "
                                     "SIGKILL (a second signal kills at once)", minimum=1.0)
 
@@ -68,9 +71,9 @@ class Settings:
 
     def __post_init__(self) -> None:
         validate(self)
-        listed = self.instance_list
-        if listed is not None and not (Path(listed).is_file() and os.access(listed, os.R_OK)):
-            raise ConfigError(f"INSTANCE_LIST={self.instance_list} cannot be read: give a file of instance ids, one a line")
+        for name, listed in (("INSTANCE_LIST", self.instance_list), ("EVAL_INSTANCE_LIST", self.eval_instance_list)):
+            if listed is not None and not (Path(listed).is_file() and os.access(listed, os.R_OK)):
+                raise ConfigError(f"{name}={listed} cannot be read: give a file of instance ids, one a line")
         if self.dataset and _looks_local(self.dataset) and not Path(self.dataset).expanduser().exists():
             raise ConfigError(f"DATASET={self.dataset} does not exist: give a .json, .jsonl or .parquet file, "
                               "a Hugging Face dataset folder, or a Hugging Face dataset name")

@@ -34,30 +34,42 @@ def outcome_of(sample: Sample) -> AttemptResult:
                          round(seconds, 3))
 
 
-async def run_attempts(rows: list[dict[str, Any]], settings: Settings, out: Path) -> list[AttemptResult]:
-    """Run the missing attempts (``settings.eval_samples`` per row) and return every result, old and new."""
+async def run_attempts(rows: list[dict[str, Any]], settings: Settings, out: Path,
+                       engine: RolloutEngine | None = None) -> list[AttemptResult]:
+    """Run the missing attempts (``settings.eval_samples`` per row) and return every result, old and new.
+
+    ``engine``: a running engine to share (the trainer's, for periodic evaluation); else one is started here.
+    Only the verdict is read, so the engine's reward mode does not matter.
+    """
+    if engine is not None:
+        return await _attempts(engine, rows, settings, out)
+    engine = RolloutEngine(settings, upstream=settings.inference.url, model=settings.model_name,
+                           served_model=settings.inference.served_model_name)
+    await engine.start()
+    try:
+        return await _attempts(engine, rows, settings, out)
+    finally:
+        await engine.stop()
+
+
+async def _attempts(engine: RolloutEngine, rows: list[dict[str, Any]], settings: Settings,
+                    out: Path) -> list[AttemptResult]:
     out.mkdir(parents=True, exist_ok=True)
     done = load_done(out)
     samples = [Sample(group_index=g, index=k, prompt=build_prompt(row), metadata=dict(row))
                for g, row in enumerate(rows) for k in range(settings.eval_samples)
                if (row["instance_id"], k) not in done]
-    engine = RolloutEngine(settings, upstream=settings.inference.url, model=settings.model_name,
-                           served_model=settings.inference.served_model_name)
-    await engine.start()
-    try:
-        stats = BatchStats()
+    stats = BatchStats()
 
-        async def one(sample: Sample) -> None:
-            await engine.run_sample(sample, stats)
-            result = outcome_of(sample)
-            _append(out / PREDICTIONS, {"instance_id": result.instance_id, "model_name_or_path": settings.model_name,
-                                        "model_patch": sample.metadata.get("patch") or ""})
-            _append(out / RESULTS, asdict(result))
-            done[(result.instance_id, result.attempt)] = result
+    async def one(sample: Sample) -> None:
+        await engine.run_sample(sample, stats)
+        result = outcome_of(sample)
+        _append(out / PREDICTIONS, {"instance_id": result.instance_id, "model_name_or_path": settings.model_name,
+                                    "model_patch": sample.metadata.get("patch") or ""})
+        _append(out / RESULTS, asdict(result))
+        done[(result.instance_id, result.attempt)] = result
 
-        await asyncio.gather(*(one(s) for s in samples))
-    finally:
-        await engine.stop()
+    await asyncio.gather(*(one(s) for s in samples))
     return list(done.values())
 
 

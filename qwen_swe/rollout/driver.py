@@ -12,8 +12,10 @@ from typing import Any
 
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample, Status
-from qwen_swe.data.source import SWEBenchDataSource
+from qwen_swe.data.source import SWEBenchDataSource, load_instances
 from qwen_swe.errors import ConfigError
+from qwen_swe.evaluate.agent_runs import run_attempts
+from qwen_swe.evaluate.report import build_report
 from qwen_swe.inference.client import InferenceClient
 from qwen_swe.inference.weight_sync import ProbedSync, make_weight_sync
 from qwen_swe.rollout.engine import RolloutEngine, batch_metrics
@@ -66,6 +68,7 @@ class RolloutDriver:
     def generate(self, step: int, weight_version: int) -> tuple[list[Sample], dict[str, Any]]:
         s = self.settings
         self.engine.set_weight_version(weight_version)
+        evaluated = self.evaluate(step) if s.eval_interval and step % s.eval_interval == 0 else {}
         groups = self.data_source.get_samples(s.rollout_batch_size)
         stats, t0 = BatchStats(), time.monotonic()
         with live_progress(stats, f"step {step}"):
@@ -75,8 +78,23 @@ class RolloutDriver:
         metrics = batch_metrics(stats, kept, time.monotonic() - t0)
         metrics.update({f"dropped/{k}": v for k, v in stats.reasons.items()})
         metrics.update(self.last_sync)  # the sync that happened before this rollout, reported once
+        metrics.update(evaluated)
         self.last_sync = {}
         return [x for g in kept for x in g], metrics
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        """EVAL_SAMPLES attempts per evaluation instance on the weights this step's rollout uses, through the same
+        engine, binary verdicts; the report goes to ``OUTPUT_DIR/eval_step_N/`` and its figures into the metrics."""
+        s, t0 = self.settings, time.monotonic()
+        rows = load_instances(s.eval_dataset or s.dataset_source, s.eval_instance_list)
+        out = Path(s.output_dir) / f"eval_step_{step:06d}"
+        results = self._call(run_attempts(rows, s, out, engine=self.engine))
+        report = build_report(results, dataset_ids=[r["instance_id"] for r in rows],
+                              submitted_ids=[r["instance_id"] for r in rows], seconds=time.monotonic() - t0)
+        (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        return {"eval/resolve_rate": report["resolve_rate"], "eval/pass@1": report["pass_at_k"].get("1", 0.0),
+                "eval/graded_attempts": report["graded_attempts"], "eval/errors": report["error_instances"],
+                "time/eval": time.monotonic() - t0}
 
     def sync_weights(self, hf_dir: Path, version: int) -> None:
         """Serve ``hf_dir`` as weight ``version`` before the next rollout; its metrics go out with that rollout."""

@@ -58,7 +58,7 @@ def format_line(m: dict[str, Any], total_steps: int) -> str:
 
 
 def plot_rewards(metrics_path: Path, png: Path) -> Path:
-    """Reward mean and resolve rate over steps, from ``metrics.jsonl``."""
+    """Reward mean and resolve rate (training, and evaluation where it ran) over steps, from ``metrics.jsonl``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -71,7 +71,11 @@ def plot_rewards(metrics_path: Path, png: Path) -> Path:
         ax1.plot(steps, [r.get("reward_mean", 0.0) for r in rows], marker="o")
         ax1.set_ylabel("reward mean")
         ax1.grid(alpha=0.3)
-        ax2.plot(steps, [r.get("resolve_rate", 0.0) for r in rows], marker="o", color="tab:green")
+        ax2.plot(steps, [r.get("resolve_rate", 0.0) for r in rows], marker="o", color="tab:green", label="training")
+        evals = [(s, r["eval/resolve_rate"]) for s, r in zip(steps, rows) if "eval/resolve_rate" in r]
+        if evals:
+            ax2.plot(*zip(*evals), marker="s", color="tab:red", label="evaluation")
+            ax2.legend(loc="upper left")
         ax2.set_ylabel("resolve rate")
         ax2.set_xlabel("step")
         ax2.set_ylim(-0.05, 1.05)

@@ -67,3 +67,33 @@ def test_agent_evaluation_writes_predictions_and_a_report_and_resumes(tmp_path, 
     assert main(["--agent", "--out", str(out)]) == 0  # nothing left to run: no server needed, nothing appended
     assert (out / "results.jsonl").read_text() == before
     assert "resolved 1/2 instances" in capsys.readouterr().out
+
+
+def test_periodic_evaluation_through_the_trainers_driver(tmp_path):
+    """What the trainer's rank 0 does every EVAL_INTERVAL steps: the same engine, a report per step, metrics."""
+    from qwen_swe.config.settings import Settings
+    from qwen_swe.rollout.driver import RolloutDriver
+
+    rows = [json.loads(line) for line in TASK_PACK.read_text().splitlines()]
+    row = next(r for r in rows if _gold_edit(r["patch"]))
+    path, old, new = _gold_edit(row["patch"])
+    dataset = tmp_path / "eval.jsonl"
+    dataset.write_text(json.dumps(row) + "\n")
+    server = ServerThread([_call("read_file", file_path=f"/testbed/{path}"),
+                           _call("edit", file_path=f"/testbed/{path}", old_string=old, new_string=new),
+                           "Fixed the bug."])
+    driver = None
+    try:
+        settings = Settings.build(vllm_url=server.url, model=str(embedded_model_dir()), served_model_name="scripted",
+                                  dataset=str(dataset), eval_interval=2, image_namespace="", max_turns=6,
+                                  agent_timeout=300.0, output_dir=tmp_path / "run",
+                                  run_id=f"eval-periodic-{uuid.uuid4().hex[:8]}")
+        driver = RolloutDriver(settings, upstream=server.url, model=settings.model_name, served_model="scripted")
+        metrics = driver.evaluate(4)
+    finally:
+        if driver is not None:
+            driver.close()
+        server.stop()
+    assert metrics["eval/resolve_rate"] == 1.0 and metrics["eval/graded_attempts"] == 1 and metrics["eval/errors"] == 0
+    report = json.loads((tmp_path / "run" / "eval_step_000004" / "report.json").read_text())
+    assert report["resolved_ids"] == [row["instance_id"]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 
@@ -124,3 +125,18 @@ def test_keep_last_and_failed_saves(tmp_path, world_of_one, model_dir, monkeypat
         ckpt.save_checkpoint(tmp_path, 5, policy, opt, state={"step": 5}, keep=2)
     assert (tmp_path / "checkpoints" / "step_000005.tmp").is_dir()  # left behind, but never picked up
     assert ckpt.latest_checkpoint(tmp_path).name == "step_000003"
+
+
+def test_the_reward_plot_shows_evaluation_where_it_ran(tmp_path):
+    from PIL import Image
+
+    from qwen_swe.train.metrics import plot_rewards
+
+    rows = [{"step": 0, "reward_mean": -1.0, "resolve_rate": 0.0, "eval/resolve_rate": 0.25},
+            {"step": 1, "reward_mean": 0.0, "resolve_rate": 0.5}, {"step": 2, "reward_mean": 1.0, "resolve_rate": 1.0,
+                                                                   "eval/resolve_rate": 0.75}]
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    png = plot_rewards(metrics, tmp_path / "rewards.png")
+    red = sum(1 for r, g, b in Image.open(png).convert("RGB").getdata() if r > 180 and g < 80 and b < 80)
+    assert red > 50, "the evaluation curve (red) is missing"
