@@ -7,9 +7,13 @@ import json
 import uuid
 
 import pytest
+from swebench.harness import grading as grading_module
+from swebench.harness.grading import get_eval_report
+from swebench.harness.log_parsers.python import parse_log_pytest
 
 from qwen_swe.evaluate.__main__ import main
 from qwen_swe.paths import TASK_PACK
+from qwen_swe.reward import scoring
 from tests.integration.test_rewards import noop_patch
 
 pytestmark = pytest.mark.docker
@@ -43,6 +47,18 @@ def test_grade_only_report_and_resume(tmp_path, monkeypatch, capsys):
     assert outcomes == {(a, 0): "resolved", (a, 1): "unresolved", (b, 0): "empty_patch"}
     assert report["pass_at_k"]["1"] == pytest.approx((0.5 + 0.0) / 2)
     graded = (out / "results.jsonl").read_text()
+
+    # swebench's own get_eval_report reads the same logs to the same verdicts (the pack's repos use pytest's parser)
+    monkeypatch.setitem(grading_module.MAP_REPO_TO_PARSER, rows[0]["repo"], parse_log_pytest)
+    monkeypatch.setitem(grading_module.MAP_REPO_VERSION_TO_SPECS, rows[0]["repo"],
+                        {str(rows[0].get("version", "")): {"test_cmd": "python3 -m pytest -rA"}})
+    verdicts = []
+    for log in sorted((out / "grades" / a).glob("*/test_output.txt")):
+        patch = (log.parent / "patch.diff").read_text()
+        official = get_eval_report(scoring.test_spec_for(rows[0], rows[0]["eval_script"]),
+                                   {"instance_id": a, "model_name_or_path": "m", "model_patch": patch}, str(log), False)
+        verdicts.append((patch == rows[0]["patch"], official[a]["resolved"]))
+    assert sorted(verdicts) == [(False, False), (True, True)], verdicts
 
     assert main(argv) == 0  # resumes: nothing is graded twice
     assert (out / "results.jsonl").read_text() == graded
