@@ -13,6 +13,7 @@ from qwen_swe import preflight
 from qwen_swe.backends.slime.launcher import launch as launch_slime
 from qwen_swe.config.settings import Settings, load_settings
 from qwen_swe.errors import SETUP_EXIT_CODE, SetupError, TaskPackError
+from qwen_swe.evaluate.__main__ import main as evaluate_main
 from qwen_swe.inference.launcher import serving
 from qwen_swe.paths import REPO_ROOT
 from qwen_swe.sandbox.docker import reap
@@ -66,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     SIGTERM or SIGINT stops everything the run started and exits 128 + the signal number."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     args = list(sys.argv[1:] if argv is None else argv)
+    if "--eval" in args:  # evaluation only, no trainer: the same as run_eval.sh
+        return evaluate_main(["--agent", *(a for a in args if a != "--eval")])
     install_supervisor()
     try:
         settings = load_settings(args)

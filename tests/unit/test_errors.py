@@ -39,3 +39,9 @@ def test_drop_reasons_are_distinct_metric_keys():
 def test_infra_errors_are_not_setup_errors(cls):
     with pytest.raises(InfraError):
         raise cls("boom")
+
+
+def test_the_run_entry_hands_eval_to_the_evaluation_entry(monkeypatch, capsys):
+    monkeypatch.setenv("EVAL_SAMPLES", "zero")  # a bad evaluation setting: the evaluation entry's own message
+    assert main(["--eval"]) == errors.SETUP_EXIT_CODE
+    assert "qwen-swe evaluate: EVAL_SAMPLES='zero'" in capsys.readouterr().err
