@@ -16,7 +16,7 @@ from qwen_swe.errors import SETUP_EXIT_CODE, SetupError, TaskPackError
 from qwen_swe.evaluate.__main__ import main as evaluate_main
 from qwen_swe.inference.launcher import serving
 from qwen_swe.paths import REPO_ROOT
-from qwen_swe.sandbox.docker import reap
+from qwen_swe.sandbox.docker import reap, reap_until_quiet
 from qwen_swe.supervise import SUPERVISOR, Interrupted
 from qwen_swe.supervise import install as install_supervisor
 from qwen_swe.viewer.build import write_viewer
@@ -70,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--eval" in args:  # evaluation only, no trainer: the same as run_eval.sh
         return evaluate_main(["--agent", *(a for a in args if a != "--eval")])
     install_supervisor()
+    settings = None
     try:
         settings = load_settings(args)
         if settings.backend == "slime":
@@ -79,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"qwen-swe: {exc}", file=sys.stderr)
         return SETUP_EXIT_CODE
     except Interrupted as stop:
+        if settings is not None:  # containers whose create was in flight when the trainer died land late
+            reap_until_quiet(settings.label, timeout=settings.stop_timeout)
         log.warning("%s: everything the run started is stopped; rerun with the same OUTPUT_DIR to resume", stop)
         return stop.exit_code
 

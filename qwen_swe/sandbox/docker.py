@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import shlex
 import tarfile
 import time
@@ -36,6 +37,7 @@ from qwen_swe.sandbox.base import ExecResult, Sandbox
 from qwen_swe.sandbox.settings import SandboxSettings
 
 LABEL = "qwen-swe"
+log = logging.getLogger("qwen_swe.sandbox")
 ARCH = "x86_64"
 DOCKER_TIMEOUT = 120      # seconds a Docker API call may stall (exec streams are not bounded by it)
 KILL_GRACE = 10.0         # seconds to wait for an exec stream to end after its process group was killed
@@ -157,10 +159,30 @@ def reap(run_id: str | None = None, client: docker.DockerClient | None = None) -
                 removed += 1
             except docker.errors.NotFound:
                 pass
+            except docker.errors.APIError as exc:  # still being created or removed: the next sweep gets it
+                log.warning("could not remove %s yet: %s", c.name, exc)
     finally:
         if own:
             client.close()
     return removed
+
+
+def reap_until_quiet(run_id: str, *, quiet: float = 10.0, timeout: float = 60.0) -> int:
+    """``reap`` until nothing of the run has appeared for ``quiet`` seconds (at most ``timeout``).
+
+    A process killed in the middle of a container create leaves the request in flight in the daemon; that container
+    lands after a first sweep, so a stopping run sweeps until the daemon is quiet.
+    """
+    start = last_found = time.monotonic()
+    total = 0
+    while True:
+        found = reap(run_id)
+        total += found
+        now = time.monotonic()
+        last_found = now if found else last_found
+        if now - last_found >= quiet or now - start >= timeout:
+            return total
+        time.sleep(1.0)
 
 
 async def _finish(fn: Callable[[], T]) -> T:
