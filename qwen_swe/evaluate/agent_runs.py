@@ -6,7 +6,6 @@ An infrastructure failure is an ``error`` attempt with its reason, never ``unres
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.prompts import build_prompt
 from qwen_swe.data.sample import Sample, Status
-from qwen_swe.evaluate.grade_only import RESULTS, load_done
+from qwen_swe.evaluate.grade_only import RESULTS, append_line, load_done
 from qwen_swe.evaluate.report import EMPTY, ERROR, RESOLVED, UNRESOLVED, AttemptResult
 from qwen_swe.rollout.engine import RolloutEngine
 from qwen_swe.rollout.progress import BatchStats
@@ -64,15 +63,11 @@ async def _attempts(engine: RolloutEngine, rows: list[dict[str, Any]], settings:
     async def one(sample: Sample) -> None:
         await engine.run_sample(sample, stats)
         result = outcome_of(sample)
-        _append(out / PREDICTIONS, {"instance_id": result.instance_id, "model_name_or_path": settings.model_name,
-                                    "model_patch": sample.metadata.get("patch") or ""})
-        _append(out / RESULTS, asdict(result))
+        append_line(out / PREDICTIONS, {"instance_id": result.instance_id, "model_name_or_path": settings.model_name,
+                                        "model_patch": sample.metadata.get("patch") or ""})
+        append_line(out / RESULTS, asdict(result))
         done[(result.instance_id, result.attempt)] = result
 
     await asyncio.gather(*(one(s) for s in samples))
     return list(done.values())
 
-
-def _append(path: Path, row: dict[str, Any]) -> None:
-    with path.open("a") as fh:
-        fh.write(json.dumps(row) + "\n")

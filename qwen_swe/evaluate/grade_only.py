@@ -22,6 +22,12 @@ from qwen_swe.reward.harness import grade_async
 RESULTS = "results.jsonl"
 
 
+def append_line(path: Path, row: dict[str, Any]) -> None:
+    """One JSON line, appended as soon as an attempt ends, so a re-run resumes after it."""
+    with path.open("a") as fh:
+        fh.write(json.dumps(row) + "\n")
+
+
 def load_done(out: Path) -> dict[tuple[str, int], AttemptResult]:
     path = out / RESULTS
     if not path.is_file():
@@ -55,8 +61,7 @@ async def grade_predictions(predictions: list[Prediction], rows: dict[str, dict[
     async def one(p: Prediction) -> None:
         async with bound:
             result = await grade_one(p, rows[p.instance_id], settings, out)
-        with (out / RESULTS).open("a") as fh:
-            fh.write(json.dumps(asdict(result)) + "\n")
+        append_line(out / RESULTS, asdict(result))
         done[(p.instance_id, p.attempt)] = result
 
     await asyncio.gather(*(one(p) for p in predictions
