@@ -203,7 +203,8 @@ async def _evaluate(instance: dict, patch: str, sandbox: SandboxSettings, eval_t
         await asyncio.to_thread(ensure_image, client, image)
         timings["image"] = time.monotonic() - t
         box = DockerSandbox.for_instance(sandbox, instance, run_id=run_id, role="grade", network="none",
-                                         hide_future=False, boot_limit=boot_limit, output_limit=EVAL_OUTPUT_LIMIT,
+                                         base_commit=instance.get("base_commit"), hide_future=False,
+                                         boot_limit=boot_limit, output_limit=EVAL_OUTPUT_LIMIT,
                                          client=client)
         t = time.monotonic()
         async with box:

@@ -52,6 +52,17 @@ _WRAPPER = (
 )
 _KILLER = 'for i in $(seq 50); do [ -s "$0" ] && break; sleep 0.1; done; kill -KILL -- "-$(cat "$0")"'
 
+# Select the task: a generated task's image holds several task commits (one image per repository, as SWE-smith
+# does); check out base_commit when HEAD is elsewhere.  A SWE-bench image is already at base_commit: a no-op.
+_CHECKOUT_BASE = r"""
+set -eu
+cd "$1"; base="$2"
+git config --global --add safe.directory '*'
+if [ "$(git rev-parse HEAD)" != "$base" ] && git cat-file -e "$base^{commit}" 2>/dev/null; then
+  git checkout -q -f -B "$(git symbolic-ref -q --short HEAD || echo main)" "$base"
+fi
+"""
+
 # Hide the future: keep only HEAD (at base_commit) and its ancestry.  Drops every other ref (branches, tags,
 # remotes, notes, stash), expires reflogs, prunes unreachable objects, then proves no other commit is left.
 _HIDE_FUTURE = r"""
@@ -267,11 +278,12 @@ class DockerSandbox(Sandbox):
             self._client = await asyncio.to_thread(docker_client)
         await asyncio.to_thread(ensure_image, self._client, self.image)
         await _finish(self._create)
-        if self.hide_future:
-            res = await self.exec(_sh(_HIDE_FUTURE, self.workdir, self.base_commit or ""), timeout=600)
+        script = (_CHECKOUT_BASE if self.base_commit else "") + (_HIDE_FUTURE if self.hide_future else "")
+        if script:
+            res = await self.exec(_sh(script, self.workdir, self.base_commit or ""), timeout=600)
             if res.exit_code != 0:
-                raise SandboxError(f"hiding the future in {self.workdir} of {self.image} failed "
-                                   f"(exit {res.exit_code}): {res.output[-2000:]}")
+                raise SandboxError(f"preparing {self.workdir} of {self.image} at base_commit {self.base_commit} "
+                                   f"failed (exit {res.exit_code}): {res.output[-2000:]}")
 
     def _create(self) -> None:
         volumes = {host: {"bind": inside, "mode": "ro"} for host, inside in self.mounts.items()}

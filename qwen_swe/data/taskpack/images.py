@@ -263,16 +263,31 @@ def ensure_task(client: Any, row: dict[str, Any], log: Callable[[str], None] = p
         if sha != base_commit:
             raise TaskPackError(f"{row['instance_id']}: repository {repo} builds as {sha}, but tasks.jsonl says "
                                 f"{base_commit}: run `python -m qwen_swe.data.taskpack generate` and commit")
-        archive = _testbed_archive(repo_dir)
+        commit_testbed(client, name, repo_dir, inputs)
+    _drop_replaced(client, old, name)
+    return StepResult(name, "built", time.monotonic() - start, f"{repo}@{base_commit[:10]}")
+
+
+def commit_testbed(client: Any, name: str, repo_dir: Path, inputs: str) -> None:
+    """Commit image ``name``: the python image plus ``repo_dir`` (work tree and .git) as ``/testbed``."""
+    archive = _testbed_archive(repo_dir)
     container = client.containers.create(PY_IMAGE, command=["true"], network_mode="none", labels=BUILD_LABELS)
     try:
         if not container.put_archive("/", archive):
-            raise TaskPackError(f"{row['instance_id']}: copying /testbed into the build container failed")
+            raise TaskPackError(f"copying {repo_dir} into the build container of {name} failed")
         _commit(container, name, inputs, workdir=TESTBED)
     finally:
         container.remove(force=True)
-    _drop_replaced(client, old, name)
-    return StepResult(name, "built", time.monotonic() - start, f"{repo}@{base_commit[:10]}")
+
+
+def ensure_testbed_image(client: Any, name: str, repo_dir: Path) -> StepResult:
+    """Image ``name`` with ``repo_dir`` as /testbed, reused while its tag (a content hash of the commits) is current."""
+    start = time.monotonic()
+    inputs = _digest("testbed", client.images.get(PY_IMAGE).id, name)
+    if _current(client, name, inputs) is not None:
+        return StepResult(name, "reused", time.monotonic() - start)
+    commit_testbed(client, name, repo_dir, inputs)
+    return StepResult(name, "built", time.monotonic() - start, str(repo_dir.name))
 
 
 def build_all(rows: Iterable[dict[str, Any]], client: Any, log: Callable[[str], None] = print) -> list[StepResult]:

@@ -55,12 +55,12 @@ def copy_files(src: Path, dest: Path) -> list[str]:
     return copied
 
 
-def make_repo(name: str, dest: Path) -> str:
-    """Create ``dest`` as the one-commit repository of ``repos/<name>`` and return the commit sha.
+def make_repo(name: str, dest: Path, src: Path | None = None) -> str:
+    """Create ``dest`` as the one-commit repository of ``repos/<name>`` (or of ``src``) and return the commit sha.
 
     No reflogs, hooks or other refs: the agent sees a repository with no history beyond the base commit.
     """
-    src = REPOS_DIR / name
+    src = src or REPOS_DIR / name
     if not src.is_dir():
         raise TaskPackError(f"no repository folder {src}: add it or fix the task's 'repo'")
     if dest.exists() and any(dest.iterdir()):

@@ -95,10 +95,15 @@ def patch_files(patch: str) -> list[str]:
     return re.findall(r"^diff --git a/(\S+) b/", patch, flags=re.M)
 
 
-def eval_script(base_commit: str, test_patch: str) -> str:
-    """The row's ``eval_script``, in the shape swebench 4.x generates for pytest repositories."""
-    files = " ".join(patch_files(test_patch))
+def eval_script(base_commit: str, test_patch: str, test_files: list[str] | None = None) -> str:
+    """The row's ``eval_script``, in the shape swebench 4.x generates for pytest repositories.
+
+    ``test_files`` default to the files the test patch touches; with an empty test patch (generated tasks,
+    whose tests are in the repository) only the reset to ``base_commit`` guards them against the agent's edits.
+    """
+    files = " ".join(test_files or patch_files(test_patch))
     reset = f"git checkout {base_commit} -- {files}"
+    apply = [f"git apply -v - <<'{HEREDOC}'\n{test_patch}{HEREDOC}"] if test_patch else []
     lines = [
         "#!/bin/bash",
         "set -uxo pipefail",
@@ -107,7 +112,7 @@ def eval_script(base_commit: str, test_patch: str) -> str:
         "git status",
         f"git -c core.fileMode=false diff {base_commit}",
         reset,
-        f"git apply -v - <<'{HEREDOC}'\n{test_patch}{HEREDOC}",
+        *apply,
         f": '{START_TEST_OUTPUT}'",
         f"python3 -m pytest -rA {files}",
         f": '{END_TEST_OUTPUT}'",

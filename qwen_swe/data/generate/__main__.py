@@ -1,0 +1,107 @@
+"""``python -m qwen_swe.data.generate``: bug-injection tasks from repositories whose tests pass.
+
+Writes ``OUT/train.jsonl`` and ``OUT/heldout.jsonl`` (SWE-bench rows; no held-out bug site is in train),
+``OUT/report.json``, and one image per repository (``qwen-swe/gen.<repo>:<content hash>``, reused while the
+tasks are the same). ``--check N`` also proves N tasks of each split through the grader in containers:
+FAIL_TO_PASS fails at base_commit, everything passes with the gold patch, the empty patch is not resolved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from qwen_swe.data.generate.tasks import Generation, generate, scratch, shipped_repos
+from qwen_swe.data.taskpack.check import check_all, format_report
+from qwen_swe.data.taskpack.images import ensure_base, ensure_python, ensure_testbed_image
+from qwen_swe.data.taskpack.source import render
+from qwen_swe.errors import SETUP_EXIT_CODE, TaskPackError
+from qwen_swe.paths import cache_home
+
+
+def default_out(seed: int, count: int) -> Path:
+    return cache_home() / "generated" / f"seed{seed}-n{count}"
+
+
+def write(gen: Generation, out: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "heldout"):
+        (out / f"{split}.jsonl").write_text(render([t.row for t in gen.tasks if t.split == split]))
+    kinds: dict[str, int] = {}
+    for task in gen.tasks:
+        kinds[task.mutation.kind] = kinds.get(task.mutation.kind, 0) + 1
+    report = {**meta, "tasks": len(gen.tasks), "train": sum(t.split == "train" for t in gen.tasks),
+              "heldout": sum(t.split == "heldout" for t in gen.tasks), "kinds": kinds, "rejected": gen.rejects,
+              "images": gen.images,
+              "heldout_sites": sorted({t.row["bug_site"] for t in gen.tasks if t.split == "heldout"})}
+    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def build_images(gen: Generation) -> None:
+    from qwen_swe.data.taskpack.__main__ import _client  # late: Docker only when images are built
+
+    client = _client()
+    for step in [*ensure_base(client), ensure_python(client)]:
+        print(f"{step.action:>7}  {step.seconds:6.1f} s  {step.image}")
+    for name, folder in sorted(gen.testbeds.items()):
+        step = ensure_testbed_image(client, gen.images[name], folder)
+        print(f"{step.action:>7}  {step.seconds:6.1f} s  {step.image}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m qwen_swe.data.generate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, default=0, help="decides which tasks and which held-out sites")
+    parser.add_argument("--count", type=int, default=1000, help="at most this many tasks in all")
+    parser.add_argument("--heldout", type=float, default=0.25, help="fraction of bug sites held out")
+    parser.add_argument("--repo", action="append", type=Path, default=None,
+                        help="a local Python repository whose tests pass (repeatable; default: the shipped ones)")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default QWEN_SWE_HOME/generated/...)")
+    parser.add_argument("--jobs", type=int, default=2, help="pytest runs at a time")
+    parser.add_argument("--no-build", action="store_true", help="write the rows only; build no image")
+    parser.add_argument("--check", type=int, default=0, metavar="N",
+                        help="prove N tasks of each split through the grader (needs the images)")
+    args = parser.parse_args(argv)
+    if args.count < 1:
+        parser.error("--count must be at least 1")
+    out = args.out or default_out(args.seed, args.count)
+    repos = args.repo or shipped_repos()
+    print(f"generate: seed {args.seed}, count {args.count}, held-out fraction {args.heldout}, "
+          f"{len(repos)} repositories -> {out}")
+    start = time.monotonic()
+    try:
+        with scratch() as tmp:
+            gen = generate(repos, args.seed, args.count, args.heldout, Path(tmp), jobs=args.jobs)
+            generated = time.monotonic() - start
+            if not args.no_build:
+                build_images(gen)
+        built = time.monotonic() - start - generated
+        report = write(gen, out, {"seed": args.seed, "count": args.count, "heldout_fraction": args.heldout,
+                                  "repos": [str(r) for r in repos], "generate_seconds": round(generated, 1),
+                                  "build_seconds": round(built, 1)})
+        print(f"{report['tasks']} tasks ({report['train']} train, {report['heldout']} held-out over "
+              f"{len(report['heldout_sites'])} sites) in {generated:.1f} s, images in {built:.1f} s; "
+              f"rejected {report['rejected']}")
+        if args.check:
+            rng = random.Random(f"check-{args.seed}")
+            rows = [row for split in ("train", "heldout")
+                    for row in rng.sample([t.row for t in gen.tasks if t.split == split],
+                                          min(args.check, sum(t.split == split for t in gen.tasks)))]
+            results = check_all(rows, jobs=args.jobs)
+            print(format_report(results))
+            if not all(r.ok for r in results):
+                return 1
+    except TaskPackError as exc:
+        print(f"generate: {exc}", file=sys.stderr)
+        return SETUP_EXIT_CODE
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""The task generator without Docker: mutations, validation with the real pytest and swebench parser, the split."""
+
+from __future__ import annotations
+
+import ast
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from qwen_swe.data.generate.mutations import apply_mutation, mutations_of
+from qwen_swe.data.generate.tasks import generate, instance_id, problem_statement, split_sites
+from qwen_swe.data.generate.validate import validate
+from qwen_swe.data.taskpack import REPOS_DIR
+from qwen_swe.errors import TaskPackError
+
+SOURCE = textwrap.dedent('''\
+    """A module."""
+
+
+    def clamp(value, low, high):
+        """Docstring lines are never mutated: 1 + 1."""
+        if value < low:
+            return low
+        if value > high and high >= 0:
+            return high
+        return value
+
+
+    def label(name):
+        return name.strip().lower() + "-" + str(len(name) * 2)
+
+
+    def pair(a, b):
+        return divmod(a, b)
+    ''')
+
+
+def test_every_operator_makes_a_parsing_one_line_change():
+    found = mutations_of(SOURCE, "mod.py")
+    kinds = {m.kind for m in found}
+    assert kinds >= {"compare_swap", "boolop_swap", "binop_swap", "off_by_one", "invert_condition", "drop_call",
+                     "drop_return", "swap_args"}
+    lines = SOURCE.splitlines(keepends=True)
+    for m in found:
+        mutated = apply_mutation(SOURCE, m)
+        assert ast.dump(ast.parse(mutated)) != ast.dump(ast.parse(SOURCE))
+        changed = [i for i, (a, b) in enumerate(zip(lines, mutated.splitlines(keepends=True))) if a != b]
+        assert changed == [m.lineno - 1] and lines[m.lineno - 1] == m.old
+        assert m.lineno != 5, "a docstring line was mutated"
+    assert {m.function for m in found} == {"clamp", "label", "pair"}
+    swapped = [m.new.strip() for m in found if m.kind == "swap_args"]
+    assert swapped == ["return divmod(b, a)"]
+    assert "return name.lower() + \"-\" + str(len(name) * 2)" in [m.new.strip() for m in found]
+
+
+def test_apply_refuses_a_stale_mutation():
+    m = mutations_of(SOURCE, "mod.py")[0]
+    with pytest.raises(ValueError, match="no longer reads"):
+        apply_mutation(SOURCE.replace(m.old, "    pass\n"), m)
+
+
+def test_split_is_seeded_and_keeps_sites_apart():
+    sites = [f"f{i}.py::g{j}" for i in range(5) for j in range(4)]
+    held = split_sites(sites, seed=3, heldout_fraction=0.25)
+    assert held == split_sites(list(reversed(sites)), seed=3, heldout_fraction=0.25)
+    assert len(held) == 5 and held < set(sites)
+    assert held != split_sites(sites, seed=4, heldout_fraction=0.25)
+
+
+def _tiny_repo(root: Path) -> Path:
+    repo = root / "tinyrepo"
+    (repo / "tiny").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "tiny" / "__init__.py").write_text("")
+    (repo / "tiny" / "ops.py").write_text("def add(a, b):\n    return a + b\n\n\ndef unused(x):\n    return x * 3\n")
+    (repo / "tests" / "test_ops.py").write_text(
+        "from tiny.ops import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+        "def test_add_zero():\n    assert add(0, 0) == 0\n")
+    return repo
+
+
+def test_validate_computes_fail_to_pass_with_real_pytest(tmp_path):
+    repo = _tiny_repo(tmp_path)
+    mutations = mutations_of((repo / "tiny/ops.py").read_text(), "tiny/ops.py")
+    verdicts = {m.new.strip(): v for m, v in zip(mutations, validate(repo, mutations, ["tests/test_ops.py"]))}
+    minus = verdicts["return a - b"]
+    assert not minus.reject
+    assert minus.fail_to_pass == ("tests/test_ops.py::test_add",)
+    assert minus.pass_to_pass == ("tests/test_ops.py::test_add_zero",)
+    assert minus.failure.splitlines()[:2] == ["assert add(2, 3) == 5", "assert -1 == 5"]
+    assert verdicts["return x * 4"].reject == "no test fails with the bug"  # `unused` has no test
+
+
+def test_validate_refuses_a_repository_whose_tests_fail(tmp_path):
+    repo = _tiny_repo(tmp_path)
+    (repo / "tests" / "test_ops.py").write_text("def test_broken():\n    assert False\n")
+    with pytest.raises(TaskPackError, match="fails tests"):
+        validate(repo, [], ["tests/test_ops.py"])
+
+
+def test_generation_is_deterministic_and_honest(tmp_path):
+    repos = [REPOS_DIR / "textkit"]
+    first = generate(repos, seed=7, count=12, heldout_fraction=0.3, workdir=tmp_path / "a")
+    again = generate(repos, seed=7, count=12, heldout_fraction=0.3, workdir=tmp_path / "b")
+    assert [t.row for t in first.tasks] == [t.row for t in again.tasks]
+    assert len(first.tasks) == 12
+    train = {t.row["bug_site"] for t in first.tasks if t.split == "train"}
+    held = {t.row["bug_site"] for t in first.tasks if t.split == "heldout"}
+    assert held and train and not train & held
+    for task in first.tasks:
+        row, m = task.row, task.mutation
+        assert row["instance_id"] == instance_id("textkit", m)
+        assert json.loads(row["FAIL_TO_PASS"]) and row["test_patch"] == ""
+        assert f"-{m.new}" in row["patch"] and f"+{m.old}" in row["patch"]  # gold: bug -> original
+        assert m.new.strip() not in row["problem_statement"] and m.old.strip() not in row["problem_statement"]
+        assert row["eval_script"].count(f"git checkout {row['base_commit']} -- tests/") == 2
+    assert problem_statement("textkit", type("V", (), {"failure": "", "fail_to_pass": ("t",)})())  # never empty
