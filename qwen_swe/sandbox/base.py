@@ -41,14 +41,16 @@ class Sandbox(abc.ABC):
     async def stop(self) -> None: ...
 
     async def git_diff(self, repo: str = TESTBED, exclude: Sequence[str] = ()) -> str:
-        """The working tree against HEAD, new files included (``git add -N``), minus the ``exclude`` paths.
+        """The working tree against the index, new files included (``git add -N``), minus the ``exclude`` paths.
 
         The diff goes through a file, so git's warnings on stderr never end up in the patch and no cap cuts it.
         """
         out = f"/tmp/.qwen-swe-diff-{uuid.uuid4().hex[:12]}"
         specs = " ".join(shlex.quote(f":(exclude){p}") for p in exclude)
         git = "git -c safe.directory='*' -c core.fileMode=false"
-        res = await self.exec(f"{git} add -N . && {git} diff --no-color --no-ext-diff -- . {specs} > {out}",
+        # intent-to-add only the untracked files: `git add -N .` would also stage deletions, hiding them
+        new = f"{git} ls-files -z --others --exclude-standard | xargs -0 -r {git} add -N --"
+        res = await self.exec(f"{new} && {git} diff --no-color --no-ext-diff -- . {specs} > {out}",
                               timeout=120, workdir=repo)
         if res.exit_code != 0:
             raise SandboxError(f"git diff in {repo} failed (exit {res.exit_code}): {res.output[-2000:]}")
