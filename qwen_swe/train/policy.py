@@ -14,6 +14,7 @@ Why it looks like this:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 from dataclasses import dataclass
@@ -24,6 +25,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
+
+from qwen_swe.errors import TrainerError
+from qwen_swe.train import loading
 
 log = logging.getLogger("qwen_swe.policy")
 
@@ -119,26 +123,51 @@ def make_micro_batch(samples: Sequence[dict[str, Any]], device: torch.device, pa
 
 def build_policy(model_path: str, *, device: torch.device, lora_rank: int = 0, lora_alpha: int = 16,
                  activation_checkpointing: bool = False, mixed_precision: bool = False,
-                 chunk_size: int = DEFAULT_CHUNK) -> PolicyModel:
-    """Load fp32 master weights, add LoRA if asked, and shard with FSDP2: each decoder layer, then the root."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from transformers import AutoModelForCausalLM
+                 chunk_size: int = DEFAULT_CHUNK, weight_loading: str = "full") -> PolicyModel:
+    """fp32 master weights, LoRA if asked, sharded with FSDP2: each decoder layer, then the root.
 
-    lm = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    ``weight_loading="full"`` loads the whole model on every rank, then shards; ``"meta"`` builds it on the meta
+    device, shards, and reads each rank's rows from the safetensors files (``loading.py``): the same shards.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if weight_loading not in ("full", "meta"):
+        raise TrainerError(f"WEIGHT_LOADING={weight_loading!r} is not one of full, meta")
+    meta = weight_loading == "meta"
+    if meta:
+        folder = loading.resolve_folder(model_path)
+        with loading.parameters_on_meta():
+            lm = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(folder)), dtype=torch.float32)
+    else:
+        lm = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     quantizer = getattr(lm, "hf_quantizer", None)
     if quantizer is not None:  # a GGUF-dequantised model keeps a quantizer that blocks training and saving
         quantizer.remove_quantization_config(lm)
     if activation_checkpointing:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     layer_names = set(getattr(lm, "_no_split_modules", None) or [])
+    adapters: dict[str, Tensor] = {}  # meta: LoRA's initial values, which no checkpoint holds
     if lora_rank > 0:
         from peft import LoraConfig, get_peft_model
 
-        lm = get_peft_model(lm, LoraConfig(r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0,
-                                           target_modules="all-linear", bias="none"))
+        holder: dict[str, nn.Module] = {}
+        with loading.recording_adapters(holder, adapters) if meta else contextlib.nullcontext():
+            lm = holder["lm"] = get_peft_model(lm, LoraConfig(r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0,
+                                                              target_modules="all-linear", bias="none"))
     lm.train()
     policy = PolicyModel(lm, chunk_size=chunk_size)
+    _shard(policy, device, layer_names, mixed_precision, model_path)
+    if meta:
+        loading.materialize(policy, device)
+        loading.load_local_shards(policy, loading.SafetensorsIndex(folder), adapters)
+    return policy
+
+
+def _shard(policy: PolicyModel, device: torch.device, layer_names: set[str], mixed_precision: bool,
+           model_path: str) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     kwargs: dict[str, Any] = {"mesh": mesh}
     if mixed_precision:
@@ -149,7 +178,6 @@ def build_policy(model_path: str, *, device: torch.device, lora_rank: int = 0, l
     for layer in layers:
         fully_shard(layer, **kwargs)
     fully_shard(policy, **kwargs)
-    return policy
 
 
 def parameter_bytes(policy: nn.Module) -> tuple[int, int]:

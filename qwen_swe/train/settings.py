@@ -23,6 +23,9 @@ class TrainSettings:
                                   minimum=1)
     micro_batch_size: int = opt(1, "samples per forward/backward pass on each trainer rank", minimum=1)
     mixed_precision: bool = opt(False, "bf16 compute with fp32 master weights and gradient reduction (FSDP2)")
+    weight_loading: str = opt("full", "how each trainer rank loads the model: full = the whole model on every rank, "
+                              "then shard; meta = build on the meta device, shard, read only the rank's rows from the "
+                              "safetensors files", choices=("full", "meta"))
     save_interval: int = opt(1, "checkpoint every N steps", minimum=1)
     keep_checkpoints: int = opt(3, "checkpoints kept", minimum=1)
 

@@ -256,7 +256,8 @@ def _train(settings: Settings, driver: RolloutDriver | None, model_path: str, de
     _seed(settings.seed)
     policy = build_policy(model_path, device=device, lora_rank=settings.train.lora_rank, lora_alpha=settings.train.lora_alpha,
                           activation_checkpointing=settings.train.activation_checkpointing,
-                          mixed_precision=settings.train.mixed_precision)
+                          mixed_precision=settings.train.mixed_precision,
+                          weight_loading=settings.train.weight_loading)
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=settings.train.lr,
                                   weight_decay=0.0)
     exporter = WeightExporter(out, model_path, policy)
