@@ -52,13 +52,14 @@ _WRAPPER = (
 )
 _KILLER = 'for i in $(seq 50); do [ -s "$0" ] && break; sleep 0.1; done; kill -KILL -- "-$(cat "$0")"'
 
-# Select the task: a generated task's image holds several task commits (one image per repository, as SWE-smith
-# does); check out base_commit when HEAD is elsewhere.  A SWE-bench image is already at base_commit: a no-op.
+# Select the task: a generated task's image holds one commit per task under refs/tasks/ (one image per repository,
+# as SWE-smith does); check out base_commit when it is one of them.  Any other image must already be at
+# base_commit (the hide-the-future step refuses it otherwise).
 _CHECKOUT_BASE = r"""
 set -eu
 cd "$1"; base="$2"
 git config --global --add safe.directory '*'
-if [ "$(git rev-parse HEAD)" != "$base" ] && git cat-file -e "$base^{commit}" 2>/dev/null; then
+if [ "$(git rev-parse HEAD)" != "$base" ] && [ -n "$(git for-each-ref --points-at "$base" refs/tasks/)" ]; then
   git checkout -q -f -B "$(git symbolic-ref -q --short HEAD || echo main)" "$base"
 fi
 """
