@@ -94,6 +94,8 @@ def run(settings: Settings) -> int:
     preflight.check(settings)
     reap(settings.label)  # leftovers of a runner that was killed with SIGKILL
     try:
+        if settings.train.train_mode == "sft":  # the warm start trains on recorded demonstrations: no server
+            return run_trainer(settings)
         ensure_task_images(settings)
         with serving(settings, log_dir=settings.output_dir / "logs") as resolved:
             return run_trainer(resolved)

@@ -20,6 +20,7 @@ from qwen_swe.inference.client import InferenceClient
 from qwen_swe.inference.weight_sync import ProbedSync, make_weight_sync
 from qwen_swe.rollout.engine import RolloutEngine, batch_metrics
 from qwen_swe.rollout.progress import BatchStats, live_progress
+from qwen_swe.warmstart.demos import DemoDriver
 
 
 def dump_rollouts(path: Path, groups: list[list[Sample]], dropped: list[Sample]) -> None:
@@ -117,6 +118,8 @@ class RolloutDriver:
 
 def make_driver(settings: Settings) -> RolloutDriver:
     """The driver the trainer builds on rank 0."""
+    if settings.train.train_mode == "sft":
+        return DemoDriver(settings)  # type: ignore[return-value]  # the warm start: demonstrations, no rollouts
     upstream = settings.inference.url
     if not upstream:
         raise ConfigError("no inference server: set VLLM_URL, or start the run with run_grpo.sh "

@@ -47,7 +47,8 @@ class MetricsLog:
 
 
 def format_line(m: dict[str, Any], total_steps: int) -> str:
-    update = "skipped" if m.get("skipped_update") else f"loss {m.get('loss', 0.0):+.4f} grad {m.get('grad_norm', 0.0):.3f}"
+    update = "skipped" if m.get("skipped_update") else (f"loss {m.get('loss', 0.0):+.4f} nll {m.get('nll', 0.0):.3f} "
+                                                         f"grad {m.get('grad_norm', 0.0):.3f}")
     return (f"step {int(m['step']) + 1}/{total_steps} v{m.get('weight_version')} | reward {m.get('reward_mean', 0.0):+.3f} "
             f"resolved {m.get('resolve_rate', 0.0):.2f} | samples {m.get('samples', 0)} "
             f"dropped {m.get('dropped_samples', 0):g} zero-var groups {m.get('zero_variance_groups', 0)} "

@@ -9,6 +9,9 @@ from qwen_swe.config.fields import opt, validate
 
 @dataclass(frozen=True)
 class TrainSettings:
+    train_mode: str = opt("grpo", "grpo = reinforcement learning on rollouts; sft = supervised warm start on SFT_DATA",
+                          choices=("grpo", "sft"))
+    sft_data: str | None = opt(None, "expert demonstrations for TRAIN_MODE=sft (python -m qwen_swe.warmstart collect)")
     lr: float = opt(1e-6, "AdamW learning rate", minimum=0.0)
     advantage_mode: str = opt("mean", "group baseline", choices=("mean", "std", "loo"))
     drop_zero_variance: bool = opt(True, "drop groups whose rewards are all equal")

@@ -73,7 +73,13 @@ def prepare_batch(samples: Sequence[Sample], settings: Settings, version: int) -
         groups.setdefault(int(s.group_index), []).append(s)
     items: list[dict] = []
     zero_var = 0
+    sft = settings.train.train_mode == "sft"
     for members in groups.values():
+        if sft:  # advantage 1 at ratio 1 (no rollout log-probs): the negative log-likelihood's gradient
+            items.extend({"tokens": list(s.tokens), "response_length": int(s.response_length),
+                          "loss_mask": list(s.loss_mask), "advantage": 1.0, "rollout_log_probs": None}
+                         for s in members)
+            continue
         rewards = torch.tensor([[float(s.reward) for s in members]])
         flat = bool(zero_variance_mask(rewards)[0])
         zero_var += flat
@@ -128,7 +134,7 @@ def train_on_batch(policy: PolicyModel, items: Sequence[dict], settings: Setting
     masks = [torch.tensor(x["loss_mask"], dtype=torch.float32) for x in items]
     full_mask = torch.nn.utils.rnn.pad_sequence(masks, batch_first=True)
     denom = loss_denominator(full_mask, settings.train.loss_norm)
-    sums = torch.zeros(6, dtype=torch.float64)  # loss, tokens, clip, kl, ratio, entropy (token-weighted)
+    sums = torch.zeros(7, dtype=torch.float64)  # loss, tokens, clip, kl, ratio, entropy, nll (token-weighted)
     for mb_items in shard_batch(items, dist.get_rank(), world, settings.train.micro_batch_size):
         mb = make_micro_batch(mb_items, device, pad_id)
         packed_lp, packed_ent = policy(mb.input_ids, mb.attention_mask, mb.positions, mb.targets)
@@ -142,15 +148,16 @@ def train_on_batch(policy: PolicyModel, items: Sequence[dict], settings: Setting
                               denominator=denom, entropy=ent)
         (loss * world).backward()  # FSDP averages gradients over ranks; the loss is already a global mean
         t = m["tokens"]
+        nll = float(-(logp.detach() * mask).sum())  # the supervised loss of the trained tokens, for both modes
         sums += torch.tensor([loss.item(), t, m["clip_fraction"] * t, m["approx_kl"] * t, m["ratio_mean"] * t,
-                              m["entropy"] * t], dtype=torch.float64)
+                              m["entropy"] * t, nll], dtype=torch.float64)
     sums = sums.to(device)  # NCCL reduces device tensors only
     dist.all_reduce(sums)
     sums = sums.cpu()
     tokens = max(float(sums[1]), 1.0)
     return {"loss": float(sums[0]), "loss_tokens": float(sums[1]), "clip_fraction": float(sums[2]) / tokens,
             "approx_kl": float(sums[3]) / tokens, "ratio_mean": float(sums[4]) / tokens,
-            "entropy": float(sums[5]) / tokens}
+            "entropy": float(sums[5]) / tokens, "nll": float(sums[6]) / tokens}
 
 
 def clip_and_step(policy: PolicyModel, optimizer: torch.optim.Optimizer, max_norm: float) -> float:

@@ -63,13 +63,17 @@ def instance_id(repo_name: str, mutation: Mutation) -> str:
     return f"{OWNER}__{repo_name}-{int(hashlib.sha256(key.encode()).hexdigest()[:7], 16)}"
 
 
-def problem_statement(repo_name: str, verdict: Verdict) -> str:
-    """The symptom, in an issue's words: the failing check and its error, never the location or the fix."""
+def problem_statement(repo_name: str, verdict: Verdict, test_source: str = "") -> str:
+    """The symptom, in an issue's words: a reproduction (the failing check with the imports it needs, as a
+    reporter would paste it) and its error; never the location of the bug or the fix."""
     code, *errors = verdict.failure.splitlines() or [""]
+    names = set(re.findall(r"[A-Za-z_]\w*", code))
+    imports = [line for line in test_source.splitlines() if line.startswith(("from ", "import "))
+               and names & set(re.findall(r"[A-Za-z_]\w*", line.split(" import ", 1)[-1]))]
     shown = code if len(code) <= 70 else code[:67] + "..."
     others = len(verdict.fail_to_pass) - 1
     text = [f"{repo_name}: `{shown}` fails", "", "This check fails on the current code:", "",
-            "```python", code, "```", ""]
+            "```python", *imports, code, "```", ""]
     if errors:
         text += ["It fails with:", "", "```", *errors, "```", ""]
     text.append("It should pass." + (f" {others} other check{'s' if others > 1 else ''} of the project fail "
@@ -106,10 +110,10 @@ def commit_bug(work: Path, mutation: Mutation, instance: str) -> str:
 
 
 def build_row(repo_name: str, mutation: Mutation, verdict: Verdict, base: str, clean: str, image: str,
-              test_files: list[str], patch: str) -> dict[str, Any]:
+              test_files: list[str], patch: str, test_source: str) -> dict[str, Any]:
     return {
         "repo": f"{OWNER}/{repo_name}", "instance_id": instance_id(repo_name, mutation), "base_commit": base,
-        "patch": patch, "test_patch": "", "problem_statement": problem_statement(repo_name, verdict),
+        "patch": patch, "test_patch": "", "problem_statement": problem_statement(repo_name, verdict, test_source),
         "hints_text": "", "created_at": CREATED_AT, "version": VERSION,
         "FAIL_TO_PASS": json.dumps(list(verdict.fail_to_pass)), "PASS_TO_PASS": json.dumps(list(verdict.pass_to_pass)),
         "environment_setup_commit": clean, "difficulty": mutation.kind, "image": image,
@@ -166,7 +170,9 @@ def _commit_all(chosen: list[tuple[str, Verdict]], heldout: set[str], rejects: d
         testbeds[name], images[name] = work, image
         for verdict, base in zip(mine, bases):
             patch = git(work, "diff", "--no-color", "--no-ext-diff", base, clean, "--", verdict.mutation.path)
-            row = build_row(name, verdict.mutation, verdict, base, clean, image, test_files_of[name], patch)
+            test_source = (folders[name] / verdict.fail_to_pass[0].split("::")[0]).read_text()
+            row = build_row(name, verdict.mutation, verdict, base, clean, image, test_files_of[name], patch,
+                            test_source)
             split = "heldout" if f"{name}/{verdict.mutation.site}" in heldout else "train"
             tasks.append(Task(row, verdict.mutation, split))
     tasks.sort(key=lambda t: t.row["instance_id"])

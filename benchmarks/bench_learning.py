@@ -1,0 +1,214 @@
+"""Does the loop learn? Held-out resolve rate before and after GRPO, on generated tasks, on this machine.
+
+The protocol, every phase through the project's own entry points (real Docker, qwen-code, proxy, vLLM CPU server,
+FSDP2 trainer, swebench grading):
+
+1. generate   ``python -m qwen_swe.data.generate --seed S``: bug-injection tasks, split by bug site into train and
+              held-out (no held-out function is ever trained on).
+2. warm start ``python -m qwen_swe.warmstart collect`` on train tasks only (the scripted expert through the real
+              agent and proxy, resolved rollouts kept), then ``run_grpo.sh`` with ``TRAIN_MODE=sft``.
+3. evaluate   ``run_eval.sh`` on the held-out tasks, k attempts each, binary verdicts: the start.
+4. train      ``run_grpo.sh`` from the warm-started weights, train tasks, ``REWARD_MODE=binary``.
+5. evaluate   the same held-out attempts on the final weights: the end.
+
+Prints both resolve rates with Wilson intervals, their difference with a one-sided two-proportion z-test, the
+reward curve, and the wall time per phase; writes the curve to ``WORK/learning.png`` and everything to
+``WORK/learning.json``. The reference of the timing ratio is the whole protocol's wall time.
+
+    .venv/bin/python -m benchmarks.bench_learning [--seed 0] [--heldout-tasks 32 --k 2] [--rl-steps 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from qwen_swe.evaluate.report import wilson
+from qwen_swe.paths import REPO_ROOT
+
+# The agent profile a small model can act in, the same in every phase (warm start, evaluation, training).
+AGENT = {"TOOL_CHOICE": "auto", "MAX_TURNS": "4", "AGENT_MAX_TOKENS": "256", "AGENT_TIMEOUT": "180",
+         "TEMPERATURE": "1.0"}
+PHASE_TIMEOUT = 3 * 3600
+
+
+def _run(cmd: list[str], env: dict[str, str], log: Path) -> None:
+    full = {k: v for k, v in os.environ.items() if k not in ("VLLM_URL", "MODEL", "DATASET", "INSTANCE_LIST")}
+    full.update(env)
+    with log.open("w") as f:
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, env=full, stdout=f, stderr=subprocess.STDOUT, timeout=PHASE_TIMEOUT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}; see {log}:\n{log.read_text()[-3000:]}")
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _latest_weights(run: Path) -> Path:
+    versions = sorted(p for p in (run / "weights").glob("v*") if p.is_dir())
+    if not versions:
+        raise RuntimeError(f"{run} has no weights/v*: the run made no update")
+    return versions[-1]
+
+
+def one_sided_z(success_a: int, n_a: int, success_b: int, n_b: int) -> tuple[float, float]:
+    """z and p for H1: rate b > rate a (pooled two-proportion z-test)."""
+    pooled = (success_a + success_b) / max(n_a + n_b, 1)
+    se = math.sqrt(max(pooled * (1 - pooled) * (1 / max(n_a, 1) + 1 / max(n_b, 1)), 1e-12))
+    z = (success_b / max(n_b, 1) - success_a / max(n_a, 1)) / se
+    return z, 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def _evaluate(name: str, model: Path, heldout: Path, k: int, work: Path, seed: int) -> dict[str, Any]:
+    out = work / name
+    _run(["bash", "examples/qwen_swe/run_eval.sh"],
+         {**AGENT, "MODEL": str(model), "DATASET": str(heldout), "EVAL_SAMPLES": str(k), "OUTPUT_DIR": str(out),
+          "REWARD_MODE": "binary", "SEED": str(seed), "RUN_ID": f"qwen-swe-bench-{name}"}, work / f"{name}.log")
+    results = _rows(out / "eval" / "results.jsonl")
+    graded = [r for r in results if r["outcome"] != "error"]
+    return {"attempts": len(graded), "resolved": sum(r["outcome"] == "resolved" for r in graded),
+            "empty": sum(r["outcome"] == "empty_patch" for r in graded), "errors": len(results) - len(graded)}
+
+
+def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
+    work = Path(args.work or tempfile.mkdtemp(prefix="bench_learning_"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"bench_learning: seed {args.seed}, work {work}", flush=True)
+    times: dict[str, float] = {}
+    t0 = time.monotonic()
+
+    tasks = work / "tasks"
+    _run([sys.executable, "-m", "qwen_swe.data.generate", "--seed", str(args.seed), "--count", str(args.count),
+          "--out", str(tasks)], {}, work / "generate.log")
+    times["generate"] = time.monotonic() - t0
+    rng = random.Random(f"bench-{args.seed}")
+    train = _rows(tasks / "train.jsonl")
+    heldout = _rows(tasks / "heldout.jsonl")
+    rng.shuffle(train)
+    rng.shuffle(heldout)
+    demo_rows = _write_rows(work / "demo_tasks.jsonl", train[: args.demos])
+    heldout_rows = _write_rows(work / "heldout_eval.jsonl", heldout[: args.heldout_tasks])
+    train_rows = _write_rows(work / "train.jsonl", train)
+    assert not {r["bug_site"] for r in train} & {r["bug_site"] for r in heldout}, "a held-out site is in train"
+
+    t = time.monotonic()
+    common = {**AGENT, "SEED": str(args.seed)}
+    _run([sys.executable, "-m", "qwen_swe.warmstart", "collect", "--out", str(work / "demos")],
+         {**common, "DATASET": str(demo_rows), "OUTPUT_DIR": str(work / "demos"), "REWARD_MODE": "binary",
+          "RUN_ID": "qwen-swe-bench-demos"}, work / "collect.log")
+    demos = json.loads((work / "demos" / "demos_report.json").read_text())
+    _run(["bash", "examples/qwen_swe/run_grpo.sh"],
+         {**common, "TRAIN_MODE": "sft", "SFT_DATA": str(work / "demos" / "demos.jsonl"),
+          "NUM_ROLLOUTS": str(args.sft_steps), "ROLLOUT_BATCH_SIZE": str(args.sft_batch),
+          "LR": str(args.sft_lr), "OUTPUT_DIR": str(work / "sft"), "KEEP_CHECKPOINTS": "1",
+          "SAVE_INTERVAL": str(args.sft_steps)}, work / "sft.log")
+    start_model = _latest_weights(work / "sft")
+    times["warm_start"] = time.monotonic() - t
+
+    t = time.monotonic()
+    before = _evaluate("eval_start", start_model, heldout_rows, args.k, work, args.seed)
+    times["eval_start"] = time.monotonic() - t
+
+    t = time.monotonic()
+    rl = work / "rl"
+    _run(["bash", "examples/qwen_swe/run_grpo.sh"],
+         {**common, "MODEL": str(start_model), "DATASET": str(train_rows), "REWARD_MODE": "binary",
+          "NUM_ROLLOUTS": str(args.rl_steps), "ROLLOUT_BATCH_SIZE": str(args.rl_batch),
+          "N_SAMPLES": str(args.n_samples), "LR": str(args.rl_lr), "OUTPUT_DIR": str(rl),
+          "KEEP_CHECKPOINTS": "1", "SAVE_INTERVAL": str(args.rl_steps), "RUN_ID": "qwen-swe-bench-rl"},
+         work / "rl.log")
+    steps = _rows(rl / "metrics.jsonl")
+    end_model = _latest_weights(rl) if any(not s.get("skipped_update") for s in steps) else start_model
+    times["rl"] = time.monotonic() - t
+
+    t = time.monotonic()
+    after = _evaluate("eval_end", end_model, heldout_rows, args.k, work, args.seed)
+    times["eval_end"] = time.monotonic() - t
+    times["total"] = time.monotonic() - t0
+
+    z, p = one_sided_z(before["resolved"], before["attempts"], after["resolved"], after["attempts"])
+    result = {"seed": args.seed, "args": vars(args), "demos": demos, "before": before, "after": after,
+              "difference": after["resolved"] / max(after["attempts"], 1) - before["resolved"] / max(before["attempts"], 1),
+              "z": z, "p_one_sided": p, "times": times,
+              "reward_curve": [s.get("reward_mean") for s in steps],
+              "resolve_curve": [s.get("resolve_rate") for s in steps],
+              "updates": sum(not s.get("skipped_update") for s in steps), "end_model": str(end_model)}
+    (work / "learning.json").write_text(json.dumps(result, indent=1) + "\n")
+    _plot(steps, before, after, work / "learning.png")
+    _report(result, work)
+    return result
+
+
+def _plot(steps: list[dict[str, Any]], before: dict, after: dict, png: Path) -> None:
+    import matplotlib  # late: only for the picture
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    xs = [s["step"] for s in steps]
+    ax.plot(xs, [s.get("reward_mean", 0.0) for s in steps], marker="o", label="train reward (binary, mean)")
+    ax.plot(xs, [s.get("resolve_rate", 0.0) for s in steps], marker="s", label="train resolve rate")
+    for name, res, x in (("held-out start", before, -0.5), ("held-out end", after, max(xs, default=0) + 0.5)):
+        rate = res["resolved"] / max(res["attempts"], 1)
+        ax.scatter([x], [rate], marker="*", s=160, label=f"{name}: {rate:.2f}")
+    ax.set_xlabel("GRPO step")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+
+
+def _report(r: dict[str, Any], work: Path) -> None:
+    def rate(res: dict) -> str:
+        low, high = wilson(res["resolved"], res["attempts"])
+        return (f"{res['resolved']}/{res['attempts']} = {res['resolved'] / max(res['attempts'], 1):.3f} "
+                f"[{low:.3f}, {high:.3f}] (empty patches {res['empty']}, errors {res['errors']})")
+
+    print(f"command: {' '.join(sys.argv)}  (seed {r['seed']}, work {work})")
+    print(f"warm start: {r['demos']['demonstrations']} expert demonstrations of {r['demos']['tasks']} train tasks, "
+          f"{r['args']['sft_steps']} SFT steps of {r['args']['sft_batch']}")
+    print(f"held-out start: {rate(r['before'])}")
+    print(f"held-out end:   {rate(r['after'])}")
+    print(f"difference {r['difference']:+.3f}, z {r['z']:.2f}, one-sided p {r['p_one_sided']:.4f} "
+          f"({r['updates']} of {len(r['reward_curve'])} GRPO steps updated)")
+    print("reward curve: " + " ".join(f"{x:+.2f}" if x is not None else "-" for x in r["reward_curve"]))
+    print("wall time: " + ", ".join(f"{k} {v:.0f}s" for k, v in r["times"].items()))
+    print(f"ratio total / 60-minute budget = {r['times']['total'] / 3600:.2f}; curve: {work / 'learning.png'}")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--count", type=int, default=1000, help="tasks generated (all valid ones by default)")
+    ap.add_argument("--demos", type=int, default=32, help="train tasks the expert demonstrates")
+    ap.add_argument("--sft-steps", type=int, default=16)
+    ap.add_argument("--sft-batch", type=int, default=4)
+    ap.add_argument("--sft-lr", type=float, default=5e-5)
+    ap.add_argument("--heldout-tasks", type=int, default=32)
+    ap.add_argument("--k", type=int, default=2, help="attempts per held-out task")
+    ap.add_argument("--rl-steps", type=int, default=8)
+    ap.add_argument("--rl-batch", type=int, default=4, help="groups per GRPO step")
+    ap.add_argument("--n-samples", type=int, default=4, help="samples per group")
+    ap.add_argument("--rl-lr", type=float, default=1e-5)
+    ap.add_argument("--work", default=None)
+    return ap
+
+
+if __name__ == "__main__":
+    run_protocol(parser().parse_args())

@@ -1,0 +1,62 @@
+"""Collect expert demonstrations: the expert (``expert.py``) through the real agent, proxy and grader.
+
+Every task gets one rollout from the expert; a rollout the grader resolves becomes a demonstration (rejection
+sampling, as SWE-smith's trajectories are filtered), any other is counted and left out. Only the rows given are
+used: pass the *train* split, never the held-out one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from qwen_swe.config.settings import Settings
+from qwen_swe.data.prompts import build_prompt
+from qwen_swe.data.sample import Sample, Status
+from qwen_swe.rollout.engine import RolloutEngine
+from qwen_swe.rollout.progress import BatchStats
+from qwen_swe.warmstart.demos import demo_line
+from qwen_swe.warmstart.expert import ExpertServer, one_line_fix
+
+DEMOS = "demos.jsonl"
+
+
+def usable(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """Rows the expert can play: a one-line gold patch and a problem statement no other row shares."""
+    seen: dict[str, int] = {}
+    for row in rows:
+        seen[row["problem_statement"].strip()] = seen.get(row["problem_statement"].strip(), 0) + 1
+    keep = [r for r in rows if one_line_fix(r.get("patch", "")) and seen[r["problem_statement"].strip()] == 1]
+    return keep, len(rows) - len(keep)
+
+
+async def collect(rows: list[dict[str, Any]], settings: Settings, out: Path) -> dict[str, Any]:
+    """Run the expert on ``rows``; write ``out/demos.jsonl`` (resolved rollouts) and return the counts."""
+    from transformers import AutoTokenizer  # late: heavy
+
+    rows, skipped = usable(rows)
+    expert = ExpertServer(rows, await asyncio.to_thread(AutoTokenizer.from_pretrained, settings.model_name))
+    engine = RolloutEngine(settings, upstream=await expert.start(), model=settings.model_name, served_model="expert")
+    samples = [Sample(group_index=i, index=0, prompt=build_prompt(row), metadata=dict(row))
+               for i, row in enumerate(rows)]
+    try:
+        await engine.start()
+        stats = BatchStats()
+        await asyncio.gather(*(engine.run_sample(s, stats) for s in samples))
+    finally:
+        await engine.stop()
+        await expert.stop()
+    out.mkdir(parents=True, exist_ok=True)
+    resolved = [s for s in samples if s.status != Status.ABORTED and s.metadata.get("resolved")]
+    with (out / DEMOS).open("w") as f:
+        for sample in resolved:
+            f.write(json.dumps(demo_line(sample)) + "\n")
+    report = {"tasks": len(rows), "skipped": skipped, "demonstrations": len(resolved),
+              "dropped": sum(s.status == Status.ABORTED for s in samples),
+              "unresolved": sum(s.status != Status.ABORTED and not s.metadata.get("resolved") for s in samples),
+              "tokens": sum(len(s.tokens) for s in resolved),
+              "trained_tokens": sum(sum(s.loss_mask or []) for s in resolved)}
+    (out / "demos_report.json").write_text(json.dumps(report, indent=1) + "\n")
+    return report

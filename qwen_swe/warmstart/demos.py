@@ -1,0 +1,88 @@
+"""Expert demonstrations on disk, and the driver that feeds them to the trainer for the supervised warm start.
+
+A demonstration is a rollout of the expert through the real agent and proxy that the grader resolved: its token ids,
+its loss mask (1 on the tokens the expert "sampled", 0 on tool results and the chat template), nothing else. With
+``TRAIN_MODE=sft`` the trainer's loss on it is the GRPO loss with advantage 1 at ratio 1, whose gradient is exactly
+the negative log-likelihood's on the masked tokens: the warm start trains the very tokens, masks and template that
+reinforcement learning will see.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from qwen_swe.config.settings import Settings
+from qwen_swe.data.sample import Sample, Status
+from qwen_swe.errors import DataError
+
+FIELDS = ("instance_id", "tokens", "response_length", "loss_mask")
+
+
+def demo_line(sample: Sample) -> dict[str, Any]:
+    meta = sample.metadata
+    return {"instance_id": meta["instance_id"], "tokens": list(sample.tokens),
+            "response_length": sample.response_length, "loss_mask": list(sample.loss_mask or []),
+            "turns": meta.get("turns"), "tool_calls": meta.get("tool_calls")}
+
+
+def load_demos(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise DataError(f"SFT_DATA={path} does not exist: collect demonstrations with "
+                        "`python -m qwen_swe.warmstart collect`")
+    demos = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            demo = json.loads(line)
+        except ValueError as exc:
+            raise DataError(f"{path}:{number} is not JSON ({exc})") from None
+        missing = [f for f in FIELDS if f not in demo]
+        if missing:
+            raise DataError(f"{path}:{number} lacks {', '.join(missing)}; re-collect the demonstrations")
+        demos.append(demo)
+    if not demos:
+        raise DataError(f"{path} holds no demonstrations")
+    return demos
+
+
+class DemoDriver:
+    """The trainer's driver for ``TRAIN_MODE=sft``: ``ROLLOUT_BATCH_SIZE`` demonstrations per step,
+    epoch after epoch in a seeded order; no rollouts, no server."""
+
+    def __init__(self, settings: Settings) -> None:
+        if not settings.train.sft_data:
+            raise DataError("TRAIN_MODE=sft needs SFT_DATA (a demonstrations JSONL)")
+        self.demos = load_demos(Path(settings.train.sft_data))
+        self.batch = settings.rollout_batch_size
+        self.seed = settings.seed
+        self.position = 0
+
+    def _order(self, epoch: int) -> list[int]:
+        order = list(range(len(self.demos)))
+        random.Random(f"{self.seed}-{epoch}").shuffle(order)
+        return order
+
+    def generate(self, step: int, weight_version: int) -> tuple[list[Sample], dict[str, Any]]:
+        samples = []
+        for k in range(self.batch):
+            epoch, index = divmod(self.position + k, len(self.demos))
+            demo = self.demos[self._order(epoch)[index]]
+            samples.append(Sample(group_index=k, index=0, tokens=demo["tokens"], response_length=demo["response_length"],
+                                  loss_mask=demo["loss_mask"], reward=1.0, status=Status.COMPLETED,
+                                  metadata={"instance_id": demo["instance_id"], "weight_version": weight_version,
+                                            "resolved": True}))
+        self.position += self.batch
+        return samples, {"sft/epoch": self.position / len(self.demos)}
+
+    def sync_weights(self, hf_dir: Path, version: int) -> None:
+        """Nothing serves during the warm start: the exported folder is the result."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.position = int(state["position"])

@@ -1,0 +1,121 @@
+"""A scripted expert behind the real agent and proxy: demonstrations for the supervised warm start.
+
+The expert stands where vLLM stands (the proxy's upstream, ``/v1/completions`` with token ids), so qwen-code, the
+proxy, the chat template and the loss mask are exactly those of a reinforcement-learning rollout; only the choice of
+the next completion is scripted. For a task whose gold patch changes one line it (1) reads the file, (2) replaces
+the buggy line by the fixed one, (3) answers that it is done. It recognises the task by its problem statement in the
+prompt, and the turn by the assistant turns already in it. Its completions are the tokenizer's ids of the text plus
+the end-of-turn id, with log-probability 0 (the supervised loss does not read them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from aiohttp import web
+
+from qwen_swe.errors import DataError
+from qwen_swe.paths import TESTBED
+
+DONE = "I fixed the bug."
+END_OF_TURN = "<|im_end|>"
+ASSISTANT = "<|im_start|>assistant"
+
+
+@dataclass(frozen=True)
+class Fix:
+    path: str
+    buggy: str
+    fixed: str
+
+
+def one_line_fix(patch: str) -> Fix | None:
+    """The (path, removed line, added line) of a gold patch that changes exactly one line, else None."""
+    paths = re.findall(r"^\+\+\+ b/(\S+)", patch, flags=re.M)
+    removed = [line[1:] for line in patch.splitlines() if line.startswith("-") and not line.startswith("---")]
+    added = [line[1:] for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    if len(paths) != 1 or len(removed) != 1 or len(added) != 1:
+        return None
+    return Fix(paths[0], removed[0], added[0])
+
+
+def tool_call(name: str, **arguments: Any) -> str:
+    """A completion in the Hermes format the embedded model's template and the proxy's parser use."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+def expert_turn(fix: Fix, turn: int) -> str:
+    target = f"{TESTBED}/{fix.path}"
+    if turn == 0:
+        return tool_call("read_file", file_path=target)  # qwen-code refuses to edit a file it has not read
+    if turn == 1:
+        return tool_call("edit", file_path=target, old_string=fix.buggy, new_string=fix.fixed)
+    return DONE
+
+
+class ExpertServer:
+    """An OpenAI-compatible ``/v1/completions`` upstream that plays the expert for the given rows."""
+
+    def __init__(self, rows: Sequence[dict[str, Any]], tokenizer: Any, model: str = "expert") -> None:
+        self.tokenizer, self.model = tokenizer, model
+        self.fixes: dict[str, Fix] = {}
+        for row in rows:
+            fix = one_line_fix(row.get("patch", ""))
+            if fix is None:
+                raise DataError(f"{row.get('instance_id')}: the expert needs a gold patch that changes one line")
+            statement = row["problem_statement"].strip()
+            if statement in self.fixes and self.fixes[statement] != fix:
+                raise DataError(f"{row['instance_id']}: another task has the same problem statement and a different "
+                                "fix; give the expert tasks with distinct statements")
+            self.fixes[statement] = fix
+        self.end_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    def reply(self, prompt_text: str) -> str:
+        fix = next((f for s, f in self.fixes.items() if s in prompt_text), None)
+        if fix is None:
+            raise web.HTTPBadRequest(text="the expert does not know this task")
+        return expert_turn(fix, max(prompt_text.count(ASSISTANT) - 1, 0))
+
+    async def _completions(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        prompt = body["prompt"]
+        text = prompt if isinstance(prompt, str) else self.tokenizer.decode(prompt, skip_special_tokens=False)
+        out = self.reply(text)
+        ids = list(self.tokenizer.encode(out, add_special_tokens=False)) + [self.end_id]
+        prompt_ids = prompt if isinstance(prompt, list) else self.tokenizer.encode(prompt, add_special_tokens=False)
+        pieces = [self.tokenizer.decode([t], skip_special_tokens=False) for t in ids]
+        return web.json_response({
+            "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+            "model": self.model,
+            "choices": [{"index": 0, "text": out, "finish_reason": "stop", "token_ids": ids,
+                         "prompt_token_ids": prompt_ids,
+                         "logprobs": {"tokens": pieces, "token_logprobs": [0.0] * len(ids), "top_logprobs": None,
+                                      "text_offset": []}}],
+            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids),
+                      "total_tokens": len(prompt_ids) + len(ids)}})
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+
+    async def start(self) -> str:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        host, port = self._runner.addresses[0][:2]
+        self.url = f"http://{host}:{port}/v1"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
