@@ -1,0 +1,100 @@
+"""The warm start's parts without containers: the expert's script, the demonstrations driver, the SFT batch."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.bench_learning import one_sided_z
+from qwen_swe.config.settings import Settings
+from qwen_swe.errors import DataError
+from qwen_swe.train.trainer import prepare_batch
+from qwen_swe.warmstart.collect import usable
+from qwen_swe.warmstart.demos import DemoDriver
+from qwen_swe.warmstart.expert import DONE, ExpertServer, expert_turn, one_line_fix
+
+PATCH = ("diff --git a/pkg/mod.py b/pkg/mod.py\nindex 1..2 100644\n--- a/pkg/mod.py\n+++ b/pkg/mod.py\n"
+         "@@ -3,3 +3,3 @@ def f(x):\n     a = 1\n-    return x - a\n+    return x + a\n \n")
+
+
+class _Tok:
+    """Enough of a tokenizer for the expert's bookkeeping (the real one is exercised in the protocol test)."""
+
+    def convert_tokens_to_ids(self, token: str) -> int:
+        return 2
+
+
+def _row(iid: str, statement: str, patch: str = PATCH) -> dict:
+    return {"instance_id": iid, "problem_statement": statement, "patch": patch}
+
+
+def test_expert_reads_edits_then_stops():
+    fix = one_line_fix(PATCH)
+    assert fix is not None and (fix.path, fix.buggy, fix.fixed) == ("pkg/mod.py", "    return x - a", "    return x + a")
+    first = json.loads(expert_turn(fix, 0).split("\n")[1])
+    second = json.loads(expert_turn(fix, 1).split("\n")[1])
+    assert first == {"name": "read_file", "arguments": {"file_path": "/testbed/pkg/mod.py"}}
+    assert second["name"] == "edit" and second["arguments"]["old_string"] == "    return x - a"
+    assert second["arguments"]["new_string"] == "    return x + a"
+    assert expert_turn(fix, 2) == expert_turn(fix, 5) == DONE
+    two_lines = PATCH.replace("+    return x + a\n", "+    return x + a\n+    pass\n")
+    assert one_line_fix(two_lines) is None
+
+
+def test_expert_finds_the_task_and_turn_from_the_prompt():
+    server = ExpertServer([_row("a", "bug A"), _row("b", "bug B", PATCH.replace("mod.py", "other.py"))], _Tok())
+    prompt = "<|im_start|>user\nbug B<|im_end|>\n<|im_start|>assistant\n"
+    assert "other.py" in server.reply(prompt) and "read_file" in server.reply(prompt)
+    assert "edit" in server.reply(prompt.replace("<|im_start|>assistant\n", "<|im_start|>assistant\nx\n" * 1)
+                                  + "<|im_start|>assistant\n")
+    with pytest.raises(DataError, match="same problem statement"):
+        ExpertServer([_row("a", "same"), _row("b", "same", PATCH.replace("mod.py", "x.py"))], _Tok())
+    kept, skipped = usable([_row("a", "same"), _row("b", "same"), _row("c", "one"), _row("d", "two", "no patch")])
+    assert [r["instance_id"] for r in kept] == ["c"] and skipped == 3
+
+
+def _demos(tmp_path, n: int):
+    path = tmp_path / "demos.jsonl"
+    path.write_text("".join(json.dumps({"instance_id": f"t{i}", "tokens": [1, 2, 3, 4], "response_length": 2,
+                                        "loss_mask": [1, 0]}) + "\n" for i in range(n)))
+    return path
+
+
+def test_demo_driver_walks_epochs_in_a_seeded_order_and_resumes(tmp_path):
+    settings = Settings.build(train_mode="sft", sft_data=str(_demos(tmp_path, 5)), rollout_batch_size=2, seed=3)
+    driver = DemoDriver(settings)
+    seen = [s.metadata["instance_id"] for step in range(5) for s in driver.generate(step, step)[0]]
+    assert sorted(seen[:5]) == [f"t{i}" for i in range(5)] and sorted(seen[5:10]) == sorted(seen[:5])
+    again = DemoDriver(settings)
+    again.load_state_dict({"position": 4})
+    assert [s.metadata["instance_id"] for s in again.generate(2, 2)[0]] == seen[4:6]
+    samples, _ = driver.generate(9, 7)
+    assert all(s.metadata["weight_version"] == 7 and s.reward == 1.0 for s in samples)
+
+
+def test_demo_driver_rejects_bad_files(tmp_path):
+    with pytest.raises(DataError, match="SFT_DATA"):
+        DemoDriver(Settings.build(train_mode="sft", sft_data=str(tmp_path / "missing.jsonl")))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"instance_id": "x", "tokens": [1, 2]}\n')
+    with pytest.raises(DataError, match=r"bad.jsonl:1 lacks response_length, loss_mask"):
+        DemoDriver(Settings.build(train_mode="sft", sft_data=str(bad)))
+
+
+def test_sft_batch_trains_every_demonstration_with_advantage_one(tmp_path):
+    settings = Settings.build(train_mode="sft", sft_data=str(_demos(tmp_path, 3)), rollout_batch_size=3)
+    samples, _ = DemoDriver(settings).generate(0, 0)
+    items, metrics = prepare_batch(samples, settings, 0)
+    assert [x["advantage"] for x in items] == [1.0, 1.0, 1.0]
+    assert all(x["rollout_log_probs"] is None for x in items)  # the loss then runs at ratio 1
+    assert metrics["zero_variance_groups"] == 0
+    grpo = Settings.build(rollout_batch_size=3)
+    assert prepare_batch(samples, grpo, 0)[0] == []  # the same equal rewards give GRPO nothing
+
+
+def test_one_sided_z():
+    z, p = one_sided_z(10, 64, 25, 64)
+    assert z > 2.5 and p < 0.01
+    assert one_sided_z(10, 64, 10, 64)[1] == pytest.approx(0.5)
+    assert one_sided_z(20, 64, 10, 64)[1] > 0.9
