@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 BINOP_SWAPS = {ast.Add: "-", ast.Sub: "+", ast.Mult: "//", ast.FloorDiv: "*", ast.Div: "//", ast.Mod: "//"}
 BINOP_TEXT = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Div: "/", ast.Mod: "%"}
@@ -71,84 +71,72 @@ def _one_line(node: ast.AST) -> bool:
     return getattr(node, "lineno", None) is not None and node.lineno == node.end_lineno
 
 
-def _replace_gap(line: bytes, start: int, end: int, old: str, new: str) -> bytes | None:
-    """``line`` with the first ``old`` token between byte columns ``start`` and ``end`` replaced by ``new``."""
-    gap = line[start:end].decode()
-    stripped = gap.strip()
-    if stripped != old:
-        return None
-    return line[:start] + gap.replace(old, new, 1).encode() + line[end:]
+Edit = Callable[[bytes], "bytes | None"]  # one source line (bytes: ast columns are UTF-8 offsets) -> mutated
 
 
-def _candidates(tree: ast.AST) -> Iterator[tuple[ast.AST, str, int, int, int, str]]:
-    """(node, kind, lineno, start col, end col, replacement text or '' for a gap edit)."""
+def _swap_token(start: int, end: int, old: str, new: str) -> Edit:
+    """Replace the operator ``old`` that is all there is (besides spaces) between columns ``start`` and ``end``."""
+    def edit(line: bytes) -> bytes | None:
+        gap = line[start:end].decode()
+        return line[:start] + gap.replace(old, new, 1).encode() + line[end:] if gap.strip() == old else None
+    return edit
+
+
+def _rewrite(start: int, end: int, new: Callable[[str, bytes], "str | None"]) -> Edit:
+    """Replace columns ``start:end`` by ``new(segment, line)`` (None: no mutation here)."""
+    def edit(line: bytes) -> bytes | None:
+        text = new(line[start:end].decode(), line)
+        return None if text is None else line[:start] + text.encode() + line[end:]
+    return edit
+
+
+def _candidates(tree: ast.AST) -> Iterator[tuple[str, int, Edit]]:
+    """(kind, line number, edit of that line) for every place an operator applies."""
     for node in ast.walk(tree):
         if isinstance(node, ast.BinOp) and type(node.op) in BINOP_SWAPS and _one_line(node) \
                 and node.left.end_lineno == node.lineno == node.right.lineno:
-            yield node, "binop_swap", node.lineno, node.left.end_col_offset, node.right.col_offset, \
-                f"{BINOP_TEXT[type(node.op)]}>{BINOP_SWAPS[type(node.op)]}"
+            yield "binop_swap", node.lineno, _swap_token(node.left.end_col_offset, node.right.col_offset,
+                                                         BINOP_TEXT[type(node.op)], BINOP_SWAPS[type(node.op)])
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in COMPARE_SWAPS \
                 and _one_line(node):
-            old, new = COMPARE_SWAPS[type(node.ops[0])]
-            yield node, "compare_swap", node.lineno, node.left.end_col_offset, node.comparators[0].col_offset, \
-                f"{old}>{new}"
+            yield "compare_swap", node.lineno, _swap_token(node.left.end_col_offset, node.comparators[0].col_offset,
+                                                           *COMPARE_SWAPS[type(node.ops[0])])
         if isinstance(node, ast.BoolOp) and len(node.values) == 2 and _one_line(node):
-            old = "and" if isinstance(node.op, ast.And) else "or"
-            new = "or" if old == "and" else "and"
-            yield node, "boolop_swap", node.lineno, node.values[0].end_col_offset, node.values[1].col_offset, \
-                f"{old}>{new}"
+            old, new = ("and", "or") if isinstance(node.op, ast.And) else ("or", "and")
+            yield "boolop_swap", node.lineno, _swap_token(node.values[0].end_col_offset, node.values[1].col_offset,
+                                                          old, new)
         if isinstance(node, ast.Constant) and type(node.value) is int and _one_line(node):
-            for delta in (1, -1):
-                if node.value + delta >= 0:
-                    yield node, "off_by_one", node.lineno, node.col_offset, node.end_col_offset, \
-                        f"={node.value + delta}"
+            for value in (node.value + 1, node.value - 1):
+                if value >= 0:
+                    yield "off_by_one", node.lineno, _rewrite(node.col_offset, node.end_col_offset,
+                                                              lambda _s, _l, v=value: str(v))
         if isinstance(node, (ast.If, ast.While)) and _one_line(node.test):
             test = node.test
             if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-                yield node, "invert_condition", test.lineno, test.col_offset, test.end_col_offset, "=<unnot>"
+                invert = lambda seg, _l: seg[4:].lstrip() if seg.startswith("not ") else None  # noqa: E731
+            elif isinstance(test, (ast.BoolOp, ast.IfExp, ast.NamedExpr, ast.Lambda)):
+                invert = lambda seg, _l: f"not ({seg})"  # noqa: E731
             else:
-                wrap = isinstance(test, (ast.BoolOp, ast.IfExp, ast.NamedExpr, ast.Lambda))
-                yield node, "invert_condition", test.lineno, test.col_offset, test.end_col_offset, \
-                    "=<not(>" if wrap else "=<not>"
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and node.func.attr in DROPPABLE_METHODS and not node.args and not node.keywords and _one_line(node):
-            receiver = node.func.value
-            if receiver.lineno == node.lineno:
-                yield node, "drop_call", node.lineno, node.col_offset, node.end_col_offset, \
-                    f"=<receiver:{receiver.col_offset}:{receiver.end_col_offset}>"
+                invert = lambda seg, _l: f"not {seg}"  # noqa: E731
+            yield "invert_condition", test.lineno, _rewrite(test.col_offset, test.end_col_offset, invert)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _one_line(node) \
+                and node.func.attr in DROPPABLE_METHODS and not node.args and not node.keywords \
+                and node.func.value.lineno == node.lineno:
+            r = node.func.value
+            yield "drop_call", node.lineno, _rewrite(node.col_offset, node.end_col_offset,
+                                                     lambda _s, line, a=r.col_offset, b=r.end_col_offset:
+                                                     line[a:b].decode())
         if isinstance(node, ast.Call) and len(node.args) == 2 and not node.keywords and _one_line(node) \
                 and all(isinstance(a, SIMPLE_ARGS) for a in node.args):
             a, b = node.args
-            yield node, "swap_args", node.lineno, a.col_offset, b.end_col_offset, \
-                f"=<swap:{a.end_col_offset}:{b.col_offset}>"
+            yield "swap_args", node.lineno, _rewrite(
+                a.col_offset, b.end_col_offset,
+                lambda _s, line, a0=a.col_offset, a1=a.end_col_offset, b0=b.col_offset, b1=b.end_col_offset:
+                (line[b0:b1] + line[a1:b0] + line[a0:a1]).decode())
         if isinstance(node, ast.If) and len(node.body) == 1 and isinstance(node.body[0], ast.Return) \
                 and _one_line(node.body[0]) and node.body[0].lineno != node.lineno:
             ret = node.body[0]
-            yield ret, "drop_return", ret.lineno, ret.col_offset, ret.end_col_offset, "=pass"
-
-
-def _apply(line: bytes, start: int, end: int, spec: str) -> bytes | None:
-    if not spec.startswith("="):  # a gap edit: "old>new"
-        old, new = spec.split(">", 1)
-        return _replace_gap(line, start, end, old, new)
-    new = spec[1:]
-    segment = line[start:end].decode()
-    if new == "<unnot>":
-        if not segment.startswith("not "):
-            return None
-        new = segment[4:].lstrip()
-    elif new == "<not>":
-        new = f"not {segment}"
-    elif new == "<not(>":
-        new = f"not ({segment})"
-    elif new.startswith("<receiver:"):
-        r_start, r_end = (int(x) for x in new[len("<receiver:"):-1].split(":"))
-        new = line[r_start:r_end].decode()
-    elif new.startswith("<swap:"):
-        a_end, b_start = (int(x) for x in new[len("<swap:"):-1].split(":"))
-        first, sep, second = line[start:a_end], line[a_end:b_start], line[b_start:end]
-        new = (second + sep + first).decode()
-    return line[:start] + new.encode() + line[end:]
+            yield "drop_return", ret.lineno, _rewrite(ret.col_offset, ret.end_col_offset, lambda _s, _l: "pass")
 
 
 def mutations_of(source: str, path: str) -> list[Mutation]:
@@ -159,11 +147,11 @@ def mutations_of(source: str, path: str) -> list[Mutation]:
     skip = _docstring_lines(tree)
     lines = source.splitlines(keepends=True)
     found: dict[tuple[int, str], Mutation] = {}
-    for node, kind, lineno, start, end, spec in _candidates(tree):
+    for kind, lineno, edit in _candidates(tree):
         if lineno in skip or lineno > len(lines):
             continue
         raw = lines[lineno - 1].encode()
-        new_raw = _apply(raw, start, end, spec)
+        new_raw = edit(raw)
         if new_raw is None or new_raw == raw:
             continue
         new_line = new_raw.decode()
