@@ -144,6 +144,13 @@ class InferenceClient:
         self._version = WeightVersion(self._version.version + 1, where)
         return self._version.version
 
+    def update_paused(self, update: Any, label: str) -> int:
+        """Change the served weights by any other means (``update()``, e.g. a broadcast into the workers) with the
+        same pause, cache reset and resume as a reload; returns the new weight version."""
+        self._paused(update)
+        self._version = WeightVersion(self._version.version + 1, label)
+        return self._version.version
+
     def _paused(self, update: Any) -> None:
         """Run ``update`` with generation paused and the prefix cache reset afterwards; always resume."""
         self.post("/pause", query={"mode": "wait"}, timeout=self.reload_timeout)

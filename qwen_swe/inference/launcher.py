@@ -39,6 +39,7 @@ SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 TEMPLATE = Path(__file__).resolve().parent / "chat_templates" / "hermes_compact.jinja"
 EMBEDDED = "embedded"
 EMBEDDED_SERVED_NAME = "smollm2-135m"
+BROADCAST_EXTENSION = "qwen_swe.inference.broadcast_worker.BroadcastWorkerExtension"
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM accepts for --max-lora-rank
 
 
@@ -65,6 +66,7 @@ class ServeConfig:
     cpu: bool = False
     kv_cache_gib: int = 1
     reserved_cpus: int = 1
+    worker_extension: str | None = None  # WEIGHT_SYNC=broadcast: the methods the trainer calls in each worker
     extra_args: tuple[str, ...] = field(default=())
 
     @property
@@ -99,6 +101,8 @@ class ServeConfig:
             if rank is None:
                 raise config.ConfigError(f"LORA_RANK={self.lora_rank} exceeds vLLM's maximum {LORA_RANKS[-1]}")
             cmd += ["--enable-lora", "--max-lora-rank", str(rank), "--max-loras", str(self.max_loras)]
+        if self.worker_extension:
+            cmd += ["--worker-extension-cls", self.worker_extension]
         return cmd + list(self.extra_args)
 
     def env(self) -> dict[str, str]:
@@ -106,6 +110,8 @@ class ServeConfig:
         env = {"VLLM_SERVER_DEV_MODE": "1"}
         if self.lora_rank > 0:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        if self.worker_extension:  # vLLM imports the extension from this repository
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(paths.REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
         if self.cpu:
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_gib)
             env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(self.reserved_cpus)
@@ -213,7 +219,7 @@ def embedded_serve_config(settings: config.Settings, *, port: int = 0, model_dir
                        dtype="bfloat16", chat_template=str(TEMPLATE),
                        lora_rank=settings.train.lora_rank if lora_rank is None else lora_rank,
                        python=str(paths.vllm_python()), cpu=True, kv_cache_gib=kv_cache_gib,
-                       reserved_cpus=reserved_cpus)
+                       reserved_cpus=reserved_cpus, worker_extension=_extension(settings))
 
 
 @contextlib.contextmanager
@@ -278,7 +284,12 @@ def serve_config_from_args(args: argparse.Namespace, extra: Sequence[str] = (),
                        port=args.port, tp=args.tp or settings.inference.tp, dp=args.dp, tool_call_parser=args.tool_call_parser,
                        max_model_len=args.max_model_len or settings.inference.max_model_len or 65536,
                        gpu_memory_utilization=args.gpu_memory_utilization, lora_rank=lora_rank,
-                       python=args.python or default_python(), extra_args=tuple(extra))
+                       python=args.python or default_python(), worker_extension=_extension(settings),
+                       extra_args=tuple(extra))
+
+
+def _extension(settings: config.Settings) -> str | None:
+    return BROADCAST_EXTENSION if settings.inference.weight_sync == "broadcast" else None
 
 
 

@@ -20,8 +20,16 @@ class InferenceSettings:
     max_model_len: int | None = opt(None, "vLLM context length")
     request_timeout: float = opt(600.0, "timeout of one inference request, seconds", minimum=1.0)
     served_url: str | None = opt(None, "URL of the server the launcher started (embedded); not set by users")
-    weight_sync: str = opt("auto", "how new weights reach the server: reload a shared path, or upload to the Modal "
-                           "weights Volume; auto = modal for a *.modal.run VLLM_URL", choices=("auto", "path", "modal"))
+    weight_sync: str = opt("auto", "how new weights reach the server: reload a shared path, upload to the Modal "
+                           "weights Volume, or broadcast them into the vLLM workers (no disk); auto = modal for a "
+                           "*.modal.run VLLM_URL, else path", choices=("auto", "path", "modal", "broadcast"))
+    broadcast_host: str = opt("127.0.0.1", "WEIGHT_SYNC=broadcast: the trainer's address as the server's workers "
+                                           "reach it")
+    broadcast_port: int = opt(0, "WEIGHT_SYNC=broadcast: the trainer's port for the group; 0 = a free one",
+                              minimum=0, maximum=65535)
+    broadcast_bucket_mb: int = opt(256, "WEIGHT_SYNC=broadcast: MiB gathered and sent at a time", minimum=1)
+    broadcast_dtype: str = opt("bfloat16", "WEIGHT_SYNC=broadcast: dtype the weights travel in (the server's)",
+                               choices=("bfloat16", "float16", "float32"))
 
     def __post_init__(self) -> None:
         validate(self)

@@ -4,6 +4,9 @@
   /pause -> /collective_rpc reload_weights -> /reset_prefix_cache -> /resume through ``InferenceClient``.
 - ``ModalVolume``: the server runs on Modal and cannot see our disk: upload the folder into the weights Volume,
   then call the deployed app's ``Server.reload`` (a Modal function call, not a web request).
+- ``BroadcastSync`` (``broadcast.py``): no folder at all; the trainer streams the weights bucket by bucket into the
+  vLLM workers over a process group set up with them (gloo on CPU, NCCL on GPUs). Its ``push`` takes the buckets
+  (``train.streaming.weight_buckets``) where the others take a folder; path reload stays the fallback.
 - slime's checkpoints are converted to an HF folder first (``backends/slime/weights.py``) and then pushed through
   one of these.
 
@@ -17,7 +20,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from qwen_swe.errors import InferenceError
 from qwen_swe.inference.client import InferenceClient
@@ -28,8 +31,9 @@ PROBE_TEXT = "def add(a, b):\n    return a + b\n"
 
 
 class WeightSync(Protocol):
-    def push(self, folder: Path, version: int) -> dict[str, float]:
-        """Make the server serve the HF folder ``folder`` as weight ``version``; return timing metrics."""
+    def push(self, folder: Any, version: int) -> dict[str, float]:
+        """Make the server serve ``folder`` as weight ``version`` (an HF folder, or for ``BroadcastSync`` an
+        iterable of buckets of named tensors); return timing metrics."""
         ...
 
 
@@ -58,6 +62,14 @@ class ModalVolume:
 
 def make_weight_sync(settings: InferenceSettings, client: InferenceClient) -> WeightSync:
     """The sync the settings ask for (``WEIGHT_SYNC``; auto = Modal for a ``*.modal.run`` server)."""
+    if settings.sync_mode == "broadcast":
+        import torch  # late: only the trainer's side of a broadcast needs torch
+
+        from qwen_swe.inference.broadcast import BroadcastSync  # late: imports torch.distributed
+
+        return BroadcastSync(client, host=settings.broadcast_host, port=settings.broadcast_port, workers=settings.tp,
+                             backend="nccl" if torch.cuda.is_available() else "gloo",
+                             timeout=settings.request_timeout)
     return ModalVolume() if settings.sync_mode == "modal" else PathReload(client)
 
 
@@ -84,5 +96,6 @@ class ProbedSync:
         metrics.update({"sync/probe_logprob_before": before,
                         "sync/probe_logprob_after": probe_logprob(self.client, self.served_model),
                         "sync/version": version})
-        log.info("weights v%d served from %s: %s", version, folder, metrics)
+        log.info("weights v%d served from %s: %s", version, folder if isinstance(folder, Path) else "a broadcast",
+                 metrics)
         return metrics

@@ -48,6 +48,7 @@ from qwen_swe.train.policy import (
     parameter_bytes,
     save_hf_folder,
 )
+from qwen_swe.train.streaming import weight_buckets
 
 log = logging.getLogger("qwen_swe.trainer")
 
@@ -218,6 +219,33 @@ class WeightExporter:
         return on_rank0(write, f"weight export to {folder}")
 
 
+def publish(settings: Settings, driver: RolloutDriver | None, policy: PolicyModel, exporter: WeightExporter,
+            version: int) -> None:
+    """Collective: make the server serve weight ``version``. By default through an HF folder (path reload, Modal);
+    with WEIGHT_SYNC=broadcast streamed into the server's workers bucket by bucket, nothing written."""
+    inf = settings.inference
+    if inf.sync_mode != "broadcast":
+        folder = exporter.export(version)
+        on_rank0(lambda: driver.sync_weights(folder, version), f"driver.sync_weights v{version}")
+        return
+    if settings.train.lora_rank > 0:  # checked on every rank, before any collective
+        raise TrainerError("WEIGHT_SYNC=broadcast does not stream LoRA adapters yet; use WEIGHT_SYNC=path with "
+                           "LORA_RANK > 0")
+    stream = weight_buckets(policy, inf.broadcast_bucket_mb << 20, getattr(torch, inf.broadcast_dtype))
+    if dist.get_rank() != 0:
+        for _ in stream:  # this rank's part of every gather
+            pass
+
+    def push() -> None:
+        try:
+            driver.sync_weights(stream, version)
+        finally:
+            for _ in stream:  # after a failure on rank 0, finish the gathers the other ranks are in
+                pass
+
+    on_rank0(push, f"broadcast of weights v{version}")
+
+
 # --- the loop ---------------------------------------------------------------------------------------------
 
 def _init_distributed(settings: Settings) -> tuple[bool, torch.device]:
@@ -278,8 +306,7 @@ def _train(settings: Settings, driver: RolloutDriver | None, model_path: str, de
         log.info("resuming from %s: step %d, weight version %d", latest, step, version)
         if state.get("driver") is not None:
             on_rank0(lambda: driver.load_state_dict(state["driver"]), "driver.load_state_dict")
-        folder = exporter.export(version)
-        on_rank0(lambda: driver.sync_weights(folder, version), "driver.sync_weights (resume)")
+        publish(settings, driver, policy, exporter, version)
     if rank == 0:
         settings.write(out)
 
@@ -331,8 +358,7 @@ def _one_step(settings: Settings, driver: RolloutDriver | None, policy: PolicyMo
         metrics["grad_norm"] = clip_and_step(policy, optimizer, settings.train.grad_clip)
         version += 1
         t2 = time.monotonic()
-        folder = exporter.export(version)
-        on_rank0(lambda: driver.sync_weights(folder, version), f"driver.sync_weights v{version}")
+        publish(settings, driver, policy, exporter, version)
         t3 = time.monotonic()
         metrics.update(skipped_update=False, weight_version=version)
     else:

@@ -1,0 +1,41 @@
+"""Weight sync into the real vLLM CPU server, SmolLM2-135M from 2 gloo trainer ranks: WEIGHT_SYNC=broadcast
+(bucket by bucket into the worker over a gloo group, bf16, no disk) against today's disk path (gather the full
+state dict, write an HF folder, ``reload_weights``), measured in the same run against the same server.
+
+Starts its own embedded server (with the broadcast worker extension) on a free port and stops it by its process
+group. Both paths are timed from the trained shards to the server answering with the new weights (pause, load,
+prefix-cache reset, resume included); the server's answers after each are compared too.
+
+Run: .venv/bin/python -m benchmarks.bench_weight_sync
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from qwen_swe.config import settings as config
+from qwen_swe.inference.launcher import embedded_server
+from qwen_swe.paths import embedded_model_dir
+from tests.integration.test_broadcast_sync import run_against
+
+
+def main() -> None:
+    if not (embedded_model_dir() / "config.json").exists():
+        sys.exit(f"no SmolLM2 folder at {embedded_model_dir()} (scripts/setup/50_model.sh makes it)")
+    print("command: .venv/bin/python -m benchmarks.bench_weight_sync")
+    settings = config.load_settings([], env={"WEIGHT_SYNC": "broadcast"})
+    with tempfile.TemporaryDirectory() as tmp:
+        with embedded_server(settings, log_dir=Path(tmp) / "logs") as url:
+            r = run_against(url, Path(tmp))
+    m = r["metrics"]
+    print(f"disk (gather + write HF folder + reload_weights): {r['disk_seconds']:.2f} s")
+    print(f"broadcast ({m['sync/broadcast_buckets']:.0f} buckets, {m['sync/broadcast_bytes'] / 2**20:.0f} MiB bf16): "
+          f"{r['broadcast_seconds']:.2f} s")
+    print(f"ratio broadcast/disk: {r['broadcast_seconds'] / r['disk_seconds']:.2f}x; server answers identical: "
+          f"{r['broadcast'] == r['disk']}; changed from the original: {r['broadcast'] != r['before']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,305 @@
+"""WEIGHT_SYNC=broadcast against the real vLLM CPU server (gloo between the trainer and its worker), and the same
+call sequence against a loopback stand-in of the server (runs everywhere, also stands in for the GPU path).
+
+Run as a module (``-m tests.integration.test_broadcast_sync URL OUT``) it is the torchrun worker: 2 gloo trainer
+ranks build SmolLM2 sharded, change it, and make the server serve the change twice, once through the disk
+(export + reload, today's path) and once by broadcast; rank 0 records what the server answered and how long each
+took, and restores the server's original weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from qwen_swe.paths import REPO_ROOT, embedded_model_dir
+
+PROMPT = "The capital of France is"
+
+
+def _probe(client, model: str) -> tuple[list[int], list[float]]:
+    body = client.post("/v1/completions", {"model": model, "prompt": PROMPT, "max_tokens": 8, "temperature": 0.0,
+                                           "return_token_ids": True, "logprobs": 0})
+    choice = body["choices"][0]
+    return choice["token_ids"], choice["logprobs"]["token_logprobs"]
+
+
+def _worker(url: str, out: Path) -> None:
+    import torch.distributed as dist
+
+    from qwen_swe.inference.broadcast import BroadcastSync
+    from qwen_swe.inference.client import InferenceClient
+    from qwen_swe.train.policy import build_policy, full_state_dict, save_hf_folder
+    from qwen_swe.train.streaming import weight_buckets
+
+    dist.init_process_group("gloo")
+    rank, model = dist.get_rank(), str(embedded_model_dir())
+    policy = build_policy(model, device=torch.device("cpu"), weight_loading="meta")
+    with torch.no_grad():  # silence every MLP of the first ten layers, on each rank's shard
+        for name, p in policy.named_parameters():
+            if "down_proj" in name and int(name.split("layers.")[1].split(".")[0]) < 10:
+                p.to_local().zero_()
+    client = InferenceClient(url, timeout=300) if rank == 0 else None
+    served = client.models()[0] if client else None
+    result: dict = {}
+    if rank == 0:
+        result["before"] = _probe(client, served)
+    # today's path: gather the full state dict, write an HF folder, the server reloads it
+    t0 = time.monotonic()
+    sd = full_state_dict(policy)
+    if rank == 0:
+        folder = save_hf_folder(sd, out / "v000001", model, None)
+        client.reload_weights(folder)
+        result["disk_seconds"] = time.monotonic() - t0
+        result["disk"] = _probe(client, served)
+        client.reload_weights(model)
+        result["restored"] = _probe(client, served)
+    del sd
+    # broadcast: bucket by bucket into the worker, no folder
+    sync = BroadcastSync(client, host="127.0.0.1", port=0) if rank == 0 else None
+    if rank == 0:
+        sync.connect()
+    dist.barrier()
+    t0 = time.monotonic()
+    stream = weight_buckets(policy, 64 << 20, torch.bfloat16)
+    if rank == 0:
+        result["metrics"] = sync.push(stream, 2)
+        result["broadcast_seconds"] = time.monotonic() - t0
+        result["broadcast"] = _probe(client, served)
+        result["version"] = client.weight_version.version
+        client.reload_weights(model)  # the server may be shared: leave it as it was
+        result["after_restore"] = _probe(client, served)
+        sync.close()
+        (out / "result.json").write_text(json.dumps(result))
+    else:
+        for _ in stream:
+            pass
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def run_against(url: str, out: Path) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "tests.integration.test_broadcast_sync", url, str(out)]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    if proc.returncode != 0 or not (out / "result.json").exists():
+        raise RuntimeError(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return json.loads((out / "result.json").read_text())
+
+
+# --- the real vLLM CPU server --------------------------------------------------------------------------------
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_broadcast_serves_exactly_what_the_disk_reload_serves(tmp_path):
+    from qwen_swe.config import settings as config
+    from qwen_swe.inference.launcher import embedded_server
+
+    settings = config.load_settings([], env={"WEIGHT_SYNC": "broadcast"})
+    with embedded_server(settings, log_dir=tmp_path / "logs") as url:  # our own server: it needs the extension
+        r = run_against(url, tmp_path)
+    assert r["disk"] != r["before"] and r["restored"] == r["before"]  # the change is visible, and reversible
+    assert r["broadcast"] == r["disk"]  # same token ids and logprobs as the disk path, to the last bit
+    assert r["after_restore"] == r["before"]
+    assert r["version"] == 3 and r["metrics"]["sync/broadcast_buckets"] >= 2
+    assert r["metrics"]["sync/broadcast_bytes"] == 134_515_008 * 2  # every parameter once, in bf16
+
+
+# --- the same call sequence against a loopback stand-in of the server -------------------------------------------
+
+class _StandIn:
+    """The vLLM routes the sync uses, served over HTTP on loopback, dispatching ``collective_rpc`` to the real
+    ``BroadcastWorkerExtension`` whose model runner records what ``reload_weights`` was fed."""
+
+    def __init__(self, fail_reload: bool = False) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from qwen_swe.inference.broadcast_worker import BroadcastWorkerExtension
+
+        calls, loaded = self.calls, self.loaded = [], {}
+
+        class Runner:
+            def reload_weights(self, weights_iterator, is_checkpoint_format):
+                for name, tensor in weights_iterator:
+                    loaded[name] = tensor.clone()
+                if fail_reload:
+                    raise RuntimeError("reload failed in the worker")
+
+        worker = BroadcastWorkerExtension()
+        worker.rank, worker.model_runner = 0, Runner()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                route = self.path.split("?")[0]
+                calls.append(route if route != "/collective_rpc" else body["method"])
+                status, out = 200, {}
+                if route == "/collective_rpc":
+                    try:
+                        out = {"results": [getattr(worker, body["method"])(*body.get("args", []))]}
+                    except Exception as exc:  # noqa: BLE001 - reported as vLLM does, HTTP 500
+                        status, out = 500, {"error": {"message": str(exc)}}
+                data = json.dumps(out).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _buckets() -> list[list[tuple[str, torch.Tensor]]]:
+    g = torch.Generator().manual_seed(0)
+    return [[("model.embed_tokens.weight", torch.randn(50, 8, generator=g).to(torch.bfloat16)),
+             ("model.norm.weight", torch.randn(8, generator=g).to(torch.bfloat16))],
+            [("model.layers.0.mlp.experts.3.up_proj.weight", torch.randn(4, 8, generator=g))]]
+
+
+def _sync(stand_in: _StandIn, backend: str = "gloo"):
+    from qwen_swe.inference.broadcast import BroadcastSync
+    from qwen_swe.inference.client import InferenceClient
+
+    return BroadcastSync(InferenceClient(stand_in.url, timeout=30), host="127.0.0.1", port=0, backend=backend,
+                         timeout=60)
+
+
+def _check_sequence(backend: str) -> None:
+    stand_in = _StandIn()
+    sync = _sync(stand_in, backend)
+    try:
+        sent = _buckets()
+        metrics = sync.push(iter(sent), 1)
+        sync.push(iter(sent), 2)
+        sync.close()
+    finally:
+        stand_in.close()
+    assert stand_in.calls == ["qwen_swe_join",  # the group is formed once, then each sync is paused around
+                              "/pause", "qwen_swe_receive", "/reset_prefix_cache", "/resume",
+                              "/pause", "qwen_swe_receive", "/reset_prefix_cache", "/resume", "qwen_swe_leave"]
+    want = dict(t for bucket in sent for t in bucket)
+    assert stand_in.loaded.keys() == want.keys()
+    assert all(stand_in.loaded[k].dtype == v.dtype and torch.equal(stand_in.loaded[k].cpu(), v) for k, v in want.items())
+    assert metrics["sync/broadcast_buckets"] == 2
+    assert sync.client.weight_version.version == 2
+
+
+def test_call_sequence_and_bytes_against_a_loopback_stand_in():
+    _check_sequence("gloo")
+
+
+@pytest.mark.gpu
+def test_call_sequence_over_nccl_against_a_loopback_stand_in():
+    _check_sequence("nccl")
+
+
+def test_a_failed_reload_still_resumes_the_server_and_names_the_step():
+    from qwen_swe.errors import WeightSyncError
+
+    stand_in = _StandIn(fail_reload=True)
+    try:
+        with pytest.raises(WeightSyncError, match="qwen_swe_receive"):
+            _sync(stand_in).push(iter(_buckets()), 1)
+    finally:
+        stand_in.close()
+    assert stand_in.calls[-1] == "/resume"
+
+
+def test_a_trainer_side_failure_ends_the_stream_and_resumes():
+    stand_in = _StandIn()
+
+    def broken():
+        yield _buckets()[0]
+        raise RuntimeError("gather failed")
+
+    try:
+        with pytest.raises(RuntimeError, match="gather failed"):
+            _sync(stand_in).push(broken(), 1)
+    finally:
+        stand_in.close()
+    assert stand_in.calls[-2:] == ["qwen_swe_receive", "/resume"]  # the end mark freed the worker; no cache reset
+    assert "model.embed_tokens.weight" in stand_in.loaded
+
+
+def test_fused_experts_go_out_under_per_expert_names():
+    from qwen_swe.train.streaming import hf_tensors
+
+    full = torch.arange(2 * 6 * 3, dtype=torch.float32).view(2, 6, 3)  # [E, 2I, H]
+    out = dict(hf_tensors("model.layers.1.mlp.experts.gate_up_proj", full))
+    assert torch.equal(out["model.layers.1.mlp.experts.1.gate_proj.weight"], full[1, :3])
+    assert torch.equal(out["model.layers.1.mlp.experts.1.up_proj.weight"], full[1, 3:])
+    down = dict(hf_tensors("model.layers.1.mlp.experts.down_proj", full))
+    assert list(down) == [f"model.layers.1.mlp.experts.{e}.down_proj.weight" for e in range(2)]
+
+
+def _publish_worker(out: Path) -> None:
+    """torchrun worker: the trainer's ``publish`` on 2 gloo ranks into the stand-in (rank 0 hosts it)."""
+    import torch.distributed as dist
+
+    from qwen_swe.config.settings import Settings
+    from qwen_swe.train.policy import build_policy, full_state_dict
+    from qwen_swe.train.trainer import WeightExporter, publish
+    from tests.tiny_model import tiny_model_dir
+
+    dist.init_process_group("gloo")
+    rank, model = dist.get_rank(), str(tiny_model_dir())
+    settings = Settings.build(vllm_url="http://127.0.0.1:9", model=model, output_dir=out, weight_sync="broadcast",
+                              broadcast_bucket_mb=4)
+    policy = build_policy(model, device=torch.device("cpu"))
+    stand_in = _StandIn() if rank == 0 else None
+
+    class Driver:  # the rollout driver's sync side, as RolloutDriver does it
+        sync = _sync(stand_in) if rank == 0 else None
+
+        def sync_weights(self, weights, version):
+            self.metrics = self.sync.push(weights, version)
+
+    driver = Driver() if rank == 0 else None
+    publish(settings, driver, policy, WeightExporter(out, model, policy), 1)
+    sd = full_state_dict(policy)
+    if rank == 0:
+        stand_in.close()
+        want = {k: v.to(torch.bfloat16) for k, v in sd.items() if k != "lm_head.weight"}  # tied to the embedding
+        got = stand_in.loaded
+        (out / "publish.json").write_text(json.dumps({
+            "calls": stand_in.calls, "keys_equal": sorted(got) == sorted(want),
+            "values_equal": all(torch.equal(got[k], want[k]) for k in want if k in got),
+            "buckets": driver.metrics["sync/broadcast_buckets"], "folders": sorted(p.name for p in out.glob("weights/*"))}))
+    dist.destroy_process_group()
+
+
+def test_trainer_publish_streams_every_weight_from_two_ranks(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "tests.integration.test_broadcast_sync", "publish", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    r = json.loads((tmp_path / "publish.json").read_text())
+    assert r["calls"] == ["qwen_swe_join", "/pause", "qwen_swe_receive", "/reset_prefix_cache", "/resume"]
+    assert r["keys_equal"] and r["values_equal"]
+    assert r["buckets"] == 2 and r["folders"] == []  # the 19 MB embedding, then the rest; nothing on disk
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "publish":
+        _publish_worker(Path(sys.argv[2]))
+    else:
+        _worker(sys.argv[1], Path(sys.argv[2]))
