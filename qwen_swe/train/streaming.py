@@ -16,7 +16,6 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from qwen_swe.errors import TrainerError
 from qwen_swe.train.loading import checkpoint_name
 
 Bucket = list[tuple[str, Tensor]]
@@ -36,15 +35,26 @@ def hf_tensors(name: str, full: Tensor) -> list[tuple[str, Tensor]]:
 
 
 def weight_buckets(policy: nn.Module, bucket_bytes: int, dtype: torch.dtype) -> Iterator[Bucket]:
-    """Collective generator: buckets of ``(checkpoint name, tensor)`` on rank 0; drain it on every rank."""
-    if any(".lora_A." in n for n, _ in policy.named_parameters()):
-        raise TrainerError("WEIGHT_SYNC=broadcast does not stream LoRA adapters yet; use WEIGHT_SYNC=path with "
-                           "LORA_RANK > 0")
+    """Collective generator: buckets of ``(checkpoint name, tensor)`` on rank 0; drain it on every rank.
+
+    With LoRA only the adapted layers change (everything else is frozen, and the server already has it), so only
+    those go out, merged as the disk export merges them (``W + alpha/r * B @ A``).
+    """
+    params = dict(policy.named_parameters())
+    scaling = _lora_scaling(policy) if any(".lora_A." in n for n in params) else None
     rank0 = dist.get_rank() == 0
     bucket: Bucket = []
     size = 0
-    for pname, param in policy.named_parameters():
-        full = param.full_tensor() if hasattr(param, "full_tensor") else param
+    for pname, param in params.items():
+        if scaling is None:
+            full = _gather(param)
+        else:
+            prefix = pname.split(".base_layer.")[0]
+            a, b = params.get(f"{prefix}.lora_A.default.weight"), params.get(f"{prefix}.lora_B.default.weight")
+            if ".base_layer." not in pname or not pname.endswith(".weight") or a is None or b is None:
+                continue  # frozen and unchanged
+            full, fa, fb = _gather(param), _gather(a), _gather(b)
+            full = full + scaling * (fb.float() @ fa.float()).to(full.dtype)
         if not rank0:
             continue
         for name, tensor in hf_tensors(checkpoint_name(pname), full.detach()):
@@ -56,3 +66,13 @@ def weight_buckets(policy: nn.Module, bucket_bytes: int, dtype: torch.dtype) -> 
             bucket, size = [], 0
     if rank0 and bucket:
         yield bucket
+
+
+def _gather(param: Tensor) -> Tensor:
+    return param.full_tensor() if hasattr(param, "full_tensor") else param
+
+
+def _lora_scaling(policy: nn.Module) -> float:
+    lm = getattr(policy, "lm", policy)
+    cfg = lm.peft_config["default"]
+    return cfg.lora_alpha / cfg.r

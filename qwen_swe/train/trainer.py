@@ -222,15 +222,13 @@ class WeightExporter:
 def publish(settings: Settings, driver: RolloutDriver | None, policy: PolicyModel, exporter: WeightExporter,
             version: int) -> None:
     """Collective: make the server serve weight ``version``. By default through an HF folder (path reload, Modal);
-    with WEIGHT_SYNC=broadcast streamed into the server's workers bucket by bucket, nothing written."""
+    with WEIGHT_SYNC=broadcast streamed into the server's workers bucket by bucket, nothing written (with LoRA,
+    only the adapted layers, merged)."""
     inf = settings.inference
     if inf.sync_mode != "broadcast":
         folder = exporter.export(version)
         on_rank0(lambda: driver.sync_weights(folder, version), f"driver.sync_weights v{version}")
         return
-    if settings.train.lora_rank > 0:  # checked on every rank, before any collective
-        raise TrainerError("WEIGHT_SYNC=broadcast does not stream LoRA adapters yet; use WEIGHT_SYNC=path with "
-                           "LORA_RANK > 0")
     stream = weight_buckets(policy, inf.broadcast_bucket_mb << 20, getattr(torch, inf.broadcast_dtype))
     if dist.get_rank() != 0:
         for _ in stream:  # this rank's part of every gather

@@ -31,7 +31,7 @@ def _probe(client, model: str) -> tuple[list[int], list[float]]:
     return choice["token_ids"], choice["logprobs"]["token_logprobs"]
 
 
-def _worker(url: str, out: Path) -> None:
+def _worker(url: str, out: Path, lora: int = 0) -> None:
     import torch.distributed as dist
 
     from qwen_swe.inference.broadcast import BroadcastSync
@@ -41,11 +41,14 @@ def _worker(url: str, out: Path) -> None:
 
     dist.init_process_group("gloo")
     rank, model = dist.get_rank(), str(embedded_model_dir())
-    policy = build_policy(model, device=torch.device("cpu"), weight_loading="meta")
-    with torch.no_grad():  # silence every MLP of the first ten layers, on each rank's shard
+    torch.manual_seed(0)
+    policy = build_policy(model, device=torch.device("cpu"), weight_loading="meta", lora_rank=lora)
+    with torch.no_grad():
         for name, p in policy.named_parameters():
-            if "down_proj" in name and int(name.split("layers.")[1].split(".")[0]) < 10:
-                p.to_local().zero_()
+            if lora and ".lora_B." in name:  # a trained adapter
+                p.to_local().normal_(std=0.05)
+            elif not lora and "down_proj" in name and int(name.split("layers.")[1].split(".")[0]) < 10:
+                p.to_local().zero_()  # silence every MLP of the first ten layers, on each rank's shard
     client = InferenceClient(url, timeout=300) if rank == 0 else None
     served = client.models()[0] if client else None
     result: dict = {}
@@ -68,7 +71,7 @@ def _worker(url: str, out: Path) -> None:
         sync.connect()
     dist.barrier()
     t0 = time.monotonic()
-    stream = weight_buckets(policy, 64 << 20, torch.bfloat16)
+    stream = weight_buckets(policy, 64 << 20, torch.bfloat16)  # what trainer.publish streams
     if rank == 0:
         result["metrics"] = sync.push(stream, 2)
         result["broadcast_seconds"] = time.monotonic() - t0
@@ -85,10 +88,11 @@ def _worker(url: str, out: Path) -> None:
     dist.destroy_process_group()
 
 
-def run_against(url: str, out: Path) -> dict:
+def run_against(url: str, out: Path, lora: int = 0) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "tests.integration.test_broadcast_sync", url, str(out)]
+           "-m", "tests.integration.test_broadcast_sync", url, str(out), str(lora)]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
     if proc.returncode != 0 or not (out / "result.json").exists():
         raise RuntimeError(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
@@ -105,12 +109,16 @@ def test_broadcast_serves_exactly_what_the_disk_reload_serves(tmp_path):
 
     settings = config.load_settings([], env={"WEIGHT_SYNC": "broadcast"})
     with embedded_server(settings, log_dir=tmp_path / "logs") as url:  # our own server: it needs the extension
-        r = run_against(url, tmp_path)
-    assert r["disk"] != r["before"] and r["restored"] == r["before"]  # the change is visible, and reversible
-    assert r["broadcast"] == r["disk"]  # same token ids and logprobs as the disk path, to the last bit
-    assert r["after_restore"] == r["before"]
-    assert r["version"] == 3 and r["metrics"]["sync/broadcast_buckets"] >= 2
-    assert r["metrics"]["sync/broadcast_bytes"] == 134_515_008 * 2  # every parameter once, in bf16
+        full = run_against(url, tmp_path / "full")
+        lora = run_against(url, tmp_path / "lora", lora=4)
+    for r in (full, lora):
+        assert r["disk"] != r["before"] and r["restored"] == r["before"]  # the change is visible, and reversible
+        assert r["broadcast"] == r["disk"]  # same token ids and logprobs as the disk path, to the last bit
+        assert r["after_restore"] == r["before"]
+        assert r["version"] == 3 and r["metrics"]["sync/broadcast_buckets"] >= 2
+    assert full["metrics"]["sync/broadcast_bytes"] == 134_515_008 * 2  # every parameter once, in bf16
+    # LoRA: only the adapted linears (30 layers x 3,538,944 weights), not the embedding or the norms
+    assert lora["metrics"]["sync/broadcast_bytes"] == 30 * 3_538_944 * 2
 
 
 # --- the same call sequence against a loopback stand-in of the server -------------------------------------------
@@ -250,7 +258,7 @@ def test_fused_experts_go_out_under_per_expert_names():
     assert list(down) == [f"model.layers.1.mlp.experts.{e}.down_proj.weight" for e in range(2)]
 
 
-def _publish_worker(out: Path) -> None:
+def _publish_worker(out: Path, lora: int) -> None:
     """torchrun worker: the trainer's ``publish`` on 2 gloo ranks into the stand-in (rank 0 hosts it)."""
     import torch.distributed as dist
 
@@ -262,8 +270,14 @@ def _publish_worker(out: Path) -> None:
     dist.init_process_group("gloo")
     rank, model = dist.get_rank(), str(tiny_model_dir())
     settings = Settings.build(vllm_url="http://127.0.0.1:9", model=model, output_dir=out, weight_sync="broadcast",
-                              broadcast_bucket_mb=4)
-    policy = build_policy(model, device=torch.device("cpu"))
+                              broadcast_bucket_mb=4, lora_rank=lora)
+    torch.manual_seed(0)
+    policy = build_policy(model, device=torch.device("cpu"), lora_rank=lora)
+    if lora:
+        with torch.no_grad():  # a trained adapter: B is not zero
+            for name, p in policy.named_parameters():
+                if ".lora_B." in name:
+                    p.to_local().normal_()
     stand_in = _StandIn() if rank == 0 else None
 
     class Driver:  # the rollout driver's sync side, as RolloutDriver does it
@@ -277,29 +291,47 @@ def _publish_worker(out: Path) -> None:
     sd = full_state_dict(policy)
     if rank == 0:
         stand_in.close()
+        from safetensors.torch import load_file
+
+        base = load_file(str(Path(model) / "model.safetensors"))  # the weights before the adapter
         want = {k: v.to(torch.bfloat16) for k, v in sd.items() if k != "lm_head.weight"}  # tied to the embedding
+        if lora:  # only the adapted linears change; the frozen rest is not sent
+            want = {k: v for k, v in want.items() if k.endswith("proj.weight")}
         got = stand_in.loaded
         (out / "publish.json").write_text(json.dumps({
             "calls": stand_in.calls, "keys_equal": sorted(got) == sorted(want),
             "values_equal": all(torch.equal(got[k], want[k]) for k in want if k in got),
-            "buckets": driver.metrics["sync/broadcast_buckets"], "folders": sorted(p.name for p in out.glob("weights/*"))}))
+            "buckets": driver.metrics["sync/broadcast_buckets"], "folders": sorted(p.name for p in out.glob("weights/*")),
+            "sent": len(got), "bytes": driver.metrics["sync/broadcast_bytes"],
+            "changed_by_lora": sum(not torch.equal(got[k], v.to(torch.bfloat16)) for k, v in base.items() if k in got)}))
     dist.destroy_process_group()
 
 
-def test_trainer_publish_streams_every_weight_from_two_ranks(tmp_path):
+def _publish(out: Path, lora: int = 0) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "tests.integration.test_broadcast_sync", "publish", str(tmp_path)]
+           "-m", "tests.integration.test_broadcast_sync", "publish", str(out), str(lora)]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-6000:]
-    r = json.loads((tmp_path / "publish.json").read_text())
+    r = json.loads((out / "publish.json").read_text())
     assert r["calls"] == ["qwen_swe_join", "/pause", "qwen_swe_receive", "/reset_prefix_cache", "/resume"]
-    assert r["keys_equal"] and r["values_equal"]
-    assert r["buckets"] == 2 and r["folders"] == []  # the 19 MB embedding, then the rest; nothing on disk
+    assert r["keys_equal"] and r["values_equal"] and r["folders"] == []  # what the disk export holds; no disk
+    return r
+
+
+def test_trainer_publish_streams_every_weight_from_two_ranks(tmp_path):
+    r = _publish(tmp_path)
+    assert r["buckets"] == 2 and r["changed_by_lora"] == 0  # the 19 MB embedding, then the rest
+
+
+def test_trainer_publish_with_lora_sends_only_the_adapted_layers_merged(tmp_path):
+    r = _publish(tmp_path, lora=4)
+    assert r["sent"] == 2 * 7  # q, k, v, o, gate, up, down of both layers: no embedding, no norms
+    assert r["changed_by_lora"] == r["sent"]  # each went out with its adapter folded in
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "publish":
-        _publish_worker(Path(sys.argv[2]))
+        _publish_worker(Path(sys.argv[2]), int(sys.argv[3]))
     else:
-        _worker(sys.argv[1], Path(sys.argv[2]))
+        _worker(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]))
