@@ -16,10 +16,12 @@ repository on its PYTHONPATH (the launcher adds both when WEIGHT_SYNC=broadcast)
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
-from typing import Any, Callable, Iterable
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -29,6 +31,28 @@ from qwen_swe.inference.client import InferenceClient
 
 Bucket = list[tuple[str, torch.Tensor]]
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+
+
+def folder_buckets(folder: Path, bucket_bytes: int, dtype: torch.dtype) -> Iterator[Bucket]:
+    """The tensors of an HF safetensors folder in buckets, one tensor read at a time."""
+    from safetensors import safe_open
+
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise WeightSyncError(f"{folder} has no safetensors files to broadcast")
+    bucket: Bucket = []
+    size = 0
+    for file in files:
+        with safe_open(str(file), framework="pt") as fh:
+            for name in fh.keys():
+                tensor = fh.get_tensor(name).to(dtype)
+                bucket.append((name, tensor))
+                size += tensor.numel() * tensor.element_size()
+                if size >= bucket_bytes:
+                    yield bucket
+                    bucket, size = [], 0
+    if bucket:
+        yield bucket
 
 
 def free_port(host: str) -> int:
@@ -64,11 +88,11 @@ class BroadcastSync:
     """``WeightSync`` whose weights are buckets of named tensors (``train.streaming.weight_buckets`` on rank 0)."""
 
     def __init__(self, client: InferenceClient, *, host: str, port: int, workers: int = 1, backend: str = "gloo",
-                 timeout: float = 600.0) -> None:
+                 timeout: float = 600.0, bucket_bytes: int = 256 << 20, dtype: torch.dtype = torch.bfloat16) -> None:
         if backend == "nccl" and not torch.cuda.is_available():
             raise WeightSyncError("WEIGHT_SYNC=broadcast over NCCL needs a GPU on the trainer; on CPU it uses gloo")
         self.client, self.host, self.port, self.workers = client, host, port, workers
-        self.backend, self.timeout = backend, timeout
+        self.backend, self.timeout, self.bucket_bytes, self.dtype = backend, timeout, bucket_bytes, dtype
         self.group: Any = None
 
     def _rpc(self, method: str, arg: str | None) -> Any:
@@ -92,8 +116,12 @@ class BroadcastSync:
         call.outcome(self.timeout, f"qwen_swe_join at {self.client.root} (is the server started with the worker "
                                    "extension, see qwen_swe/inference/broadcast.py?)")
 
-    def push(self, weights: Iterable[Bucket], version: int) -> dict[str, float]:
+    def push(self, weights: Iterable[Bucket] | str | os.PathLike[str], version: int) -> dict[str, float]:
+        """Serve ``weights`` (buckets, or an HF folder on this machine, e.g. slime's converted checkpoint, read
+        bucket by bucket) as weight ``version``."""
         t0 = time.monotonic()
+        if isinstance(weights, (str, os.PathLike)):
+            weights = folder_buckets(Path(weights), self.bucket_bytes, self.dtype)
         self.connect()
         sent = {"buckets": 0, "bytes": 0}
         self.client.update_paused(lambda: self._stream(weights, sent), f"broadcast v{version}")

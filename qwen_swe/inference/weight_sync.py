@@ -6,7 +6,9 @@
   then call the deployed app's ``Server.reload`` (a Modal function call, not a web request).
 - ``BroadcastSync`` (``broadcast.py``): no folder at all; the trainer streams the weights bucket by bucket into the
   vLLM workers over a process group set up with them (gloo on CPU, NCCL on GPUs). Its ``push`` takes the buckets
-  (``train.streaming.weight_buckets``) where the others take a folder; path reload stays the fallback.
+  (``train.streaming.weight_buckets``) where the others take a folder, or a local folder (slime's converted
+  checkpoint), which it reads bucket by bucket, so the server needs no access to our disk; path reload stays the
+  fallback.
 - slime's checkpoints are converted to an HF folder first (``backends/slime/weights.py``) and then pushed through
   one of these.
 
@@ -69,7 +71,8 @@ def make_weight_sync(settings: InferenceSettings, client: InferenceClient) -> We
 
         return BroadcastSync(client, host=settings.broadcast_host, port=settings.broadcast_port, workers=settings.tp,
                              backend="nccl" if torch.cuda.is_available() else "gloo",
-                             timeout=settings.request_timeout)
+                             timeout=settings.request_timeout, bucket_bytes=settings.broadcast_bucket_mb << 20,
+                             dtype=getattr(torch, settings.broadcast_dtype))
     return ModalVolume() if settings.sync_mode == "modal" else PathReload(client)
 
 

@@ -247,6 +247,22 @@ def test_a_trainer_side_failure_ends_the_stream_and_resumes():
     assert "model.embed_tokens.weight" in stand_in.loaded
 
 
+def test_a_folder_is_broadcast_from_its_files(tmp_path):
+    """slime's converted checkpoints (and any HF folder) go out the same way, read one tensor at a time."""
+    from safetensors.torch import save_file
+
+    tensors = {"a.weight": torch.randn(64, 64), "b.weight": torch.randn(3)}
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    stand_in = _StandIn()
+    try:
+        sync = _sync(stand_in)
+        sync.bucket_bytes = 1  # one tensor per bucket
+        assert sync.push(tmp_path, 1)["sync/broadcast_buckets"] == 2
+    finally:
+        stand_in.close()
+    assert all(torch.equal(stand_in.loaded[k], v.to(torch.bfloat16)) for k, v in tensors.items())
+
+
 def test_fused_experts_go_out_under_per_expert_names():
     from qwen_swe.train.streaming import hf_tensors
 
