@@ -346,6 +346,65 @@ def test_trainer_publish_with_lora_sends_only_the_adapted_layers_merged(tmp_path
     assert r["changed_by_lora"] == r["sent"]  # each went out with its adapter folded in
 
 
+# --- the whole trainer with WEIGHT_SYNC=broadcast ---------------------------------------------------------------
+
+def make_broadcast_driver(settings):
+    """The trainer tests' synthetic driver whose server is the loopback stand-in, fed by broadcast: its rollout
+    log-probs come from exactly the weights the stand-in's worker received."""
+    from tests.integration.test_trainer_fsdp import FakeDriver
+
+    class BroadcastDriver(FakeDriver):
+        def __init__(self, settings) -> None:
+            super().__init__(settings)
+            self.stand_in = _StandIn()
+            self.sync = _sync(self.stand_in)
+
+        def sync_weights(self, weights, version) -> None:
+            self._event(kind="sync", version=version, folder=None)
+            self.sync.push(weights, version)
+            received = {k: v.float() for k, v in self.stand_in.loaded.items()}
+            missing, unexpected = self.model.load_state_dict(received, strict=False)
+            assert not unexpected, unexpected
+
+        def close(self) -> None:
+            self.stand_in.close()
+
+    return BroadcastDriver(settings)
+
+
+def _train_broadcast(out: Path, steps: int) -> None:
+    from qwen_swe.config.settings import Settings
+    from tests.tiny_model import tiny_model_dir
+
+    settings = Settings.build(model=str(tiny_model_dir()), vllm_url="http://127.0.0.1:9", output_dir=out,
+                              num_rollouts=steps, rollout_batch_size=3, n_samples=2, lr=1e-3,
+                              weight_sync="broadcast", broadcast_dtype="float32", broadcast_bucket_mb=1,
+                              weight_loading="meta")
+    path = settings.write(out)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "qwen_swe.train.trainer", "--driver", "tests.integration.test_broadcast_sync:make_broadcast_driver",
+           "--settings", str(path)]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+
+
+def test_trainer_trains_on_the_weights_it_broadcast_and_resumes(tmp_path):
+    out = tmp_path / "run"
+    _train_broadcast(out, steps=2)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["weight_version"] for r in rows] == [1, 2]
+    # step 2 was sampled from what the stand-in received after step 1: exactly the trained policy
+    assert abs(rows[1]["ratio_mean"] - 1) < 1e-5 and rows[1]["approx_kl"] < 1e-6
+    assert not (out / "weights").exists()  # no HF folder on disk
+    _train_broadcast(out, steps=3)  # resume: the checkpoint's weights go out first, then step 3 on them
+    events = [json.loads(line) for line in (out / "driver_events.jsonl").read_text().splitlines()]
+    kinds = [(e["kind"], e.get("version")) for e in events]
+    assert kinds[-4:] == [("load_state", None), ("sync", 2), ("generate", 2), ("sync", 3)]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert abs(rows[-1]["ratio_mean"] - 1) < 1e-5
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "publish":
         _publish_worker(Path(sys.argv[2]), int(sys.argv[3]))
