@@ -93,8 +93,9 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.monotonic()
 
     tasks = work / "tasks"
-    _run([sys.executable, "-m", "qwen_swe.data.generate", "--seed", str(args.seed), "--count", str(args.count),
-          "--out", str(tasks)], {}, work / "generate.log")
+    if not (tasks / "report.json").is_file():  # every phase is skipped when its result is there: a rerun resumes
+        _run([sys.executable, "-m", "qwen_swe.data.generate", "--seed", str(args.seed), "--count", str(args.count),
+              "--out", str(tasks)], {}, work / "generate.log")
     times["generate"] = time.monotonic() - t0
     rng = random.Random(f"bench-{args.seed}")
     train = _rows(tasks / "train.jsonl")
@@ -108,9 +109,10 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
 
     t = time.monotonic()
     common = {**AGENT, "SEED": str(args.seed)}
-    _run([sys.executable, "-m", "qwen_swe.warmstart", "collect", "--out", str(work / "demos")],
-         {**common, "DATASET": str(demo_rows), "OUTPUT_DIR": str(work / "demos"), "REWARD_MODE": "binary",
-          "RUN_ID": "qwen-swe-bench-demos"}, work / "collect.log")
+    if not (work / "demos" / "demos_report.json").is_file():
+        _run([sys.executable, "-m", "qwen_swe.warmstart", "collect", "--out", str(work / "demos")],
+             {**common, "DATASET": str(demo_rows), "OUTPUT_DIR": str(work / "demos"), "REWARD_MODE": "binary",
+              "RUN_ID": "qwen-swe-bench-demos"}, work / "collect.log")
     demos = json.loads((work / "demos" / "demos_report.json").read_text())
     _run(["bash", "examples/qwen_swe/run_grpo.sh"],
          {**common, "TRAIN_MODE": "sft", "SFT_DATA": str(work / "demos" / "demos.jsonl"),

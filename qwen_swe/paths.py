@@ -6,6 +6,7 @@ Defined once here; everything else imports them.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -45,3 +46,24 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+ORIGIN_FILE = "qwen_swe_origin.json"  # written into every exported weight folder: which model it was trained from
+
+
+def base_model_of(model: str) -> str:
+    """The model a trained folder descends from (following ``ORIGIN_FILE`` back), else ``model`` itself.
+
+    A checkpoint's folder is called ``weights/v000003``: its family (and so its tool-call format) is its base's.
+    """
+    seen = set()
+    while model not in seen:
+        seen.add(model)
+        origin = Path(model).expanduser() / ORIGIN_FILE
+        if not origin.is_file():
+            return model
+        try:
+            model = str(json.loads(origin.read_text())["base_model"])
+        except (OSError, ValueError, KeyError):
+            return model
+    return model

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qwen_swe.errors import ConfigError
+from qwen_swe.paths import base_model_of
 
 FORMATS = ("hermes", "qwen3_coder")
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -214,7 +215,7 @@ TOOL_CALL_PARSERS: tuple[tuple[str, str], ...] = (
 
 
 def tool_call_parser_for(model: str) -> str:
-    name = model.lower()
+    name = base_model_of(model).lower()  # a checkpoint folder writes tool calls as its base model does
     for needle, parser in TOOL_CALL_PARSERS:
         if needle in name:
             return parser

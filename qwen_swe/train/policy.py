@@ -15,6 +15,7 @@ Why it looks like this:
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import shutil
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from qwen_swe.errors import TrainerError
+from qwen_swe.paths import ORIGIN_FILE, base_model_of
 from qwen_swe.train import loading
 
 log = logging.getLogger("qwen_swe.policy")
@@ -250,6 +252,7 @@ def save_hf_folder(sd: dict[str, Tensor], folder: Path, model_path: str, tokeniz
     model.save_pretrained(str(tmp), safe_serialization=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(str(tmp))
+    (tmp / ORIGIN_FILE).write_text(json.dumps({"base_model": base_model_of(model_path)}) + "\n")
     shutil.rmtree(folder, ignore_errors=True)
     tmp.rename(folder)
     return folder

@@ -98,3 +98,20 @@ def test_one_sided_z():
     assert z > 2.5 and p < 0.01
     assert one_sided_z(10, 64, 10, 64)[1] == pytest.approx(0.5)
     assert one_sided_z(20, 64, 10, 64)[1] > 0.9
+
+
+def test_a_checkpoint_folder_keeps_its_base_models_tool_call_format(tmp_path):
+    from qwen_swe.errors import ConfigError
+    from qwen_swe.paths import ORIGIN_FILE, base_model_of
+    from qwen_swe.traffic.toolcalls import tool_call_parser_for
+
+    sft, rl = tmp_path / "sft" / "v000008", tmp_path / "rl" / "v000004"
+    for folder, parent in ((sft, "/models/smollm2-135m-instruct"), (rl, str(sft))):
+        folder.mkdir(parents=True)
+        (folder / ORIGIN_FILE).write_text(json.dumps({"base_model": parent}))
+    assert base_model_of(str(rl)) == "/models/smollm2-135m-instruct"
+    assert tool_call_parser_for(str(rl)) == "hermes"
+    (sft / ORIGIN_FILE).write_text(json.dumps({"base_model": str(rl)}))  # a loop ends instead of spinning
+    assert base_model_of(str(rl)) in (str(rl), str(sft))
+    with pytest.raises(ConfigError, match="no tool-call parser"):
+        tool_call_parser_for(str(tmp_path / "unknown" / "v000001"))
