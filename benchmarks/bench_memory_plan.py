@@ -29,7 +29,7 @@ def _status_kb(field: str) -> int:
     return 0
 
 
-def worker(model: str, tokens: int, samples: int, ckpt: bool, out: Path) -> None:
+def worker(model: str, tokens: int, samples: int, ckpt: bool, lora: int, out: Path) -> None:
     import torch
     import torch.distributed as dist
     import torch.distributed.fsdp  # noqa: F401 - loaded before the baseline
@@ -45,9 +45,9 @@ def worker(model: str, tokens: int, samples: int, ckpt: bool, out: Path) -> None
     cpu = torch.device("cpu")
     dist.barrier()
     base = _status_kb("VmRSS")
-    policy = build_policy(model, device=cpu, activation_checkpointing=ckpt, weight_loading="meta")
+    policy = build_policy(model, device=cpu, activation_checkpointing=ckpt, weight_loading="meta", lora_rank=lora)
     built = _status_kb("VmRSS")
-    opt = torch.optim.AdamW(policy.parameters(), lr=1e-6, weight_decay=0.0)
+    opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=1e-6, weight_decay=0.0)
     settings = Settings.build(vllm_url="http://127.0.0.1:9", micro_batch_size=samples)
     rng = random.Random(0)
     prompt = tokens // 4
@@ -70,12 +70,12 @@ def worker(model: str, tokens: int, samples: int, ckpt: bool, out: Path) -> None
     dist.destroy_process_group()
 
 
-def measure(model: str, tokens: int, samples: int, ckpt: bool) -> dict:
+def measure(model: str, tokens: int, samples: int, ckpt: bool, lora: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                "-m", "benchmarks.bench_memory_plan", "--worker", model, str(tokens), str(samples), str(int(ckpt)),
-               str(out)]
+               str(lora), str(out)]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "MALLOC_MMAP_THRESHOLD_": "65536",
                "PYTHONPATH": str(REPO_ROOT)}
         proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800)
@@ -87,7 +87,7 @@ def measure(model: str, tokens: int, samples: int, ckpt: bool) -> dict:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
-        worker(argv[1], int(argv[2]), int(argv[3]), argv[4] == "1", Path(argv[5]))
+        worker(argv[1], int(argv[2]), int(argv[3]), argv[4] == "1", int(argv[5]), Path(argv[6]))
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=512, help="tokens per sample (a quarter is prompt)")
@@ -103,14 +103,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"command: .venv/bin/python -m benchmarks.bench_memory_plan {' '.join(argv)}".rstrip())
     print(f"2 gloo ranks, fp32, micro-batch {args.samples} x {args.tokens} tokens per rank, WEIGHT_LOADING=meta")
     for name, path in models:
-        shape = model_shape(path)
-        for ckpt in (False, True):
-            got = measure(path, args.tokens, args.samples, ckpt)
+        for ckpt, lora in ((False, 0), (True, 0), (False, 16)):
+            shape = model_shape(path, lora_rank=lora)
+            got = measure(path, args.tokens, args.samples, ckpt, lora)
             p = plan(shape, TrainShape(world=2, micro_batch=args.samples, seq_len=args.tokens,
-                                       response_len=args.tokens - got["prompt"], activation_checkpointing=ckpt,
-                                       gpu=False))
+                                       response_len=args.tokens - got["prompt"], lora_rank=lora,
+                                       activation_checkpointing=ckpt, gpu=False))
             mb = 2**20
-            print(f"  {name}, activation checkpointing {'on ' if ckpt else 'off'}: parameters planned "
+            print(f"  {name}, activation checkpointing {'on ' if ckpt else 'off'}, LoRA rank {lora:2d}: parameters planned "
                   f"{p.parameters / mb:6.0f} MB, measured {got['params_mb']:6.0f} MB "
                   f"({p.parameters / mb / got['params_mb']:.2f}x); step peak planned {p.total / mb:6.0f} MB "
                   f"(activations {p.activations / mb:5.0f}), measured {got['peak_mb']:6.0f} MB: "
