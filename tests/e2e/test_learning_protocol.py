@@ -17,6 +17,7 @@ from qwen_swe.paths import embedded_model_dir
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.vllm, pytest.mark.agent]
 
 
+@pytest.mark.timeout(2700)
 def test_small_protocol(tmp_path):
     args = parser().parse_args(["--seed", "5", "--demos", "2", "--sft-steps", "1", "--sft-batch", "2",
                                 "--sft-lr", "1e-4", "--heldout-tasks", "1", "--k", "1", "--rl-steps", "1",
