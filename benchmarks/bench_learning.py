@@ -74,6 +74,23 @@ def one_sided_z(success_a: int, n_a: int, success_b: int, n_b: int) -> tuple[flo
     return z, 0.5 * math.erfc(z / math.sqrt(2))
 
 
+def rollout_fractions(rollouts: Path) -> dict[str, float]:
+    """Of the training rollouts: the fractions that call a tool, that edit a file, that leave a patch, resolved."""
+    rows = [json.loads(line) for f in sorted(rollouts.glob("step_*.jsonl")) for line in f.read_text().splitlines()]
+    rows = [r for r in rows if r.get("status") != "aborted"]
+
+    def calls(r: dict) -> list[str]:
+        messages = (r.get("conversation") or {}).get("messages") or []
+        return [c["function"]["name"] for m in messages if m.get("role") == "assistant"
+                for c in m.get("tool_calls") or []]
+
+    n = max(len(rows), 1)
+    return {"rollouts": len(rows), "tool_call": sum(bool(calls(r)) for r in rows) / n,
+            "edit_call": sum(bool({"edit", "write_file"} & set(calls(r))) for r in rows) / n,
+            "non_empty_patch": sum(bool((r.get("patch") or "").strip()) for r in rows) / n,
+            "resolved": sum(bool(r.get("resolved")) for r in rows) / n}
+
+
 def _evaluate(name: str, model: Path, heldout: Path, k: int, work: Path, seed: int) -> dict[str, Any]:
     out = work / name
     _run(["bash", "examples/qwen_swe/run_eval.sh"],
@@ -149,7 +166,8 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
               "z": z, "p_one_sided": p, "times": times,
               "reward_curve": [s.get("reward_mean") for s in steps],
               "resolve_curve": [s.get("resolve_rate") for s in steps],
-              "updates": sum(not s.get("skipped_update") for s in steps), "end_model": str(end_model)}
+              "updates": sum(not s.get("skipped_update") for s in steps), "end_model": str(end_model),
+              "rollouts": rollout_fractions(rl / "rollouts")}
     (work / "learning.json").write_text(json.dumps(result, indent=1) + "\n")
     _plot(steps, before, after, work / "learning.png")
     _report(result, work)
@@ -189,6 +207,9 @@ def _report(r: dict[str, Any], work: Path) -> None:
     print(f"held-out end:   {rate(r['after'])}")
     print(f"difference {r['difference']:+.3f}, z {r['z']:.2f}, one-sided p {r['p_one_sided']:.4f} "
           f"({r['updates']} of {len(r['reward_curve'])} GRPO steps updated)")
+    f = r["rollouts"]
+    print(f"GRPO rollouts: {f['rollouts']}; a tool call {f['tool_call']:.2f}, an edit {f['edit_call']:.2f}, "
+          f"a non-empty patch {f['non_empty_patch']:.2f}, resolved {f['resolved']:.2f}")
     print("reward curve: " + " ".join(f"{x:+.2f}" if x is not None else "-" for x in r["reward_curve"]))
     print("wall time: " + ", ".join(f"{k} {v:.0f}s" for k, v in r["times"].items()))
     print(f"ratio total / 60-minute budget = {r['times']['total'] / 3600:.2f}; curve: {work / 'learning.png'}")
