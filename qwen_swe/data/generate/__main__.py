@@ -20,8 +20,9 @@ from qwen_swe.data.generate.tasks import Generation, generate, scratch, shipped_
 from qwen_swe.data.taskpack.check import check_all, format_report
 from qwen_swe.data.taskpack.images import ensure_base, ensure_python, ensure_testbed_image
 from qwen_swe.data.taskpack.source import render
-from qwen_swe.errors import SETUP_EXIT_CODE, TaskPackError
+from qwen_swe.errors import SETUP_EXIT_CODE, SandboxError, TaskPackError
 from qwen_swe.paths import cache_home
+from qwen_swe.sandbox.docker import docker_client
 
 
 def default_out(seed: int, count: int) -> Path:
@@ -44,9 +45,10 @@ def write(gen: Generation, out: Path, meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_images(gen: Generation) -> None:
-    from qwen_swe.data.taskpack.__main__ import _client  # late: Docker only when images are built
-
-    client = _client()
+    try:
+        client = docker_client(timeout=600)
+    except SandboxError as exc:
+        raise TaskPackError(str(exc)) from None
     for step in [*ensure_base(client), ensure_python(client)]:
         print(f"{step.action:>7}  {step.seconds:6.1f} s  {step.image}")
     for name, folder in sorted(gen.testbeds.items()):
