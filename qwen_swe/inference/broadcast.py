@@ -61,6 +61,10 @@ def free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
+class _Stopped(Exception):
+    """The server's receive call ended while a send was still waiting for it."""
+
+
 class _Call(threading.Thread):
     """One blocking RPC to the server, run beside the broadcast it waits for."""
 
@@ -94,6 +98,7 @@ class BroadcastSync:
         self.client, self.host, self.port, self.workers = client, host, port, workers
         self.backend, self.timeout, self.bucket_bytes, self.dtype = backend, timeout, bucket_bytes, dtype
         self.group: Any = None
+        self._auto_port = port == 0
 
     def _rpc(self, method: str, arg: str | None) -> Any:
         body = {"method": method, "args": [arg] if arg is not None else [], "timeout": self.timeout}
@@ -134,16 +139,39 @@ class BroadcastSync:
         call = _Call(lambda: self._rpc("qwen_swe_receive", None))
         opts = torch.distributed.BroadcastOptions()
         opts.rootRank = 0
+        group = self.group
+
+        def wait(work: Any) -> None:  # a send completes only when the workers take it: watch the RPC meanwhile
+            while not work.is_completed():
+                if not call.is_alive():
+                    raise _Stopped()
+                time.sleep(0.0005)
+            work.wait()
+
         try:
             for bucket in weights:
-                send_manifest(self.group, device, [[n, DTYPE_NAMES[t.dtype], list(t.shape)] for n, t in bucket])
+                send_manifest(group, device, [[n, DTYPE_NAMES[t.dtype], list(t.shape)] for n, t in bucket], wait)
                 flat = torch.cat([t.reshape(-1).view(torch.uint8) for _, t in bucket]).to(device)
-                self.group.broadcast([flat], opts).wait()
+                wait(group.broadcast([flat], opts))
                 sent["buckets"] += 1
                 sent["bytes"] += flat.numel()
+        except _Stopped:  # the workers stopped receiving (an error there); outcome() below reports it
+            pass
         finally:  # the end mark, also after a failure here, so the workers never wait for a bucket that won't come
-            send_manifest(self.group, device, None)
-            call.outcome(self.timeout, "qwen_swe_receive")
+            if call.is_alive():
+                send_manifest(group, device, None, wait)
+            try:
+                call.outcome(self.timeout, "qwen_swe_receive")
+            except WeightSyncError:
+                self._forget()  # the server side failed mid-stream: form a new group next time
+                raise
+
+    def _forget(self) -> None:
+        if self.group is not None:
+            self.group.abort()  # a send may still be pending; destroying the group would wait for it
+        self.group = None
+        if self._auto_port:
+            self.port = 0
 
     def close(self) -> None:
         if self.group is None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -93,12 +93,13 @@ class BroadcastWorkerExtension:
         return "left"
 
 
-def send_manifest(group: Any, device: torch.device, manifest: list[list[Any]] | None) -> None:
+def send_manifest(group: Any, device: torch.device, manifest: list[list[Any]] | None,
+                  wait: Callable[[Any], None] = lambda work: work.wait()) -> None:
     """Rank 0: the next bucket's manifest (length, then JSON bytes); ``None`` is the end mark (length 0)."""
     data = json.dumps(manifest).encode() if manifest is not None else b""
-    group.broadcast([torch.tensor([len(data)], dtype=torch.int64, device=device)], _root0()).wait()
+    wait(group.broadcast([torch.tensor([len(data)], dtype=torch.int64, device=device)], _root0()))
     if data:
-        group.broadcast([torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)], _root0()).wait()
+        wait(group.broadcast([torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)], _root0()))
 
 
 def receive_manifest(group: Any, device: torch.device) -> list[list[Any]] | None:

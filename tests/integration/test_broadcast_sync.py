@@ -127,7 +127,7 @@ class _StandIn:
     """The vLLM routes the sync uses, served over HTTP on loopback, dispatching ``collective_rpc`` to the real
     ``BroadcastWorkerExtension`` whose model runner records what ``reload_weights`` was fed."""
 
-    def __init__(self, fail_reload: bool = False) -> None:
+    def __init__(self, fail_reload: str = "") -> None:
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -139,7 +139,9 @@ class _StandIn:
             def reload_weights(self, weights_iterator, is_checkpoint_format):
                 for name, tensor in weights_iterator:
                     loaded[name] = tensor.clone()
-                if fail_reload:
+                    if fail_reload == "first":
+                        raise RuntimeError("bad tensor in the worker")
+                if fail_reload == "end":
                     raise RuntimeError("reload failed in the worker")
 
         worker = BroadcastWorkerExtension()
@@ -222,13 +224,31 @@ def test_call_sequence_over_nccl_against_a_loopback_stand_in():
 def test_a_failed_reload_still_resumes_the_server_and_names_the_step():
     from qwen_swe.errors import WeightSyncError
 
-    stand_in = _StandIn(fail_reload=True)
+    stand_in = _StandIn(fail_reload="end")
     try:
         with pytest.raises(WeightSyncError, match="qwen_swe_receive"):
             _sync(stand_in).push(iter(_buckets()), 1)
     finally:
         stand_in.close()
     assert stand_in.calls[-1] == "/resume"
+
+
+def test_a_worker_failing_mid_stream_stops_the_sender_and_the_next_sync_rejoins():
+    from qwen_swe.errors import WeightSyncError
+
+    stand_in = _StandIn(fail_reload="first")
+    sync = _sync(stand_in)
+    many = [[(f"w{i}", torch.full((4,), float(i)))] for i in range(50)]
+    try:
+        with pytest.raises(WeightSyncError, match="bad tensor"):
+            sync.push(iter(many), 1)
+        assert sync.group is None  # forgotten: a failed stream leaves the group in an unknown state
+        stand_in.calls.clear()
+        with pytest.raises(WeightSyncError, match="bad tensor"):
+            sync.push(iter(many), 2)
+    finally:
+        stand_in.close()
+    assert stand_in.calls[:2] == ["qwen_swe_join", "/pause"] and stand_in.calls[-1] == "/resume"
 
 
 def test_a_trainer_side_failure_ends_the_stream_and_resumes():
@@ -284,7 +304,7 @@ def _publish_worker(out: Path, lora: int) -> None:
     from tests.tiny_model import tiny_model_dir
 
     dist.init_process_group("gloo")
-    rank, model = dist.get_rank(), str(tiny_model_dir())
+    rank, model = dist.get_rank(), str(tiny_model_dir())  # built by the parent: the ranks only read it
     settings = Settings.build(vllm_url="http://127.0.0.1:9", model=model, output_dir=out, weight_sync="broadcast",
                               broadcast_bucket_mb=4, lora_rank=lora)
     torch.manual_seed(0)
@@ -324,6 +344,9 @@ def _publish_worker(out: Path, lora: int) -> None:
 
 
 def _publish(out: Path, lora: int = 0) -> dict:
+    from tests.tiny_model import tiny_model_dir
+
+    tiny_model_dir()  # once, here: two ranks building it at the same time race on the rename
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "-m", "tests.integration.test_broadcast_sync", "publish", str(out), str(lora)]
