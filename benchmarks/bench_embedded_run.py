@@ -3,7 +3,10 @@
 Reference measured in the same run: the rollout phase (the agents' and graders' own work). The ratio
 wall / rollout says how much the rest of the loop (server start, trainer start, training, sync, checkpoints) adds.
 
-    .venv/bin/python -m benchmarks.bench_embedded_run [--steps 2]
+    .venv/bin/python -m benchmarks.bench_embedded_run [--steps 2] [--run DIR]
+
+It also prints what the rollouts did (the fractions that call a tool, edit, leave a patch, resolve) and the
+fraction of steps whose update was not skipped. ``--run DIR`` reports on a finished run instead of starting one.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.bench_learning import rollout_fractions
 from qwen_swe.paths import REPO_ROOT
 
 TARGET_S = 15 * 60
@@ -25,7 +29,10 @@ TARGET_S = 15 * 60
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--run", type=Path, help="report on this finished run's OUTPUT_DIR instead of starting one")
     args = ap.parse_args()
+    if args.run:
+        return report_attempts(args.run)
     out = Path(tempfile.mkdtemp(prefix="bench_embedded_")) / "run"
     env = {k: v for k, v in os.environ.items() if k not in ("VLLM_URL", "MODEL", "DATASET")}
     env.update(OUTPUT_DIR=str(out), NUM_ROLLOUTS=str(args.steps), RUN_ID="qwen-swe-bench-e2e")
@@ -54,6 +61,16 @@ def main() -> int:
           f"{phases['sync']:.1f} + save {phases['save']:.1f} + start-up and shutdown {rest:.1f}")
     print(f"ratio wall / rollout (reference) = {wall / max(phases['rollout'], 1e-9):.2f}x; "
           f"wall / 15-minute target = {wall / TARGET_S:.2f}")
+    return report_attempts(out)
+
+
+def report_attempts(out: Path) -> int:
+    """What the agent did in the run's rollouts, and how many steps updated the policy."""
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    f = rollout_fractions(out / "rollouts")
+    updated = sum(not s.get("skipped_update", True) for s in steps)
+    print(f"{f['rollouts']} rollouts: call a tool {f['tool_call']:.0%}, edit {f['edit_call']:.0%}, non-empty patch "
+          f"{f['non_empty_patch']:.0%}, resolved {f['resolved']:.0%}; steps with an update {updated}/{len(steps)}")
     return 0
 
 

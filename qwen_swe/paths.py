@@ -24,6 +24,16 @@ def cache_home() -> Path:
     return Path(os.environ.get("QWEN_SWE_HOME") or Path.home() / ".cache" / "qwen_swe")
 
 
+def generated_dir(seed: int, count: int) -> Path:
+    """Where ``python -m qwen_swe.data.generate --seed S --count N`` writes its rows and report by default."""
+    return cache_home() / "generated" / f"seed{seed}-n{count}"
+
+
+def embedded_tasks() -> Path:
+    """The embedded default's dataset: the train split of the generated tasks of seed 0 (setup builds them)."""
+    return generated_dir(0, 1000) / "train.jsonl"
+
+
 def vllm_python() -> Path:
     """The interpreter of the vLLM environment (``VLLM_PYTHON``; default ``.venv-vllm`` set up by scripts/setup)."""
     return Path(os.environ.get("VLLM_PYTHON") or REPO_ROOT / ".venv-vllm" / "bin" / "python")

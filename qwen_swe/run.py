@@ -50,14 +50,15 @@ def run_trainer(settings: Settings) -> int:
 
 
 def ensure_task_images(settings: Settings) -> None:
-    """The embedded default's task images are built here if missing (cached by their inputs' hash)."""
+    """The embedded default's generated tasks and their images, made here if missing (reused by their inputs)."""
     if not (settings.embedded and settings.dataset is None):
         return
-    proc = SUPERVISOR.spawn([sys.executable, "-m", "qwen_swe.data.taskpack", "build"], cwd=REPO_ROOT)
+    cmd = [sys.executable, "-m", "qwen_swe.data.generate", "--seed", "0", "--reuse"]
+    proc = SUPERVISOR.spawn(cmd, cwd=REPO_ROOT)
     try:
         if proc.wait(timeout=3600) != 0:
-            raise TaskPackError(f"building the task images failed (exit {proc.returncode}); run "
-                                "`python -m qwen_swe.data.taskpack build` to see why")
+            raise TaskPackError(f"generating the embedded tasks failed (exit {proc.returncode}); run "
+                                f"`{' '.join(cmd[1:])}` to see why")
     finally:
         SUPERVISOR.stop(proc, grace=settings.stop_timeout)
 
@@ -91,12 +92,13 @@ def run(settings: Settings) -> int:
     settings.write(settings.output_dir)
     log.info("run %s -> %s (%s)", settings.label, settings.output_dir,
              "embedded default" if settings.embedded else settings.inference.vllm_url)
+    if settings.train.train_mode != "sft":  # the warm start trains on recorded demonstrations: no tasks, no server
+        ensure_task_images(settings)
     preflight.check(settings)
     reap(settings.label)  # leftovers of a runner that was killed with SIGKILL
     try:
-        if settings.train.train_mode == "sft":  # the warm start trains on recorded demonstrations: no server
+        if settings.train.train_mode == "sft":
             return run_trainer(settings)
-        ensure_task_images(settings)
         with serving(settings, log_dir=settings.output_dir / "logs") as resolved:
             return run_trainer(resolved)
     finally:

@@ -22,7 +22,7 @@ from qwen_swe.agent.settings import AgentSettings
 from qwen_swe.config.fields import convert, env_name, from_json_value, opt, to_json_value, validate
 from qwen_swe.errors import ConfigError
 from qwen_swe.inference.settings import InferenceSettings
-from qwen_swe.paths import TASK_PACK
+from qwen_swe.paths import embedded_tasks
 from qwen_swe.reward.settings import RewardSettings
 from qwen_swe.rollout.settings import RolloutSettings
 from qwen_swe.sandbox.settings import SandboxSettings
@@ -117,12 +117,12 @@ class Settings:
     # --- derived values ----------------------------------------------------------------------
     @property
     def embedded(self) -> bool:
-        """No server given: run on the embedded CPU server, the local task pack and the tiny model."""
+        """No server given: run on the embedded CPU server, the generated train tasks and the tiny model."""
         return self.inference.embedded
 
     @property
     def dataset_source(self) -> str:
-        return self.dataset or (str(TASK_PACK) if self.embedded else DEFAULT_DATASET)
+        return self.dataset or (str(embedded_tasks()) if self.embedded else DEFAULT_DATASET)
 
     @property
     def model_name(self) -> str:
@@ -194,12 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# The embedded default (no VLLM_URL) is a smoke-scale run of the same code path on 2 CPU cores: a 135M model that
-# only calls tools when forced, short rollouts, and the shaped reward so that advantages are not all zero. Each
-# value applies only where the user set nothing.
+# The embedded default (no VLLM_URL) is a small run of the same code path on 2 CPU cores, on the generated train
+# tasks: a 135M model that only calls tools when forced, up to 4 tool calls of up to 384 tokens each (room for a
+# whole edit call), and the shaped reward, because the binary one gives the base model no signal (every attempt
+# fails; README). Each value applies only where the user set nothing.
 EMBEDDED_PROFILE: dict[str, Any] = {
     "num_rollouts": 2, "rollout_batch_size": 2, "n_samples": 2, "max_turns": 4, "agent_timeout": 240.0,
-    "agent_max_tokens": 192, "tool_choice": "required", "reward_mode": "shaped", "lr": 1e-5,
+    "agent_max_tokens": 384, "tool_choice": "required", "reward_mode": "shaped", "lr": 1e-5,
     "max_response_len": 4096, "max_model_len": 8192, "rollout_concurrency": 4, "boot_concurrency": 2,
     "eval_timeout": 300.0, "image_namespace": "", "shaped_length": 0.2, "shaped_token_budget": 1024,
 }

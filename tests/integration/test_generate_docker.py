@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 
 import pytest
 
@@ -75,3 +76,19 @@ def test_rollout_sandbox_shows_only_the_bug(generated):
     assert head == row["base_commit"]
     assert counts == "1 1", "other task commits or the clean commit are still reachable"
     assert line == mutation.new
+
+
+def test_reuse_skips_a_generation_with_the_same_inputs_and_redoes_a_changed_one(tmp_path, capsys):
+    from qwen_swe.data.generate.__main__ import main
+
+    repo = tmp_path / "textkit"
+    shutil.copytree(REPOS_DIR / "textkit", repo)
+    args = ["--seed", "1", "--count", "2", "--heldout", "0.5", "--repo", str(repo), "--out", str(tmp_path / "out")]
+    assert main(args + ["--reuse"]) == 0  # nothing there yet: generates
+    first = (tmp_path / "out" / "train.jsonl").read_text()
+    assert "generate: reused" not in capsys.readouterr().out
+    assert main(args + ["--reuse"]) == 0
+    assert "generate: reused" in capsys.readouterr().out and (tmp_path / "out" / "train.jsonl").read_text() == first
+    (repo / "textkit" / "slug.py").write_text((repo / "textkit" / "slug.py").read_text() + "\n# changed\n")
+    assert main(args + ["--reuse"]) == 0  # the repository changed: its tasks are made again
+    assert "generate: reused" not in capsys.readouterr().out

@@ -18,7 +18,7 @@ from qwen_swe.config.settings import (
     load_settings,
 )
 from qwen_swe.inference.settings import DEFAULT_MODEL
-from qwen_swe.paths import TASK_PACK, embedded_model_dir
+from qwen_swe.paths import embedded_model_dir, embedded_tasks
 
 SERVER = {"VLLM_URL": "http://127.0.0.1:8000/v1"}
 
@@ -42,7 +42,7 @@ def test_without_a_server_the_embedded_default():
     s = load_settings([], {})
     assert s.embedded and s.inference.vllm_url is None
     assert s.model_name == str(embedded_model_dir()) != DEFAULT_MODEL
-    assert s.dataset_source == str(TASK_PACK)
+    assert s.dataset_source == str(embedded_tasks())  # the generated train split of seed 0
     for name, value in EMBEDDED_PROFILE.items():
         assert s.flat()[name] == value, name
     # the profile only fills what the user left unset

@@ -32,7 +32,7 @@ def test_compact_settings_leave_exactly_four_tools_and_force_tool_calls():
     assert {"agent", "tool_search", "tool_call", "get_goal", "web_fetch", "glob", "todo_write"} <= set(tools["disabled"])
     assert set(tools["core"]) | set(tools["disabled"]) == set(qa.ALL_TOOLS)
     gen = cfg["model"]["generationConfig"]
-    assert gen["samplingParams"]["max_tokens"] == s.agent.agent_max_tokens == 192
+    assert gen["samplingParams"]["max_tokens"] == s.agent.agent_max_tokens == 384
     assert gen["extra_body"] == {"tool_choice": "required"}
     assert gen["contextWindowSize"] == 8192
     assert cfg["skills"]["disabledLevels"] == ["project", "user", "extension", "bundled"]

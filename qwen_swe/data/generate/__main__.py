@@ -9,6 +9,7 @@ FAIL_TO_PASS fails at base_commit, everything passes with the gold patch, the em
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import sys
@@ -21,12 +22,36 @@ from qwen_swe.data.taskpack.check import check_all, format_report
 from qwen_swe.data.taskpack.images import ensure_base, ensure_python, ensure_testbed_image
 from qwen_swe.data.taskpack.source import render
 from qwen_swe.errors import SETUP_EXIT_CODE, SandboxError, TaskPackError
-from qwen_swe.paths import cache_home
+from qwen_swe.paths import PACKAGE_DIR, generated_dir
 from qwen_swe.sandbox.docker import docker_client
 
 
-def default_out(seed: int, count: int) -> Path:
-    return cache_home() / "generated" / f"seed{seed}-n{count}"
+def inputs_digest(repos: Sequence[Path], seed: int, count: int, heldout: float) -> str:
+    """What decides the output: the arguments, the repositories' files and the generator's own code."""
+    h = hashlib.sha256(json.dumps([seed, count, heldout]).encode())
+    sources = sorted((PACKAGE_DIR / "data" / "generate").glob("*.py"))
+    for path in sources + sorted(f for r in repos for f in Path(r).rglob("*") if f.is_file() and _kept(f)):
+        h.update(str(path.name).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _kept(path: Path) -> bool:
+    return "__pycache__" not in path.parts and ".git" not in path.parts and not path.name.endswith(".pyc")
+
+
+def reusable(out: Path, digest: str) -> bool:
+    """An earlier run with the same inputs wrote ``out`` and its images still exist."""
+    try:
+        report = json.loads((out / "report.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if report.get("inputs") != digest or not all((out / f"{s}.jsonl").is_file() for s in ("train", "heldout")):
+        return False
+    try:
+        client = docker_client(timeout=60)
+    except SandboxError as exc:
+        raise TaskPackError(str(exc)) from None
+    return all(client.images.list(name=tag) for tag in report.get("images", {}).values())
 
 
 def write(gen: Generation, out: Path, meta: dict[str, Any]) -> dict[str, Any]:
@@ -67,17 +92,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="output folder (default QWEN_SWE_HOME/generated/...)")
     parser.add_argument("--jobs", type=int, default=2, help="pytest runs at a time")
     parser.add_argument("--no-build", action="store_true", help="write the rows only; build no image")
+    parser.add_argument("--reuse", action="store_true",
+                        help="do nothing when OUT holds the tasks of the same inputs and their images exist")
     parser.add_argument("--check", type=int, default=0, metavar="N",
                         help="prove N tasks of each split through the grader (needs the images)")
     args = parser.parse_args(argv)
     if args.count < 1:
         parser.error("--count must be at least 1")
-    out = args.out or default_out(args.seed, args.count)
+    out = args.out or generated_dir(args.seed, args.count)
     repos = args.repo or shipped_repos()
+    digest = inputs_digest(repos, args.seed, args.count, args.heldout)
     print(f"generate: seed {args.seed}, count {args.count}, held-out fraction {args.heldout}, "
           f"{len(repos)} repositories -> {out}")
     start = time.monotonic()
     try:
+        if args.reuse and not args.check and reusable(out, digest):
+            print(f"generate: reused {out} (same inputs {digest}, images present)")
+            return 0
         with scratch() as tmp:
             gen = generate(repos, args.seed, args.count, args.heldout, Path(tmp), jobs=args.jobs)
             generated = time.monotonic() - start
@@ -85,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 build_images(gen)
         built = time.monotonic() - start - generated
         report = write(gen, out, {"seed": args.seed, "count": args.count, "heldout_fraction": args.heldout,
-                                  "repos": [str(r) for r in repos], "generate_seconds": round(generated, 1),
+                                  "repos": [str(r) for r in repos], "inputs": digest, "generate_seconds": round(generated, 1),
                                   "build_seconds": round(built, 1)})
         print(f"{report['tasks']} tasks ({report['train']} train, {report['heldout']} held-out over "
               f"{len(report['heldout_sites'])} sites) in {generated:.1f} s, images in {built:.1f} s; "
