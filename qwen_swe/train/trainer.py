@@ -216,8 +216,9 @@ class WeightExporter:
             ckpt.check_disk(self.root, self.bytes + ckpt.MARGIN_BYTES)
             self.root.mkdir(parents=True, exist_ok=True)
             save_hf_folder(sd, folder, self.model_path, self.tokenizer)
-            versions = sorted(p for p in self.root.glob("v*") if p.is_dir() and p.name[1:].isdigit())
-            for old in versions[:-KEEP_WEIGHT_VERSIONS]:
+            # never the folder just written: after a resume from an older checkpoint, newer folders may exist
+            versions = sorted(p for p in self.root.glob("v*") if p.is_dir() and p.name[1:].isdigit() and p != folder)
+            for old in versions[:-(KEEP_WEIGHT_VERSIONS - 1)]:
                 shutil.rmtree(old, ignore_errors=True)
             return folder
 
