@@ -20,7 +20,7 @@ from typing import Any
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample, Status
 from qwen_swe.data.source import SWEBenchDataSource, load_instances
-from qwen_swe.errors import ConfigError
+from qwen_swe.errors import ConfigError, TrainerError
 from qwen_swe.evaluate.agent_runs import run_attempts
 from qwen_swe.evaluate.report import build_report
 from qwen_swe.inference.client import InferenceClient
@@ -101,7 +101,7 @@ class RolloutDriver:
         """Draw ``step``'s groups now and start their rollout in the background; ``collect(step)`` returns it."""
         s = self.settings
         if step in self._in_flight:
-            raise RuntimeError(f"the rollout of step {step} was submitted twice")
+            raise TrainerError(f"the rollout of step {step} was submitted twice: collect it first")
         self.engine.set_weight_version(weight_version)
         evaluated = self.evaluate(step) if s.eval_interval and step % s.eval_interval == 0 else {}
         position = self.data_source.state_dict()
