@@ -29,6 +29,7 @@ class DropReason(str, Enum):
     INFERENCE = "inference"
     SAMPLE_TIMEOUT = "sample_timeout"
     ROLLOUT_TIMEOUT = "rollout_timeout"
+    STALE = "stale"  # sampled more than MAX_STALENESS weight versions before the trainer's
 
 
 class QwenSweError(Exception):

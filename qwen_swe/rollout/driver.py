@@ -1,5 +1,11 @@
 """The built-in trainer's rollout side: rank 0 holds a long-lived event loop with the engine and the proxy,
-asks the data source for groups, runs them, dumps them, and serves new weights before the next batch."""
+asks the data source for groups, runs them, dumps them, and serves new weights before the next batch.
+
+Synchronous (``generate``): draw, run, return. Off-policy (``submit`` then ``collect``, MAX_STALENESS >= 1): the
+batch runs in the background on the event loop while the trainer trains on the previous one, and new weights are
+served while it is in flight. The checkpointed data-source position is the one from before the oldest batch still in
+flight was drawn, so a resumed run serves those groups again: exactly the ones not trained on.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +13,14 @@ import asyncio
 import json
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample, Status
 from qwen_swe.data.source import SWEBenchDataSource, load_instances
-from qwen_swe.errors import ConfigError
+from qwen_swe.errors import ConfigError, TrainerError
 from qwen_swe.evaluate.agent_runs import run_attempts
 from qwen_swe.evaluate.report import build_report
 from qwen_swe.inference.client import InferenceClient
@@ -37,6 +44,7 @@ def dump_rollouts(path: Path, groups: list[list[Sample]], dropped: list[Sample])
                 "drop_reason": m.get("drop_reason"), "drop_detail": m.get("drop_detail"),
                 "outcome": m.get("outcome"), "patch": m.get("patch"), "turns": m.get("turns"),
                 "response_length": x.response_length, "weight_version": m.get("weight_version"),
+                "weight_versions": x.weight_versions,
                 "agent_seconds": m.get("agent_seconds"), "grade_seconds": m.get("grade_seconds"),
                 "grade": m.get("grade_details"), "trajectory": m.get("trajectory"),
                 "reward_components": (m.get("grade_details") or {}).get("components"),
@@ -44,6 +52,17 @@ def dump_rollouts(path: Path, groups: list[list[Sample]], dropped: list[Sample])
                 "trained_tokens": sum(x.loss_mask) if x.loss_mask else 0,
                 "conversation": m.get("conversation"),
             }, default=str) + "\n")
+
+
+@dataclass
+class InFlight:
+    """A submitted batch: its groups, the data-source position before they were drawn, its background task."""
+
+    groups: list[list[Sample]]
+    position: dict[str, Any]
+    task: Any  # asyncio.Task on the driver's loop
+    stats: BatchStats
+    started: float
 
 
 class RolloutDriver:
@@ -62,6 +81,8 @@ class RolloutDriver:
         self.weight_sync = ProbedSync(make_weight_sync(settings.inference, self.client), self.client,
                                       self.engine.served_model)
         self.last_sync: dict[str, float] = {}
+        self._in_flight: dict[int, InFlight] = {}  # submitted, not yet collected, oldest first
+        self._evaluated: dict[int, dict[str, float]] = {}
 
     def _call(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
@@ -74,11 +95,43 @@ class RolloutDriver:
         stats, t0 = BatchStats(), time.monotonic()
         with live_progress(stats, f"step {step}"):
             kept = self._call(self.engine.run_groups(groups, stats))
+        return self._finish(step, groups, kept, stats, time.monotonic() - t0, evaluated)
+
+    def submit(self, step: int, weight_version: int) -> None:
+        """Draw ``step``'s groups now and start their rollout in the background; ``collect(step)`` returns it."""
+        s = self.settings
+        if step in self._in_flight:
+            raise TrainerError(f"the rollout of step {step} was submitted twice: collect it first")
+        self.engine.set_weight_version(weight_version)
+        evaluated = self.evaluate(step) if s.eval_interval and step % s.eval_interval == 0 else {}
+        position = self.data_source.state_dict()
+        groups = self.data_source.get_samples(s.rollout_batch_size)
+        stats = BatchStats()
+        task = self._call(_spawn(self.engine.run_groups(groups, stats)))
+        self._in_flight[step] = InFlight(groups, position, task, stats, time.monotonic())
+        self._evaluated[step] = evaluated
+
+    def collect(self, step: int) -> tuple[list[Sample], dict[str, Any]]:
+        """Wait for the batch ``submit(step, ...)`` started; report how much of it ran behind other work."""
+        job, t0 = self._in_flight[step], time.monotonic()
+        with live_progress(job.stats, f"step {step}"):
+            kept = self._call(_wait(job.task))
+        del self._in_flight[step]
+        done = time.monotonic()
+        samples, metrics = self._finish(step, job.groups, kept, job.stats, done - job.started,
+                                        self._evaluated.pop(step, {}))
+        metrics.update({"time/rollout_wait": done - t0, "time/overlap": max(0.0, t0 - job.started),
+                        "async/rollout_seconds": done - job.started})
+        return samples, metrics
+
+    def _finish(self, step: int, groups: list[list[Sample]], kept: list[list[Sample]], stats: BatchStats,
+                seconds: float, evaluated: dict[str, float]) -> tuple[list[Sample], dict[str, Any]]:
+        s = self.settings
         dropped = [x for g in groups for x in g if x.status == Status.ABORTED]
         dump_rollouts(Path(s.output_dir) / "rollouts" / f"step_{step:06d}.jsonl", kept, dropped)
-        metrics = batch_metrics(stats, kept, time.monotonic() - t0)
+        metrics = batch_metrics(stats, kept, seconds)
         metrics.update({f"dropped/{k}": v for k, v in stats.reasons.items()})
-        metrics.update(self.last_sync)  # the sync that happened before this rollout, reported once
+        metrics.update(self.last_sync)  # the sync that happened before this rollout was collected, reported once
         metrics.update(evaluated)
         self.last_sync = {}
         return [x for g in kept for x in g], metrics
@@ -103,6 +156,9 @@ class RolloutDriver:
         self.engine.set_weight_version(version)
 
     def state_dict(self) -> dict[str, Any]:
+        """The position as of the batches collected so far: batches in flight are not trained on yet."""
+        if self._in_flight:
+            return {"data_source": dict(next(iter(self._in_flight.values())).position)}
         return {"data_source": self.data_source.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -110,10 +166,27 @@ class RolloutDriver:
 
     def close(self) -> None:
         try:
+            tasks = [job.task for job in self._in_flight.values()]
+            self._in_flight.clear()
+            self._call(_cancel(tasks))  # their containers are removed on the way out
             self._call(self.engine.stop())
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
+
+
+async def _spawn(coro: Any) -> asyncio.Task:
+    return asyncio.ensure_future(coro)
+
+
+async def _wait(task: asyncio.Task) -> Any:
+    return await task
+
+
+async def _cancel(tasks: list[asyncio.Task]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def make_driver(settings: Settings) -> RolloutDriver:

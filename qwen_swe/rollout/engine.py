@@ -155,7 +155,9 @@ class RolloutEngine:
                                grade_details=_jsonable(grade.details), grade_timings=grade.timings,
                                trajectory=_jsonable(traj.metadata), turns=len(turns),
                                grade_seconds=round(grade_seconds, 3))
-        sample.weight_versions = [str(self.weight_version)]
+        # every version a turn was sampled with (a trajectory may span a sync); metadata keeps the oldest, the start's
+        versions = {int(v) for v in sample.weight_versions} | {int(sample.metadata["weight_version"])}
+        sample.weight_versions = [str(v) for v in sorted(versions)]
         return sample
 
     # --- one batch -----------------------------------------------------------------------------

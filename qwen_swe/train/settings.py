@@ -31,6 +31,9 @@ class TrainSettings:
                               "safetensors files", choices=("full", "meta"))
     save_interval: int = opt(1, "checkpoint every N steps", minimum=1)
     keep_checkpoints: int = opt(3, "checkpoints kept", minimum=1)
+    max_staleness: int = opt(0, "0 = strictly on-policy (each rollout waits for the previous update); N >= 1 = the "
+                             "next N rollouts run while a step trains, and samples more than N weight versions "
+                             "behind the trainer are dropped", minimum=0)
 
     def __post_init__(self) -> None:
         validate(self)

@@ -2,7 +2,10 @@
 
 One step: rank 0 asks the driver for a batch sampled with the current weights, turns rewards into
 group-relative advantages and shares the batch; every rank trains on its share; one optimizer step; the
-new weights go out as an HF folder and into the inference server *before* the next rollout. Every
+new weights go out as an HF folder and into the inference server *before* the next rollout (MAX_STALENESS=0).
+With MAX_STALENESS=N >= 1 the rollouts of the next N steps run in the background while a step trains, new weights
+reach the server while they are in flight, and a sample more than N versions behind the trainer is dropped; the
+rest are trained with the PPO ratio against their rollout log-probs (``Prefetch``, ``drop_stale``). Every
 ``SAVE_INTERVAL`` steps a checkpoint; re-running with the same OUTPUT_DIR resumes from the newest one and
 first puts the resumed weights into the server.
 
@@ -34,12 +37,13 @@ import torch.distributed as dist
 
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample
-from qwen_swe.errors import TrainerError
+from qwen_swe.errors import DropReason, TrainerError
 from qwen_swe.rollout.driver import make_driver
 from qwen_swe.supervise import die_with_parent
 from qwen_swe.train import checkpoint as ckpt
 from qwen_swe.train.grpo import group_advantages, loss_denominator, policy_loss, zero_variance_mask
 from qwen_swe.train.metrics import MetricsLog
+from qwen_swe.train.offpolicy import Prefetch, drop_stale
 from qwen_swe.train.policy import (
     PolicyModel,
     build_policy,
@@ -70,7 +74,7 @@ def prepare_batch(samples: Sequence[Sample], settings: Settings, version: int) -
     """Validate samples, compute advantages per group, drop zero-variance groups; plain dicts + metrics."""
     groups: dict[int, list[Sample]] = {}
     for s in samples:
-        _validate(s, version)
+        _validate(s, version, settings.train.max_staleness)
         groups.setdefault(int(s.group_index), []).append(s)
     items: list[dict] = []
     zero_var = 0
@@ -101,12 +105,13 @@ def prepare_batch(samples: Sequence[Sample], settings: Settings, version: int) -
     return items, metrics
 
 
-def _validate(s: Sample, version: int) -> None:
+def _validate(s: Sample, version: int, max_staleness: int = 0) -> None:
     who = f"sample {s.metadata.get('instance_id', '?')} (group {s.group_index}, index {s.index})"
     got = s.metadata.get("weight_version")
-    if got is None or int(got) != version:
-        raise TrainerError(f"{who} was sampled with weight version {got}, the trainer is at {version}: the "
-                           "driver must stamp metadata['weight_version'] and serve the synced weights")
+    if got is None or not 0 <= version - int(got) <= max_staleness:
+        raise TrainerError(f"{who} was sampled with weight version {got}, the trainer is at {version} "
+                           f"(MAX_STALENESS={max_staleness}): the driver must stamp metadata['weight_version'] "
+                           "and serve the synced weights")
     if s.group_index is None or s.reward is None or isinstance(s.reward, dict):
         raise TrainerError(f"{who} needs group_index and a float reward, got {s.group_index!r}, {s.reward!r}")
     r = s.response_length
@@ -211,8 +216,9 @@ class WeightExporter:
             ckpt.check_disk(self.root, self.bytes + ckpt.MARGIN_BYTES)
             self.root.mkdir(parents=True, exist_ok=True)
             save_hf_folder(sd, folder, self.model_path, self.tokenizer)
-            versions = sorted(p for p in self.root.glob("v*") if p.is_dir() and p.name[1:].isdigit())
-            for old in versions[:-KEEP_WEIGHT_VERSIONS]:
+            # never the folder just written: after a resume from an older checkpoint, newer folders may exist
+            versions = sorted(p for p in self.root.glob("v*") if p.is_dir() and p.name[1:].isdigit() and p != folder)
+            for old in versions[:-(KEEP_WEIGHT_VERSIONS - 1)]:
                 shutil.rmtree(old, ignore_errors=True)
             return folder
 
@@ -309,10 +315,15 @@ def _train(settings: Settings, driver: RolloutDriver | None, model_path: str, de
         settings.write(out)
 
     metrics_log = MetricsLog(out, resume_step=step) if rank == 0 else None
+    pipeline: list[Prefetch] = []  # rank 0's, with MAX_STALENESS >= 1
+    if settings.train.max_staleness:
+        depth, last_step = settings.train.max_staleness, settings.num_rollouts - 1
+        on_rank0(lambda: pipeline.append(Prefetch(driver, depth, step, last_step)), "the rollout pipeline")
+    prefetch = pipeline[0] if pipeline else None
     last: dict = {}
     try:
         while step < settings.num_rollouts:
-            last = _one_step(settings, driver, policy, optimizer, exporter, step, version, device)
+            last = _one_step(settings, driver, policy, optimizer, exporter, step, version, device, prefetch)
             version = int(last["weight_version"])
             step += 1
             if step % settings.train.save_interval == 0 or step == settings.num_rollouts:
@@ -335,20 +346,26 @@ def _train(settings: Settings, driver: RolloutDriver | None, model_path: str, de
 
 def _one_step(settings: Settings, driver: RolloutDriver | None, policy: PolicyModel,
               optimizer: torch.optim.Optimizer, exporter: WeightExporter, step: int, version: int,
-              device: torch.device) -> dict:
+              device: torch.device, prefetch: Prefetch | None = None) -> dict:
     t0 = time.monotonic()
 
     def rollout() -> tuple[list[dict], dict]:
-        samples, driver_metrics = driver.generate(step, version)
+        if prefetch is None:
+            samples, driver_metrics = driver.generate(step, version)
+            lag: dict = {}
+        else:  # the next batches start before this one trains; this one may be older than the weights
+            samples, driver_metrics = prefetch.batch(step, version)
+            samples, lag = drop_stale(samples, version, settings.train.max_staleness)
         items, metrics = prepare_batch(samples, settings, version)
-        numeric = {k: float(v) for k, v in (driver_metrics or {}).items()
+        numeric = {k: float(v) for k, v in {**(driver_metrics or {}), **lag}.items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool)}
         return items, {**numeric, **metrics}
 
     items, metrics = on_rank0(rollout, f"rollout of step {step}")
     t1 = time.monotonic()
     metrics.update(step=step, weight_version=version, skipped_update=True, grad_norm=0.0, loss=0.0,
-                   dropped_samples=metrics.get("rollout/dropped_samples", metrics.get("dropped", 0)))
+                   dropped_samples=metrics.get("rollout/dropped_samples", metrics.get("dropped", 0))
+                   + metrics.get(f"dropped/{DropReason.STALE.value}", 0))
     trainable = bool(items) and any(x["advantage"] != 0.0 and any(x["loss_mask"]) for x in items)
     t2 = t3 = t1
     if trainable:

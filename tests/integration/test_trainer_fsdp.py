@@ -13,8 +13,11 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -44,27 +47,31 @@ class FakeDriver:
     def _event(self, **kw) -> None:
         self.events.parent.mkdir(parents=True, exist_ok=True)
         with self.events.open("a") as fh:
-            fh.write(json.dumps(kw) + "\n")
+            fh.write(json.dumps({**kw, "t": time.time()}) + "\n")
 
     def generate(self, step: int, weight_version: int) -> tuple[list[Sample], dict]:
         self._event(kind="generate", step=step, version=weight_version, position=self.position)
+        out = self._batch(self.position, weight_version, self.model)
+        self.position += self.settings.rollout_batch_size
+        return out, {"rollout/dropped_samples": 1, "rollout/groups_kept": self.settings.rollout_batch_size}
+
+    def _batch(self, position: int, weight_version: int, model) -> list[Sample]:
         s, out = self.settings, []
         for g in range(s.rollout_batch_size):
-            inst = self.position + g
+            inst = position + g
             for i in range(s.n_samples):
                 rng = random.Random(inst * 1000 + i)
                 p, r = rng.randint(4, 9), rng.randint(4, 12)
                 tokens = [rng.randrange(100, 5000) for _ in range(p + r)]
                 reward = -1.0 if self.flat or inst % 3 == 2 else float(i % 2) * 2 - 1
                 with torch.no_grad():
-                    logits = self.model(torch.tensor([tokens])).logits[0].float()
+                    logits = model(torch.tensor([tokens])).logits[0].float()
                 lp = torch.log_softmax(logits, -1)[p - 1:p + r - 1].gather(-1, torch.tensor(tokens[p:])[:, None])
                 out.append(Sample(group_index=inst, index=inst * s.n_samples + i, tokens=tokens, response_length=r,
                                   loss_mask=[0 if j == 1 else 1 for j in range(r)], rollout_log_probs=lp[:, 0].tolist(),
                                   reward=reward, metadata={"instance_id": f"fake-{inst}",
                                                            "weight_version": weight_version, "resolved": reward > 0}))
-        self.position += s.rollout_batch_size
-        return out, {"rollout/dropped_samples": 1, "rollout/groups_kept": s.rollout_batch_size}
+        return out
 
     def sync_weights(self, hf_dir: Path, version: int) -> None:
         self._event(kind="sync", version=version, folder=str(hf_dir))
@@ -78,8 +85,43 @@ class FakeDriver:
         self.position = state["position"]
 
 
+class SleepyDriver(FakeDriver):
+    """MAX_STALENESS >= 1: each batch is made in a background thread that first sleeps (a slow rollout), from the
+    weights served when it was submitted; its checkpointed position is the oldest batch in flight's."""
+
+    SLEEP = 4.0
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.in_flight: dict[int, tuple[int, threading.Thread, list]] = {}
+
+    def submit(self, step: int, weight_version: int) -> None:
+        position, model, box = self.position, self.model, []
+        self.position += self.settings.rollout_batch_size
+        self._event(kind="submit", step=step, version=weight_version, position=position)
+
+        def work() -> None:
+            t0 = time.time()
+            time.sleep(self.SLEEP)
+            box.append(self._batch(position, weight_version, model))
+            self._event(kind="generated", step=step, start=t0)
+
+        thread = threading.Thread(target=work, daemon=True)
+        thread.start()
+        self.in_flight[step] = (position, thread, box)
+
+    def collect(self, step: int) -> tuple[list[Sample], dict]:
+        _, thread, box = self.in_flight.pop(step)
+        thread.join()
+        self._event(kind="collect", step=step)
+        return box[0], {"rollout/groups_kept": self.settings.rollout_batch_size}
+
+    def state_dict(self) -> dict:
+        return {"position": min(p for p, _, _ in self.in_flight.values())} if self.in_flight else super().state_dict()
+
+
 def make_driver(settings: Settings) -> FakeDriver:
-    return FakeDriver(settings)
+    return SleepyDriver(settings) if settings.train.max_staleness else FakeDriver(settings)
 
 
 def _env() -> dict[str, str]:
@@ -159,6 +201,46 @@ def test_resume_restores_state_and_syncs_first(first_run):
     assert rows[2]["approx_kl"] < 1e-8
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_000001", "step_000002", "step_000003"]
     assert sorted(p.name for p in (out / "weights").iterdir()) == ["v000002", "v000003"]
+
+
+@pytest.fixture(scope="module")
+def async_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("trainer_async") / "run"
+    _train(out, str(tiny_model_dir()), steps=3, max_staleness=1)
+    return out
+
+
+def test_off_policy_rollouts_overlap_training_and_record_their_versions(async_run):
+    out = async_run
+    events = _events(out)
+    order = [(e["kind"], e.get("step"), e.get("version")) for e in events if e["kind"] != "generated"]
+    assert order == [("submit", 0, 0), ("collect", 0, None), ("submit", 1, 0), ("sync", None, 1),
+                     ("collect", 1, None), ("submit", 2, 1), ("sync", None, 2), ("collect", 2, None), ("sync", None, 3)]
+    # while step k trained (its batch collected .. its weights synced), batch k+1 was being generated
+    at = {(e["kind"], e.get("step", e.get("version"))): e for e in events}
+    for k in (0, 1):
+        train_start, train_end = at[("collect", k)]["t"], at[("sync", k + 1)]["t"]
+        gen_start, gen_end = at[("generated", k + 1)]["start"], at[("generated", k + 1)]["t"]
+        assert gen_start < train_end and gen_end > train_start, (k, gen_start, gen_end, train_start, train_end)
+    rows = _metrics(out)
+    assert [r["weight_version"] for r in rows] == [1, 2, 3]
+    assert [r["async/staleness_max"] for r in rows] == [0, 1, 1]  # batch k+1 was sampled from v_k, trained at v_k+1
+    assert rows[1]["async/staleness_1"] == 6 and rows[1]["dropped/stale"] == 0
+    assert rows[1]["async/uncorrected_stale_samples"] == 0  # rollout log-probs known: the PPO ratio corrects
+    assert rows[0]["approx_kl"] < 1e-8 and rows[1]["approx_kl"] > 1e-8  # the ratio sees the lag, not 1
+    assert rows[1]["time/rollout"] < SleepyDriver.SLEEP  # waited for less than the rollout took
+
+
+def test_off_policy_resume_serves_the_batch_that_was_in_flight_again(async_run):
+    out = async_run
+    for name in ("step_000002", "step_000003"):  # as if killed after step 1's checkpoint, batch 1 in flight
+        shutil.rmtree(out / "checkpoints" / name)
+    before = len(_events(out))
+    _train(out, str(tiny_model_dir()), steps=2, max_staleness=1)
+    new = [(e["kind"], e.get("step"), e.get("position", e.get("state"))) for e in _events(out)[before:]
+           if e["kind"] in ("load_state", "submit")]
+    assert new == [("load_state", None, {"position": 3}), ("submit", 1, 3)]  # step 1's groups, not step 2's
+    assert [r["step"] for r in _metrics(out)] == [0, 1]
 
 
 def test_checkpoint_round_trip_bit_identical_on_two_ranks(tmp_path):

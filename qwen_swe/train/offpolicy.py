@@ -1,0 +1,75 @@
+"""Off-policy rollouts (MAX_STALENESS >= 1), the slime / prime-rl / AReaL kind: which batches are in flight while a
+step trains, and which samples are too old to train on.
+
+What stays exact: every sample records the oldest weight version its trajectory was sampled with; the PPO ratio
+against its rollout log-probs corrects for the lag where the server reported them (``train_on_batch``); the
+driver's checkpointed data position excludes the batches in flight, so a resume serves them again.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+from qwen_swe.data.sample import Sample, Status
+from qwen_swe.errors import DropReason, TrainerError
+
+
+class AsyncRolloutDriver(Protocol):
+    """MAX_STALENESS >= 1: a batch starts with ``submit`` and runs in the background until ``collect``; its
+    ``state_dict`` is the data position from before the oldest batch still in flight was drawn."""
+
+    def submit(self, step: int, weight_version: int) -> None: ...
+    def collect(self, step: int) -> tuple[list[Sample], dict]: ...
+
+
+class Prefetch:
+    """Rank 0's view of the rollout pipeline: before step k trains, the batches of steps k+1..k+depth are running.
+
+    A batch submitted while the trainer is at version v is trained at a version of at most v + depth: the
+    staleness is bounded by ``depth`` (= MAX_STALENESS) by construction; ``drop_stale`` enforces it anyway.
+    """
+
+    def __init__(self, driver: AsyncRolloutDriver, depth: int, first_step: int, last_step: int) -> None:
+        if not (callable(getattr(driver, "submit", None)) and callable(getattr(driver, "collect", None))):
+            raise TrainerError(f"MAX_STALENESS={depth} needs a driver with submit/collect; "
+                               f"{type(driver).__name__} has none: set MAX_STALENESS=0")
+        self.driver, self.depth, self.next, self.last = driver, depth, first_step, last_step
+
+    def batch(self, step: int, version: int) -> tuple[list[Sample], dict]:
+        if self.next <= step:  # nothing in flight for this step (the first step, or a resume)
+            self.driver.submit(step, version)
+            self.next = step + 1
+        samples, metrics = self.driver.collect(step)
+        while self.next <= min(step + self.depth, self.last):
+            self.driver.submit(self.next, version)
+            self.next += 1
+        return samples, metrics
+
+
+def drop_stale(samples: Sequence[Sample], version: int, max_staleness: int) -> tuple[list[Sample], dict]:
+    """Keep the groups whose every sample is at most ``max_staleness`` versions behind ``version``.
+
+    A sample's version is the oldest its trajectory was sampled with (``metadata['weight_version']``). A group loses
+    all its samples when one is too old: its advantages are relative to the whole group. The staleness of the kept
+    samples goes into the metrics; so do the stale ones without rollout log-probs, for which the PPO ratio is 1
+    (the trainer's own log-probs stand in for the behaviour policy's, and nothing corrects for the lag).
+    """
+    staleness = {id(s): version - int(s.metadata.get("weight_version", version)) for s in samples}
+    stale_groups = {s.group_index for s in samples if staleness[id(s)] > max_staleness}
+    kept, dropped = [], 0
+    for s in samples:
+        if s.group_index in stale_groups:
+            s.status, s.remove_sample = Status.ABORTED, True
+            detail = f"{staleness[id(s)]} versions behind the trainer (MAX_STALENESS={max_staleness})"
+            s.metadata.update(drop_reason=DropReason.STALE.value, drop_detail=detail)
+            dropped += 1
+        else:
+            kept.append(s)
+    values = [staleness[id(s)] for s in kept]
+    metrics: dict[str, float] = {
+        "async/staleness_mean": sum(values) / len(values) if values else 0.0,
+        "async/staleness_max": max(values, default=0), f"dropped/{DropReason.STALE.value}": dropped,
+        "async/uncorrected_stale_samples": sum(staleness[id(s)] > 0 and s.rollout_log_probs is None for s in kept)}
+    for lag in sorted(set(values)):
+        metrics[f"async/staleness_{lag}"] = values.count(lag)
+    return kept, metrics
