@@ -218,7 +218,7 @@ class WeightExporter:
             save_hf_folder(sd, folder, self.model_path, self.tokenizer)
             # never the folder just written: after a resume from an older checkpoint, newer folders may exist
             versions = sorted(p for p in self.root.glob("v*") if p.is_dir() and p.name[1:].isdigit() and p != folder)
-            for old in versions[:-(KEEP_WEIGHT_VERSIONS - 1)]:
+            for old in versions[:max(len(versions) - (KEEP_WEIGHT_VERSIONS - 1), 0)]:
                 shutil.rmtree(old, ignore_errors=True)
             return folder
 
