@@ -127,8 +127,9 @@ class _StandIn:
     """The vLLM routes the sync uses, served over HTTP on loopback, dispatching ``collective_rpc`` to the real
     ``BroadcastWorkerExtension`` whose model runner records what ``reload_weights`` was fed."""
 
-    def __init__(self, fail_reload: str = "") -> None:
+    def __init__(self, fail_reload: str = "", model: Path | None = None) -> None:
         import threading
+        from types import SimpleNamespace
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         from qwen_swe.inference.broadcast_worker import BroadcastWorkerExtension
@@ -146,6 +147,7 @@ class _StandIn:
 
         worker = BroadcastWorkerExtension()
         worker.rank, worker.model_runner = 0, Runner()
+        worker.model_config = SimpleNamespace(model=str(model), dtype=torch.bfloat16)  # what vLLM's worker has
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):
@@ -314,7 +316,7 @@ def _publish_worker(out: Path, lora: int) -> None:
             for name, p in policy.named_parameters():
                 if ".lora_B." in name:
                     p.to_local().normal_()
-    stand_in = _StandIn() if rank == 0 else None
+    stand_in = _StandIn(model=Path(model)) if rank == 0 else None
 
     class Driver:  # the rollout driver's sync side, as RolloutDriver does it
         sync = _sync(stand_in) if rank == 0 else None
@@ -323,8 +325,15 @@ def _publish_worker(out: Path, lora: int) -> None:
             self.metrics = self.sync.push(weights, version)
 
     driver = Driver() if rank == 0 else None
-    publish(settings, driver, policy, WeightExporter(out, model, policy), 1)
+    exporter = WeightExporter(out, model, policy)
+    publish(settings, driver, policy, exporter, 1)
     sd = full_state_dict(policy)
+    named = dict(policy.named_parameters())  # global shapes (DTensor)
+    adapter_bytes = sum(p.numel() * 4 for n, p in named.items() if ".lora_" in n)  # fp32 A and B
+    merged_bytes = sum(named[n.replace(".lora_A.default.", ".base_layer.")].numel() * 2  # the merged layers in bf16
+                       for n in named if ".lora_A." in n)
+    folders = sorted(p.name for p in out.glob("weights/*"))  # before the disk export below: broadcast wrote none
+    disk = exporter.export(2) if lora else None  # the disk path's merge, for comparison
     if rank == 0:
         stand_in.close()
         from safetensors.torch import load_file
@@ -334,11 +343,14 @@ def _publish_worker(out: Path, lora: int) -> None:
         if lora:  # only the adapted linears change; the frozen rest is not sent
             want = {k: v for k, v in want.items() if k.endswith("proj.weight")}
         got = stand_in.loaded
+        served = load_file(str(disk / "model.safetensors")) if disk else {}  # as vLLM casts it: to bf16
         (out / "publish.json").write_text(json.dumps({
             "calls": stand_in.calls, "keys_equal": sorted(got) == sorted(want),
             "values_equal": all(torch.equal(got[k], want[k]) for k in want if k in got),
-            "buckets": driver.metrics["sync/broadcast_buckets"], "folders": sorted(p.name for p in out.glob("weights/*")),
+            "disk_equal": all(torch.equal(got[k], served[k].to(torch.bfloat16)) for k in got) if disk else None,
+            "buckets": driver.metrics["sync/broadcast_buckets"], "folders": folders,
             "sent": len(got), "bytes": driver.metrics["sync/broadcast_bytes"],
+            "adapter_bytes": adapter_bytes, "merged_bytes": merged_bytes,
             "changed_by_lora": sum(not torch.equal(got[k], v.to(torch.bfloat16)) for k, v in base.items() if k in got)}))
     dist.destroy_process_group()
 
@@ -363,10 +375,12 @@ def test_trainer_publish_streams_every_weight_from_two_ranks(tmp_path):
     assert r["buckets"] == 2 and r["changed_by_lora"] == 0  # the 19 MB embedding, then the rest
 
 
-def test_trainer_publish_with_lora_sends_only_the_adapted_layers_merged(tmp_path):
+def test_trainer_publish_with_lora_sends_only_the_adapters_and_the_worker_merges_them(tmp_path):
     r = _publish(tmp_path, lora=4)
-    assert r["sent"] == 2 * 7  # q, k, v, o, gate, up, down of both layers: no embedding, no norms
-    assert r["changed_by_lora"] == r["sent"]  # each went out with its adapter folded in
+    assert r["bytes"] == r["adapter_bytes"] < r["merged_bytes"] / 4  # A and B in fp32, nothing else
+    # the worker's reload was fed the merged layers, as before: q, k, v, o, gate, up, down of both layers
+    assert r["sent"] == 2 * 7 and r["changed_by_lora"] == r["sent"]
+    assert r["disk_equal"]  # bit for bit what the disk export (WeightExporter) serves in bf16
 
 
 # --- the whole trainer with WEIGHT_SYNC=broadcast ---------------------------------------------------------------
