@@ -160,7 +160,10 @@ class BroadcastSync:
             pass
         finally:  # the end mark, also after a failure here, so the workers never wait for a bucket that won't come
             if call.is_alive():
-                send_manifest(group, device, None, wait)
+                try:
+                    send_manifest(group, device, None, wait)
+                except _Stopped:  # the RPC may return (done, or failed) before gloo marks the send complete
+                    pass
             try:
                 call.outcome(self.timeout, "qwen_swe_receive")
             except WeightSyncError:

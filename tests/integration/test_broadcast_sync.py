@@ -285,6 +285,54 @@ def test_a_folder_is_broadcast_from_its_files(tmp_path):
     assert all(torch.equal(stand_in.loaded[k], v.to(torch.bfloat16)) for k, v in tensors.items())
 
 
+def _adapter(module: str, base: torch.Tensor, seed: int):
+    from qwen_swe.inference.broadcast_worker import LoraAdapter
+
+    g = torch.Generator().manual_seed(seed)
+    out, inp = base.shape
+    return LoraAdapter(module, torch.randn(4, inp, generator=g), torch.randn(out, 4, generator=g), 4.0)
+
+
+def test_lora_adapters_are_merged_from_the_base_every_time_no_drift():
+    """Each sync merges into the base weight read from the server's folder, never onto the previous merge."""
+    from safetensors import safe_open
+
+    from tests.tiny_model import tiny_model_dir
+
+    model = tiny_model_dir()
+    names = ["model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj"]
+    with safe_open(str(model / "model.safetensors"), framework="pt") as fh:
+        base = {n: fh.get_tensor(n + ".weight") for n in names}
+    stand_in = _StandIn(model=model)
+    sync = _sync(stand_in)
+    try:
+        for seed in (1, 2):
+            adapters = [_adapter(n, base[n], seed + i) for i, n in enumerate(names)]
+            metrics = sync.push(iter([adapters[:1], adapters[1:]]), seed)
+            for ad in adapters:  # what train.policy.merge_lora writes, in the served dtype
+                want = (base[ad.module] + 4.0 * (ad.b.float() @ ad.a.float())).to(torch.bfloat16)
+                assert torch.equal(stand_in.loaded[ad.module + ".weight"], want)
+            assert metrics["sync/broadcast_bytes"] == sum((a.a.numel() + a.b.numel()) * 4 for a in adapters)
+        sync.close()
+    finally:
+        stand_in.close()
+
+
+def test_a_base_tensor_missing_from_the_server_folder_is_a_clear_error(tmp_path):
+    from safetensors.torch import save_file
+
+    from qwen_swe.errors import WeightSyncError
+
+    save_file({"model.layers.0.self_attn.q_proj.weight": torch.zeros(8, 8)}, str(tmp_path / "model.safetensors"))
+    stand_in = _StandIn(model=tmp_path)
+    try:
+        with pytest.raises(WeightSyncError, match="has no base tensor 'model.layers.0.mlp.up_proj.weight'"):
+            _sync(stand_in).push(iter([[_adapter("model.layers.0.mlp.up_proj", torch.zeros(8, 8), 0)]]), 1)
+    finally:
+        stand_in.close()
+    assert stand_in.loaded == {} and stand_in.calls[-1] == "/resume"  # nothing fed to the reload
+
+
 def test_fused_experts_go_out_under_per_expert_names():
     from qwen_swe.train.streaming import hf_tensors
 
