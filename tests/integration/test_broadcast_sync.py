@@ -79,13 +79,54 @@ def _worker(url: str, out: Path, lora: int = 0) -> None:
         result["version"] = client.weight_version.version
         client.reload_weights(model)  # the server may be shared: leave it as it was
         result["after_restore"] = _probe(client, served)
-        sync.close()
-        (out / "result.json").write_text(json.dumps(result))
     else:
         for _ in stream:
             pass
+    if lora:  # the previous LoRA broadcast, for comparison: the adapted layers merged on the trainer, full size
+        dist.barrier()
+        t0 = time.monotonic()
+        stream = merged_lora_buckets(policy, 64 << 20, torch.bfloat16)
+        if rank == 0:
+            result["merged_metrics"] = sync.push(stream, 3)
+            result["merged_seconds"] = time.monotonic() - t0
+            result["merged"] = _probe(client, served)
+            client.reload_weights(model)
+        else:
+            for _ in stream:
+                pass
+    if rank == 0:
+        sync.close()
+        (out / "result.json").write_text(json.dumps(result))
     dist.barrier()
     dist.destroy_process_group()
+
+
+def merged_lora_buckets(policy, bucket_bytes: int, dtype: torch.dtype):
+    """Collective: the adapted layers merged on the trainer (``W + alpha/r * B @ A``), as broadcast sent them before
+    the server merged adapters itself; kept for the benchmark's comparison."""
+    import torch.distributed as dist
+
+    from qwen_swe.train.loading import checkpoint_name
+    from qwen_swe.train.streaming import _gather, _lora_scaling
+
+    params, scaling = dict(policy.named_parameters()), _lora_scaling(policy)
+    bucket, size = [], 0
+    for pname, param in params.items():
+        prefix = pname.split(".base_layer.")[0]
+        a, b = params.get(f"{prefix}.lora_A.default.weight"), params.get(f"{prefix}.lora_B.default.weight")
+        if ".base_layer." not in pname or a is None or b is None:
+            continue
+        full, fa, fb = _gather(param), _gather(a), _gather(b)
+        if dist.get_rank() != 0:
+            continue
+        full = (full + scaling * (fb.float() @ fa.float())).to(dtype).contiguous()
+        bucket.append((checkpoint_name(pname), full))
+        size += full.numel() * full.element_size()
+        if size >= bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+    if bucket:
+        yield bucket
 
 
 def run_against(url: str, out: Path, lora: int = 0) -> dict:
@@ -115,10 +156,14 @@ def test_broadcast_serves_exactly_what_the_disk_reload_serves(tmp_path):
         assert r["disk"] != r["before"] and r["restored"] == r["before"]  # the change is visible, and reversible
         assert r["broadcast"] == r["disk"]  # same token ids and logprobs as the disk path, to the last bit
         assert r["after_restore"] == r["before"]
-        assert r["version"] == 3 and r["metrics"]["sync/broadcast_buckets"] >= 2
+        assert r["version"] == 3
+    assert full["metrics"]["sync/broadcast_buckets"] >= 2 and lora["metrics"]["sync/broadcast_buckets"] == 1
     assert full["metrics"]["sync/broadcast_bytes"] == 134_515_008 * 2  # every parameter once, in bf16
-    # LoRA: only the adapted linears (30 layers x 3,538,944 weights), not the embedding or the norms
-    assert lora["metrics"]["sync/broadcast_bytes"] == 30 * 3_538_944 * 2
+    # LoRA: only the adapters, fp32 (30 layers x 40,704 rank-4 A and B weights), which the worker merges itself into
+    # its base weights: the same answers as the layers merged on the trainer (30 x 3,538,944 weights in bf16)
+    assert lora["metrics"]["sync/broadcast_bytes"] == 30 * 40_704 * 4
+    assert lora["merged_metrics"]["sync/broadcast_bytes"] == 30 * 3_538_944 * 2
+    assert lora["merged"] == lora["disk"] == lora["broadcast"]
 
 
 # --- the same call sequence against a loopback stand-in of the server -------------------------------------------
