@@ -6,6 +6,10 @@ Starts its own embedded server (with the broadcast worker extension) on a free p
 group. Both paths are timed from the trained shards to the server answering with the new weights (pause, load,
 prefix-cache reset, resume included); the server's answers after each are compared too.
 
+LoRA case (rank 4, a trained adapter): broadcast of the adapter only (fp32 A and B; the worker merges them into its
+base weights) against broadcast of the adapted layers merged on the trainer (bf16, the previous way) and the disk
+path, in the same run against the same server.
+
 Run: .venv/bin/python -m benchmarks.bench_weight_sync
 """
 
@@ -28,13 +32,26 @@ def main() -> None:
     settings = config.load_settings([], env={"WEIGHT_SYNC": "broadcast"})
     with tempfile.TemporaryDirectory() as tmp:
         with embedded_server(settings, log_dir=Path(tmp) / "logs") as url:
-            r = run_against(url, Path(tmp))
+            r = run_against(url, Path(tmp) / "full")
+            lo = run_against(url, Path(tmp) / "lora", lora=4)
     m = r["metrics"]
-    print(f"disk (gather + write HF folder + reload_weights): {r['disk_seconds']:.2f} s")
-    print(f"broadcast ({m['sync/broadcast_buckets']:.0f} buckets, {m['sync/broadcast_bytes'] / 2**20:.0f} MiB bf16): "
+    print("full fine-tuning:")
+    print(f"  disk (gather + write HF folder + reload_weights): {r['disk_seconds']:.2f} s")
+    print(f"  broadcast ({m['sync/broadcast_buckets']:.0f} buckets, {m['sync/broadcast_bytes'] / 2**20:.0f} MiB bf16): "
           f"{r['broadcast_seconds']:.2f} s")
-    print(f"ratio broadcast/disk: {r['broadcast_seconds'] / r['disk_seconds']:.2f}x; server answers identical: "
+    print(f"  ratio broadcast/disk: {r['broadcast_seconds'] / r['disk_seconds']:.2f}x; server answers identical: "
           f"{r['broadcast'] == r['disk']}; changed from the original: {r['broadcast'] != r['before']}")
+    a, mm = lo["metrics"], lo["merged_metrics"]
+    print("LoRA rank 4:")
+    print(f"  disk (gather, merge, write HF folder, reload_weights): {lo['disk_seconds']:.2f} s")
+    print(f"  broadcast, layers merged on the trainer ({mm['sync/broadcast_bytes'] / 2**20:.1f} MiB bf16): "
+          f"{lo['merged_seconds']:.2f} s")
+    print(f"  broadcast, adapter only, merged by the worker ({a['sync/broadcast_bytes'] / 2**20:.2f} MiB fp32): "
+          f"{lo['broadcast_seconds']:.2f} s")
+    print(f"  ratio adapter/merged: bytes {a['sync/broadcast_bytes'] / mm['sync/broadcast_bytes']:.3f}x, seconds "
+          f"{lo['broadcast_seconds'] / lo['merged_seconds']:.2f}x; adapter/disk seconds "
+          f"{lo['broadcast_seconds'] / lo['disk_seconds']:.2f}x; server answers identical (adapter, merged, disk): "
+          f"{lo['broadcast'] == lo['merged'] == lo['disk']}; changed: {lo['broadcast'] != lo['before']}")
 
 
 if __name__ == "__main__":

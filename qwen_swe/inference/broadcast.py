@@ -26,11 +26,10 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 
 from qwen_swe.errors import WeightSyncError
-from qwen_swe.inference.broadcast_worker import make_group, send_manifest
+from qwen_swe.inference.broadcast_worker import Entry, encode, make_group, send_manifest
 from qwen_swe.inference.client import InferenceClient
 
-Bucket = list[tuple[str, torch.Tensor]]
-DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+Bucket = list[Entry]  # (checkpoint name, tensor), or a LoraAdapter the server merges into its base weight
 
 
 def folder_buckets(folder: Path, bucket_bytes: int, dtype: torch.dtype) -> Iterator[Bucket]:
@@ -89,7 +88,8 @@ class _Call(threading.Thread):
 
 
 class BroadcastSync:
-    """``WeightSync`` whose weights are buckets of named tensors (``train.streaming.weight_buckets`` on rank 0)."""
+    """``WeightSync`` whose weights are buckets of named tensors, or of LoRA adapters the server merges itself
+    (``train.streaming.weight_buckets`` on rank 0)."""
 
     def __init__(self, client: InferenceClient, *, host: str, port: int, workers: int = 1, backend: str = "gloo",
                  timeout: float = 600.0, bucket_bytes: int = 256 << 20, dtype: torch.dtype = torch.bfloat16) -> None:
@@ -150,8 +150,9 @@ class BroadcastSync:
 
         try:
             for bucket in weights:
-                send_manifest(group, device, [[n, DTYPE_NAMES[t.dtype], list(t.shape)] for n, t in bucket], wait)
-                flat = torch.cat([t.reshape(-1).view(torch.uint8) for _, t in bucket]).to(device)
+                manifest, tensors = encode(bucket)
+                send_manifest(group, device, manifest, wait)
+                flat = torch.cat([t.contiguous().reshape(-1).view(torch.uint8) for t in tensors]).to(device)
                 wait(group.broadcast([flat], opts))
                 sent["buckets"] += 1
                 sent["bytes"] += flat.numel()
@@ -159,7 +160,10 @@ class BroadcastSync:
             pass
         finally:  # the end mark, also after a failure here, so the workers never wait for a bucket that won't come
             if call.is_alive():
-                send_manifest(group, device, None, wait)
+                try:
+                    send_manifest(group, device, None, wait)
+                except _Stopped:  # the RPC may return (done, or failed) before gloo marks the send complete
+                    pass
             try:
                 call.outcome(self.timeout, "qwen_swe_receive")
             except WeightSyncError:

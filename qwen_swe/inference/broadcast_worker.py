@@ -9,19 +9,46 @@ shape as JSON) and one flat byte buffer, and goes into the model through vLLM's 
 a weights iterator, the path a reload from disk takes, so names, tensor-parallel slicing and the kernels' weight
 processing are vLLM's.
 
-Imports only the standard library and torch: it runs inside vLLM's environment.
+The manifest (protocol 2) is ``{"protocol": 2, "entries": [...], "lora_scaling": alpha/r}``, the bytes following
+in entry order. An entry is ``{"kind": "tensor", "name", "dtype", "shape"}`` (a weight under its checkpoint name),
+or ``{"kind": "lora", "module", "dtype", "a_shape", "b_shape"}``: one adapted linear's ``lora_A`` then ``lora_B``,
+which the worker merges into the base weight read from its own model folder (``lora_merge.py``) and feeds as
+``module + ".weight"``; ``lora_scaling`` is present once in a manifest that holds lora entries.
+
+Imports only the standard library, torch, safetensors and this project's errors: it runs inside vLLM's environment.
 """
 
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Union
 
 import torch
 import torch.distributed as dist
 
+from qwen_swe.errors import WeightSyncError
+from qwen_swe.inference.lora_merge import BaseWeights, merge, model_folder
+
+PROTOCOL = 2
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+
+
+@dataclass(frozen=True)
+class LoraAdapter:
+    """One adapted linear's adapter: ``module`` is its checkpoint name without ``.weight``, ``a`` is ``[r, in]``,
+    ``b`` is ``[out, r]``; the server serves ``base + scaling * b @ a``."""
+
+    module: str
+    a: torch.Tensor
+    b: torch.Tensor
+    scaling: float
+
+
+Entry = Union[tuple[str, torch.Tensor], LoraAdapter]
 
 
 def make_group(backend: str, host: str, port: int, rank: int, world: int, timeout: float) -> Any:
@@ -38,18 +65,66 @@ def make_group(backend: str, host: str, port: int, rank: int, world: int, timeou
     raise ValueError(f"broadcast backend {backend!r} must be gloo or nccl")
 
 
-def unpack(flat: torch.Tensor, manifest: list[list[Any]]) -> list[tuple[str, torch.Tensor]]:
-    """Split one received byte buffer into named tensors, in manifest order (views, no copy)."""
-    out, offset = [], 0
-    for name, dtype, shape in manifest:
-        dt = DTYPES[dtype]
-        count = 1
-        for d in shape:
-            count *= d
-        size = count * torch.empty((), dtype=dt).element_size()
-        out.append((name, flat[offset:offset + size].view(dt).view(shape)))
+def encode(bucket: list[Entry]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+    """Rank 0: a bucket's manifest and its tensors in the order their bytes go out."""
+    entries: list[dict[str, Any]] = []
+    tensors: list[torch.Tensor] = []
+    scalings: set[float] = set()
+    for item in bucket:
+        if isinstance(item, LoraAdapter):
+            entries.append({"kind": "lora", "module": item.module, "dtype": DTYPE_NAMES[item.a.dtype],
+                            "a_shape": list(item.a.shape), "b_shape": list(item.b.shape)})
+            tensors += [item.a, item.b.to(item.a.dtype)]
+            scalings.add(float(item.scaling))
+        else:
+            name, tensor = item
+            entries.append({"kind": "tensor", "name": name, "dtype": DTYPE_NAMES[tensor.dtype],
+                            "shape": list(tensor.shape)})
+            tensors.append(tensor)
+    manifest: dict[str, Any] = {"protocol": PROTOCOL, "entries": entries}
+    if len(scalings) > 1:
+        raise WeightSyncError(f"one LoRA scaling per sync, got {sorted(scalings)}")
+    if scalings:
+        manifest["lora_scaling"] = scalings.pop()
+    return manifest, tensors
+
+
+def unpack(flat: torch.Tensor, manifest: dict[str, Any]) -> list[Entry]:
+    """Split one received byte buffer into named tensors and adapters, in manifest order (views, no copy)."""
+    out: list[Entry] = []
+    offset = 0
+
+    def take(dtype: str, shape: list[int]) -> torch.Tensor:
+        nonlocal offset
+        size = _nbytes(dtype, shape)
+        view = flat[offset:offset + size].view(DTYPES[dtype]).view(shape)
         offset += size
+        return view
+
+    for e in manifest["entries"]:
+        if e["kind"] == "lora":
+            a, b = take(e["dtype"], e["a_shape"]), take(e["dtype"], e["b_shape"])
+            out.append(LoraAdapter(e["module"], a, b, float(manifest["lora_scaling"])))
+        else:
+            out.append((e["name"], take(e["dtype"], e["shape"])))
     return out
+
+
+def manifest_bytes(manifest: dict[str, Any]) -> int:
+    """Bytes of the buffer that follows ``manifest``; refuses a protocol or an entry kind this worker does not speak."""
+    if not isinstance(manifest, dict) or manifest.get("protocol") != PROTOCOL:
+        got = manifest.get("protocol") if isinstance(manifest, dict) else "1 (a list)"
+        raise WeightSyncError(f"broadcast manifest protocol {got}, this worker speaks {PROTOCOL}: the trainer and the "
+                              "server must run the same qwen_swe (restart the server)")
+    total = 0
+    for e in manifest["entries"]:
+        if e["kind"] == "tensor":
+            total += _nbytes(e["dtype"], e["shape"])
+        elif e["kind"] == "lora":
+            total += _nbytes(e["dtype"], e["a_shape"]) + _nbytes(e["dtype"], e["b_shape"])
+        else:
+            raise WeightSyncError(f"unknown broadcast manifest entry kind {e['kind']!r} (protocol {PROTOCOL})")
+    return total
 
 
 class BroadcastWorkerExtension:
@@ -67,23 +142,44 @@ class BroadcastWorkerExtension:
 
     def qwen_swe_receive(self) -> str:
         """Receive buckets from the trainer's rank 0 until it sends the end mark, feeding them to vLLM's in-place
-        ``reload_weights`` as they arrive (one reload per sync, as from disk, but from the wire)."""
-        counts = {"tensors": 0, "bytes": 0}
+        ``reload_weights`` as they arrive (one reload per sync, as from disk, but from the wire); LoRA adapters are
+        merged into the base weights from the server's model folder first."""
+        counts = {"tensors": 0, "bytes": 0, "merged": 0}
+        with ExitStack() as stack:
+            reader: list[Any] = []  # the base checkpoint, opened at the first adapter of this sync
 
-        def weights():
-            while True:
-                items = receive_manifest(self.qwen_swe_group, self.qwen_swe_device)
-                if items is None:
-                    return
-                flat = torch.empty(sum(_nbytes(d, s) for _, d, s in items), dtype=torch.uint8,
-                                   device=self.qwen_swe_device)
-                self.qwen_swe_group.broadcast([flat], _root0()).wait()
-                counts["tensors"] += len(items)
-                counts["bytes"] += flat.numel()
-                yield from unpack(flat, items)
+            def weights() -> Iterator[tuple[str, torch.Tensor]]:
+                while True:
+                    manifest = receive_manifest(self.qwen_swe_group, self.qwen_swe_device)
+                    if manifest is None:
+                        return
+                    flat = torch.empty(manifest_bytes(manifest), dtype=torch.uint8, device=self.qwen_swe_device)
+                    lora = [e["module"] + ".weight" for e in manifest["entries"] if e["kind"] == "lora"]
+                    if lora:  # before this bucket feeds anything: a wrong model folder fails on its first adapter
+                        self._qwen_swe_base().check(lora)
+                        if not reader:
+                            reader.append(stack.enter_context(self._qwen_swe_base().reader()))
+                    self.qwen_swe_group.broadcast([flat], _root0()).wait()
+                    counts["tensors"] += len(manifest["entries"])
+                    counts["bytes"] += flat.numel()
+                    for item in unpack(flat, manifest):
+                        if isinstance(item, LoraAdapter):
+                            name = item.module + ".weight"
+                            counts["merged"] += 1
+                            yield name, merge(reader[0].get(name).to(flat.device), item.a, item.b, item.scaling,
+                                              self.model_config.dtype)
+                        else:
+                            yield item
 
-        self.model_runner.reload_weights(weights_iterator=weights(), is_checkpoint_format=True)
-        return f"{counts['tensors']} tensors, {counts['bytes']} bytes"
+            self.model_runner.reload_weights(weights_iterator=weights(), is_checkpoint_format=True)
+        return f"{counts['tensors']} entries ({counts['merged']} LoRA merges), {counts['bytes']} bytes"
+
+    def _qwen_swe_base(self) -> BaseWeights:
+        """The served model's safetensors index, built on first use (headers only) and kept."""
+        base = getattr(self, "qwen_swe_base", None)
+        if base is None:
+            base = self.qwen_swe_base = BaseWeights(model_folder(str(self.model_config.model)))
+        return base
 
     def qwen_swe_leave(self) -> str:
         group = getattr(self, "qwen_swe_group", None)
@@ -93,7 +189,7 @@ class BroadcastWorkerExtension:
         return "left"
 
 
-def send_manifest(group: Any, device: torch.device, manifest: list[list[Any]] | None,
+def send_manifest(group: Any, device: torch.device, manifest: dict[str, Any] | None,
                   wait: Callable[[Any], None] = lambda work: work.wait()) -> None:
     """Rank 0: the next bucket's manifest (length, then JSON bytes); ``None`` is the end mark (length 0)."""
     data = json.dumps(manifest).encode() if manifest is not None else b""
@@ -102,7 +198,7 @@ def send_manifest(group: Any, device: torch.device, manifest: list[list[Any]] | 
         wait(group.broadcast([torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)], _root0()))
 
 
-def receive_manifest(group: Any, device: torch.device) -> list[list[Any]] | None:
+def receive_manifest(group: Any, device: torch.device) -> dict[str, Any] | None:
     length = torch.zeros(1, dtype=torch.int64, device=device)
     group.broadcast([length], _root0()).wait()
     if int(length.item()) == 0:

@@ -229,7 +229,7 @@ def publish(settings: Settings, driver: RolloutDriver | None, policy: PolicyMode
             version: int) -> None:
     """Collective: make the server serve weight ``version``. By default through an HF folder (path reload, Modal);
     with WEIGHT_SYNC=broadcast streamed into the server's workers bucket by bucket, nothing written (with LoRA,
-    only the adapted layers, merged)."""
+    only the adapters; the workers merge them into their base weights)."""
     inf = settings.inference
     if inf.sync_mode != "broadcast":
         folder = exporter.export(version)

@@ -79,13 +79,54 @@ def _worker(url: str, out: Path, lora: int = 0) -> None:
         result["version"] = client.weight_version.version
         client.reload_weights(model)  # the server may be shared: leave it as it was
         result["after_restore"] = _probe(client, served)
-        sync.close()
-        (out / "result.json").write_text(json.dumps(result))
     else:
         for _ in stream:
             pass
+    if lora:  # the previous LoRA broadcast, for comparison: the adapted layers merged on the trainer, full size
+        dist.barrier()
+        t0 = time.monotonic()
+        stream = merged_lora_buckets(policy, 64 << 20, torch.bfloat16)
+        if rank == 0:
+            result["merged_metrics"] = sync.push(stream, 3)
+            result["merged_seconds"] = time.monotonic() - t0
+            result["merged"] = _probe(client, served)
+            client.reload_weights(model)
+        else:
+            for _ in stream:
+                pass
+    if rank == 0:
+        sync.close()
+        (out / "result.json").write_text(json.dumps(result))
     dist.barrier()
     dist.destroy_process_group()
+
+
+def merged_lora_buckets(policy, bucket_bytes: int, dtype: torch.dtype):
+    """Collective: the adapted layers merged on the trainer (``W + alpha/r * B @ A``), as broadcast sent them before
+    the server merged adapters itself; kept for the benchmark's comparison."""
+    import torch.distributed as dist
+
+    from qwen_swe.train.loading import checkpoint_name
+    from qwen_swe.train.streaming import _gather, _lora_scaling
+
+    params, scaling = dict(policy.named_parameters()), _lora_scaling(policy)
+    bucket, size = [], 0
+    for pname, param in params.items():
+        prefix = pname.split(".base_layer.")[0]
+        a, b = params.get(f"{prefix}.lora_A.default.weight"), params.get(f"{prefix}.lora_B.default.weight")
+        if ".base_layer." not in pname or a is None or b is None:
+            continue
+        full, fa, fb = _gather(param), _gather(a), _gather(b)
+        if dist.get_rank() != 0:
+            continue
+        full = (full + scaling * (fb.float() @ fa.float())).to(dtype).contiguous()
+        bucket.append((checkpoint_name(pname), full))
+        size += full.numel() * full.element_size()
+        if size >= bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+    if bucket:
+        yield bucket
 
 
 def run_against(url: str, out: Path, lora: int = 0) -> dict:
@@ -115,10 +156,14 @@ def test_broadcast_serves_exactly_what_the_disk_reload_serves(tmp_path):
         assert r["disk"] != r["before"] and r["restored"] == r["before"]  # the change is visible, and reversible
         assert r["broadcast"] == r["disk"]  # same token ids and logprobs as the disk path, to the last bit
         assert r["after_restore"] == r["before"]
-        assert r["version"] == 3 and r["metrics"]["sync/broadcast_buckets"] >= 2
+        assert r["version"] == 3
+    assert full["metrics"]["sync/broadcast_buckets"] >= 2 and lora["metrics"]["sync/broadcast_buckets"] == 1
     assert full["metrics"]["sync/broadcast_bytes"] == 134_515_008 * 2  # every parameter once, in bf16
-    # LoRA: only the adapted linears (30 layers x 3,538,944 weights), not the embedding or the norms
-    assert lora["metrics"]["sync/broadcast_bytes"] == 30 * 3_538_944 * 2
+    # LoRA: only the adapters, fp32 (30 layers x 40,704 rank-4 A and B weights), which the worker merges itself into
+    # its base weights: the same answers as the layers merged on the trainer (30 x 3,538,944 weights in bf16)
+    assert lora["metrics"]["sync/broadcast_bytes"] == 30 * 40_704 * 4
+    assert lora["merged_metrics"]["sync/broadcast_bytes"] == 30 * 3_538_944 * 2
+    assert lora["merged"] == lora["disk"] == lora["broadcast"]
 
 
 # --- the same call sequence against a loopback stand-in of the server -------------------------------------------
@@ -127,8 +172,9 @@ class _StandIn:
     """The vLLM routes the sync uses, served over HTTP on loopback, dispatching ``collective_rpc`` to the real
     ``BroadcastWorkerExtension`` whose model runner records what ``reload_weights`` was fed."""
 
-    def __init__(self, fail_reload: str = "") -> None:
+    def __init__(self, fail_reload: str = "", model: Path | None = None) -> None:
         import threading
+        from types import SimpleNamespace
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         from qwen_swe.inference.broadcast_worker import BroadcastWorkerExtension
@@ -146,6 +192,7 @@ class _StandIn:
 
         worker = BroadcastWorkerExtension()
         worker.rank, worker.model_runner = 0, Runner()
+        worker.model_config = SimpleNamespace(model=str(model), dtype=torch.bfloat16)  # what vLLM's worker has
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):
@@ -283,6 +330,54 @@ def test_a_folder_is_broadcast_from_its_files(tmp_path):
     assert all(torch.equal(stand_in.loaded[k], v.to(torch.bfloat16)) for k, v in tensors.items())
 
 
+def _adapter(module: str, base: torch.Tensor, seed: int):
+    from qwen_swe.inference.broadcast_worker import LoraAdapter
+
+    g = torch.Generator().manual_seed(seed)
+    out, inp = base.shape
+    return LoraAdapter(module, torch.randn(4, inp, generator=g), torch.randn(out, 4, generator=g), 4.0)
+
+
+def test_lora_adapters_are_merged_from_the_base_every_time_no_drift():
+    """Each sync merges into the base weight read from the server's folder, never onto the previous merge."""
+    from safetensors import safe_open
+
+    from tests.tiny_model import tiny_model_dir
+
+    model = tiny_model_dir()
+    names = ["model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj"]
+    with safe_open(str(model / "model.safetensors"), framework="pt") as fh:
+        base = {n: fh.get_tensor(n + ".weight") for n in names}
+    stand_in = _StandIn(model=model)
+    sync = _sync(stand_in)
+    try:
+        for seed in (1, 2):
+            adapters = [_adapter(n, base[n], seed + i) for i, n in enumerate(names)]
+            metrics = sync.push(iter([adapters[:1], adapters[1:]]), seed)
+            for ad in adapters:  # what train.policy.merge_lora writes, in the served dtype
+                want = (base[ad.module] + 4.0 * (ad.b.float() @ ad.a.float())).to(torch.bfloat16)
+                assert torch.equal(stand_in.loaded[ad.module + ".weight"], want)
+            assert metrics["sync/broadcast_bytes"] == sum((a.a.numel() + a.b.numel()) * 4 for a in adapters)
+        sync.close()
+    finally:
+        stand_in.close()
+
+
+def test_a_base_tensor_missing_from_the_server_folder_is_a_clear_error(tmp_path):
+    from safetensors.torch import save_file
+
+    from qwen_swe.errors import WeightSyncError
+
+    save_file({"model.layers.0.self_attn.q_proj.weight": torch.zeros(8, 8)}, str(tmp_path / "model.safetensors"))
+    stand_in = _StandIn(model=tmp_path)
+    try:
+        with pytest.raises(WeightSyncError, match="has no base tensor 'model.layers.0.mlp.up_proj.weight'"):
+            _sync(stand_in).push(iter([[_adapter("model.layers.0.mlp.up_proj", torch.zeros(8, 8), 0)]]), 1)
+    finally:
+        stand_in.close()
+    assert stand_in.loaded == {} and stand_in.calls[-1] == "/resume"  # nothing fed to the reload
+
+
 def test_fused_experts_go_out_under_per_expert_names():
     from qwen_swe.train.streaming import hf_tensors
 
@@ -314,7 +409,7 @@ def _publish_worker(out: Path, lora: int) -> None:
             for name, p in policy.named_parameters():
                 if ".lora_B." in name:
                     p.to_local().normal_()
-    stand_in = _StandIn() if rank == 0 else None
+    stand_in = _StandIn(model=Path(model)) if rank == 0 else None
 
     class Driver:  # the rollout driver's sync side, as RolloutDriver does it
         sync = _sync(stand_in) if rank == 0 else None
@@ -323,8 +418,15 @@ def _publish_worker(out: Path, lora: int) -> None:
             self.metrics = self.sync.push(weights, version)
 
     driver = Driver() if rank == 0 else None
-    publish(settings, driver, policy, WeightExporter(out, model, policy), 1)
+    exporter = WeightExporter(out, model, policy)
+    publish(settings, driver, policy, exporter, 1)
     sd = full_state_dict(policy)
+    named = dict(policy.named_parameters())  # global shapes (DTensor)
+    adapter_bytes = sum(p.numel() * 4 for n, p in named.items() if ".lora_" in n)  # fp32 A and B
+    merged_bytes = sum(named[n.replace(".lora_A.default.", ".base_layer.")].numel() * 2  # the merged layers in bf16
+                       for n in named if ".lora_A." in n)
+    folders = sorted(p.name for p in out.glob("weights/*"))  # before the disk export below: broadcast wrote none
+    disk = exporter.export(2) if lora else None  # the disk path's merge, for comparison
     if rank == 0:
         stand_in.close()
         from safetensors.torch import load_file
@@ -334,11 +436,14 @@ def _publish_worker(out: Path, lora: int) -> None:
         if lora:  # only the adapted linears change; the frozen rest is not sent
             want = {k: v for k, v in want.items() if k.endswith("proj.weight")}
         got = stand_in.loaded
+        served = load_file(str(disk / "model.safetensors")) if disk else {}  # as vLLM casts it: to bf16
         (out / "publish.json").write_text(json.dumps({
             "calls": stand_in.calls, "keys_equal": sorted(got) == sorted(want),
             "values_equal": all(torch.equal(got[k], want[k]) for k in want if k in got),
-            "buckets": driver.metrics["sync/broadcast_buckets"], "folders": sorted(p.name for p in out.glob("weights/*")),
+            "disk_equal": all(torch.equal(got[k], served[k].to(torch.bfloat16)) for k in got) if disk else None,
+            "buckets": driver.metrics["sync/broadcast_buckets"], "folders": folders,
             "sent": len(got), "bytes": driver.metrics["sync/broadcast_bytes"],
+            "adapter_bytes": adapter_bytes, "merged_bytes": merged_bytes,
             "changed_by_lora": sum(not torch.equal(got[k], v.to(torch.bfloat16)) for k, v in base.items() if k in got)}))
     dist.destroy_process_group()
 
@@ -363,10 +468,12 @@ def test_trainer_publish_streams_every_weight_from_two_ranks(tmp_path):
     assert r["buckets"] == 2 and r["changed_by_lora"] == 0  # the 19 MB embedding, then the rest
 
 
-def test_trainer_publish_with_lora_sends_only_the_adapted_layers_merged(tmp_path):
+def test_trainer_publish_with_lora_sends_only_the_adapters_and_the_worker_merges_them(tmp_path):
     r = _publish(tmp_path, lora=4)
-    assert r["sent"] == 2 * 7  # q, k, v, o, gate, up, down of both layers: no embedding, no norms
-    assert r["changed_by_lora"] == r["sent"]  # each went out with its adapter folded in
+    assert r["bytes"] == r["adapter_bytes"] < r["merged_bytes"] / 4  # A and B in fp32, nothing else
+    # the worker's reload was fed the merged layers, as before: q, k, v, o, gate, up, down of both layers
+    assert r["sent"] == 2 * 7 and r["changed_by_lora"] == r["sent"]
+    assert r["disk_equal"]  # bit for bit what the disk export (WeightExporter) serves in bf16
 
 
 # --- the whole trainer with WEIGHT_SYNC=broadcast ---------------------------------------------------------------
