@@ -29,6 +29,7 @@ class DropReason(str, Enum):
     INFERENCE = "inference"
     SAMPLE_TIMEOUT = "sample_timeout"
     ROLLOUT_TIMEOUT = "rollout_timeout"
+    WORKER_LOST = "worker_lost"  # the Ray worker (or its node) running the sample died
 
 
 class QwenSweError(Exception):
