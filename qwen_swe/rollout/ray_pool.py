@@ -169,24 +169,30 @@ class RayRolloutPool:
         async def run_samples(samples: list[Sample]) -> None:
             if not samples:
                 return
-            iid = str(samples[0].metadata.get("instance_id"))
-            slot = pick_worker(self.slots, iid, len(samples))
+            slot = self._reserve(str(samples[0].metadata.get("instance_id")), len(samples))
             await asyncio.gather(*(self._run_on(slot, x, stats) for x in samples))
 
         return await run_batch(run_samples, groups, stats, self.settings.rollout)
 
     async def run_sample(self, sample: Sample, stats: BatchStats) -> Sample:
         """One sample on the least-loaded worker (evaluation uses this)."""
-        await self._run_on(pick_worker(self.slots, str(sample.metadata.get("instance_id")), 1), sample, stats)
+        await self._run_on(self._reserve(str(sample.metadata.get("instance_id")), 1), sample, stats)
         return sample
 
+    def _reserve(self, instance_id: str, size: int) -> WorkerSlot | None:
+        """Pick a worker and count the samples on it at once, before any await: the groups of a batch are placed
+        one after another, each seeing the load the previous ones added."""
+        slot = pick_worker(self.slots, instance_id, size)
+        if slot is not None:
+            slot.load += size
+            slot.instances.add(instance_id)
+        return slot
+
     async def _run_on(self, slot: WorkerSlot | None, sample: Sample, stats: BatchStats) -> None:
-        """Run ``sample`` on ``slot`` and fill it in place from the copy that comes back."""
+        """Run ``sample`` on ``slot`` (reserved for it) and fill it in place from the copy that comes back."""
         if slot is None:
             stats.count(drop(sample, DropReason.WORKER_LOST, "no live rollout worker"))
             return
-        slot.instances.add(str(sample.metadata.get("instance_id")))
-        slot.load += 1
         stats.running += 1
         ref = slot.handle.run_sample.remote(sample, self.weight_version)
         s = self.settings

@@ -45,8 +45,7 @@ class RolloutWorker:
 
     async def stop(self) -> int:
         """Stop the engine and remove this node's containers of the run; returns how many were left."""
-        try:
-            await self.engine.stop()
+        try:  # reap first: stopping the engine shuts down the loop's default executor, which to_thread uses
+            return await asyncio.to_thread(reap, self.settings.label)
         finally:
-            reaped = await asyncio.to_thread(reap, self.settings.label)
-        return reaped
+            await self.engine.stop()
