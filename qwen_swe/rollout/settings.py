@@ -19,7 +19,7 @@ class RolloutSettings:
     rollout_backend: str = opt("local", "where rollouts run: local = this process; ray = one worker per Ray node "
                                         "(ROLLOUT_CONCURRENCY and BOOT_CONCURRENCY then apply per worker)",
                                choices=("local", "ray"))
-    ray_address: str | None = opt(None, "ROLLOUT_BACKEND=ray: the cluster to join (ray://host:10001 or host:6379); "
+    ray_address: str | None = opt(None, "ROLLOUT_BACKEND=ray: the cluster to join (HEAD_IP:6379, from a cluster node); "
                                         "empty = attach to a local `ray start` cluster, else start one here")
     ray_workers_per_node: int = opt(1, "ROLLOUT_BACKEND=ray: rollout workers per node that offers CPUs", minimum=1)
 
