@@ -30,6 +30,7 @@ class DropReason(str, Enum):
     SAMPLE_TIMEOUT = "sample_timeout"
     ROLLOUT_TIMEOUT = "rollout_timeout"
     STALE = "stale"  # sampled more than MAX_STALENESS weight versions before the trainer's
+    WORKER_LOST = "worker_lost"  # the Ray worker (or its node) running the sample died
 
 
 class QwenSweError(Exception):

@@ -25,7 +25,7 @@ from qwen_swe.evaluate.agent_runs import run_attempts
 from qwen_swe.evaluate.report import build_report
 from qwen_swe.inference.client import InferenceClient
 from qwen_swe.inference.weight_sync import ProbedSync, make_weight_sync
-from qwen_swe.rollout.engine import RolloutEngine, batch_metrics
+from qwen_swe.rollout.engine import NODE_KEY, RolloutEngine, batch_metrics
 from qwen_swe.rollout.progress import BatchStats, live_progress
 from qwen_swe.warmstart.demos import DemoDriver
 
@@ -50,6 +50,7 @@ def dump_rollouts(path: Path, groups: list[list[Sample]], dropped: list[Sample])
                 "reward_components": (m.get("grade_details") or {}).get("components"),
                 "sampled_tokens": (m.get("trajectory") or {}).get("sampled_tokens"),
                 "trained_tokens": sum(x.loss_mask) if x.loss_mask else 0,
+                "rollout_node": m.get(NODE_KEY),
                 "conversation": m.get("conversation"),
             }, default=str) + "\n")
 
@@ -76,7 +77,7 @@ class RolloutDriver:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rollout-loop", daemon=True)
         self._thread.start()
-        self.engine = RolloutEngine(settings, upstream=upstream, model=model, served_model=served_model)
+        self.engine = make_engine(settings, upstream=upstream, model=model, served_model=served_model)
         self._call(self.engine.start())
         self.weight_sync = ProbedSync(make_weight_sync(settings.inference, self.client), self.client,
                                       self.engine.served_model)
@@ -187,6 +188,14 @@ async def _cancel(tasks: list[asyncio.Task]) -> None:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+def make_engine(settings: Settings, *, upstream: str, model: str, served_model: str | None = None) -> RolloutEngine:
+    """Where the rollouts run: this process (ROLLOUT_BACKEND=local) or the Ray cluster's workers (ray)."""
+    if settings.rollout.rollout_backend == "ray":
+        from qwen_swe.rollout.ray_pool import RayRolloutPool  # late: imports ray, which only this backend needs
+
+        return RayRolloutPool(settings, upstream=upstream, model=model,  # type: ignore[return-value]
+                              served_model=served_model)
+    return RolloutEngine(settings, upstream=upstream, model=model, served_model=served_model)
 
 
 def make_driver(settings: Settings) -> RolloutDriver:

@@ -13,7 +13,7 @@ import copy
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import docker
 import requests
@@ -25,6 +25,7 @@ from qwen_swe.errors import DropReason, InfraError, SandboxError
 from qwen_swe.paths import AGENT_MOUNT, agent_bundle_dir
 from qwen_swe.reward.harness import Grade, GradeStatus, grade_async
 from qwen_swe.rollout.progress import BatchStats
+from qwen_swe.rollout.settings import RolloutSettings
 from qwen_swe.sandbox.docker import DockerSandbox
 from qwen_swe.traffic.proxy import RecordingProxy
 from qwen_swe.traffic.toolcalls import tool_call_parser_for
@@ -162,36 +163,50 @@ class RolloutEngine:
 
     # --- one batch -----------------------------------------------------------------------------
     async def run_groups(self, groups: list[list[Sample]], stats: BatchStats) -> list[list[Sample]]:
-        """Run groups concurrently; return the complete ones (a group with a dropped sample is refilled or gone).
+        """Run groups concurrently; return the complete ones (see ``run_batch``)."""
+        async def run_samples(samples: list[Sample]) -> None:
+            await asyncio.gather(*(self.run_sample(x, stats) for x in samples))
 
-        ``rollout_timeout`` bounds the whole batch: groups still running then are cancelled (their containers are
-        removed on the way out) and their unfinished samples dropped with the reason, never the run crashed.
-        """
-        stats.groups += len(groups)
-
-        async def one_group(group: list[Sample]) -> list[Sample] | None:
-            await asyncio.gather(*(self.run_sample(x, stats) for x in group))
-            retries = 2 if self.settings.rollout.dropped_policy == "replace" else 0
-            while retries and any(x.status == Status.ABORTED for x in group):
-                retries -= 1
-                group = [_fresh_copy(x) if x.status == Status.ABORTED else x for x in group]
-                await asyncio.gather(*(self.run_sample(x, stats) for x in group if x.status == Status.PENDING))
-            return None if any(x.status == Status.ABORTED for x in group) else group
-
-        tasks = [asyncio.ensure_future(one_group(g)) for g in groups]
-        _, late = await asyncio.wait(tasks, timeout=self.settings.rollout.rollout_timeout)
-        for task in late:
-            task.cancel()
-        await asyncio.gather(*late, return_exceptions=True)
-        for x in (x for g in groups for x in g if x.status == Status.PENDING):
-            stats.count(drop(x, DropReason.ROLLOUT_TIMEOUT,
-                             f"the batch exceeded {self.settings.rollout.rollout_timeout:.0f}s"))
-        return [t.result() for t in tasks if t not in late and t.result() is not None]
+        return await run_batch(run_samples, groups, stats, self.settings.rollout)
 
 
+# Runs some samples of one group (a first attempt, or the refills of its dropped ones), filling them in place.
+GroupRunner = Callable[[list[Sample]], Awaitable[None]]
+
+
+async def run_batch(run_samples: GroupRunner, groups: list[list[Sample]], stats: BatchStats,
+                    rollout: RolloutSettings) -> list[list[Sample]]:
+    """Run groups concurrently; return the complete ones (a group with a dropped sample is refilled or gone).
+
+    ``rollout_timeout`` bounds the whole batch: groups still running then are cancelled (their containers are
+    removed on the way out) and their unfinished samples dropped with the reason, never the run crashed. The
+    local engine and the Ray pool share these group rules; only where a sample runs differs.
+    """
+    stats.groups += len(groups)
+
+    async def one_group(group: list[Sample]) -> list[Sample] | None:
+        await run_samples(group)
+        retries = 2 if rollout.dropped_policy == "replace" else 0
+        while retries and any(x.status == Status.ABORTED for x in group):
+            retries -= 1
+            group = [_fresh_copy(x) if x.status == Status.ABORTED else x for x in group]
+            await run_samples([x for x in group if x.status == Status.PENDING])
+        return None if any(x.status == Status.ABORTED for x in group) else group
+
+    tasks = [asyncio.ensure_future(one_group(g)) for g in groups]
+    _, late = await asyncio.wait(tasks, timeout=rollout.rollout_timeout)
+    for task in late:
+        task.cancel()
+    await asyncio.gather(*late, return_exceptions=True)
+    for x in (x for g in groups for x in g if x.status == Status.PENDING):
+        stats.count(drop(x, DropReason.ROLLOUT_TIMEOUT, f"the batch exceeded {rollout.rollout_timeout:.0f}s"))
+    return [t.result() for t in tasks if t not in late and t.result() is not None]
+
+
+NODE_KEY = "rollout_node"  # metadata: the Ray node a sample ran on (ROLLOUT_BACKEND=ray)
 _RUN_KEYS = {"weight_version", "outcome", "patch", "final_message", "agent_seconds", "tool_calls", "resolved",
              "reward_hack_suspected", "f2p_passed", "p2p_passed", "grade_details", "grade_timings", "trajectory",
-             "turns", "grade_seconds", "drop_reason", "drop_detail", "conversation"}
+             "turns", "grade_seconds", "drop_reason", "drop_detail", "conversation", NODE_KEY}
 
 
 def _fresh_copy(sample: Sample) -> Sample:

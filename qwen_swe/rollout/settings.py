@@ -1,4 +1,5 @@
-"""The rollout engine's settings section (concurrency, time guards, dropped samples, trajectory length)."""
+"""The rollout engine's settings section (concurrency, time guards, dropped samples, trajectory length, where the
+rollouts run)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ class RolloutSettings:
                               choices=("drop_group", "replace"))
     max_response_len: int = opt(16384, "response tokens kept per trajectory", minimum=1)
     mask_truncated: bool = opt(False, "zero the loss mask of truncated trajectories")
+    rollout_backend: str = opt("local", "where rollouts run: local = this process; ray = one worker per Ray node "
+                                        "(ROLLOUT_CONCURRENCY and BOOT_CONCURRENCY then apply per worker)",
+                               choices=("local", "ray"))
+    ray_address: str | None = opt(None, "ROLLOUT_BACKEND=ray: the cluster to join (HEAD_IP:6379, from a cluster node); "
+                                        "empty = attach to a local `ray start` cluster, else start one here")
+    ray_workers_per_node: int = opt(1, "ROLLOUT_BACKEND=ray: rollout workers per node that offers CPUs", minimum=1)
 
     def __post_init__(self) -> None:
         validate(self)
