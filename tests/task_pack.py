@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
 
 import pytest
 
@@ -13,3 +15,37 @@ def missing(reason: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI must provide the local task pack: {reason}")
     pytest.skip(reason)
+
+
+def gold_edit(patch: str) -> tuple[str, str, str] | None:
+    """(path, old line, new line) of the gold patch's first single-line replacement in a non-test file."""
+    path = None
+    lines = patch.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("+++ b/"):
+            path = line[6:]
+        elif (path and not path.startswith("tests/") and line.startswith("-") and not line.startswith("---")
+              and i + 1 < len(lines) and lines[i + 1].startswith("+") and not lines[i + 1].startswith("+++")
+              and (i + 2 >= len(lines) or not lines[i + 2].startswith(("+", "-"))) and line[1:].strip()):
+            return path, line[1:], lines[i + 1][1:]
+    return None
+
+
+def replayable_task() -> dict[str, Any]:
+    """A task row of the local pack whose image is built, with a one-line gold change to replay."""
+    import docker
+
+    from qwen_swe.paths import TASK_PACK
+
+    if not TASK_PACK.is_file():
+        missing(f"no task pack at {TASK_PACK}; {BUILD_HINT}")
+    client = docker.from_env(timeout=60)
+    try:
+        for line in TASK_PACK.read_text().splitlines():
+            row = json.loads(line)
+            if client.images.list(name=row["image"]) and gold_edit(row.get("patch", "")):
+                return row
+    finally:
+        client.close()
+    missing(f"no task image of {TASK_PACK} is built; {BUILD_HINT}")
+    raise AssertionError("unreachable")

@@ -24,28 +24,17 @@ from qwen_swe.agent import qwen as qa
 from qwen_swe.agent.bundle import QWEN_CODE_VERSION, AgentBundle
 from qwen_swe.config.settings import load_settings
 from qwen_swe.data.prompts import SYSTEM_PROMPT_COMPACT, build_prompt
-from qwen_swe.paths import AGENT_MOUNT, TASK_PACK, agent_bundle_dir
+from qwen_swe.paths import AGENT_MOUNT, agent_bundle_dir
 from qwen_swe.sandbox.docker import LABEL, DockerSandbox, reap
 from qwen_swe.traffic.proxy import RecordingProxy
 from qwen_swe.traffic.trajectory import build_sample
 from tests.scripted_server import Reply, ScriptedServer, fake_logprob, qwen3_tokenizer, smollm2_tokenizer
-from tests.task_pack import BUILD_HINT, missing
+from tests.task_pack import gold_edit, replayable_task
 
 
 @pytest.fixture(scope="module")
 def task() -> dict[str, Any]:
-    """A task row of the local pack whose image is built, with a one-line gold change to replay."""
-    if not TASK_PACK.is_file():
-        missing(f"no task pack at {TASK_PACK}; {BUILD_HINT}")
-    client = docker.from_env(timeout=60)
-    try:
-        for line in TASK_PACK.read_text().splitlines():
-            row = json.loads(line)
-            if client.images.list(name=row["image"]) and _gold_edit(row.get("patch", "")):
-                return row
-    finally:
-        client.close()
-    missing(f"no task image of {TASK_PACK} is built; {BUILD_HINT}")
+    return replayable_task()
 
 
 @pytest.fixture
@@ -53,20 +42,6 @@ def run_id():
     rid = f"test-agent-{uuid.uuid4().hex[:8]}"
     yield rid
     assert reap(rid) == 0, f"the test left containers labelled {LABEL}.run={rid}"
-
-
-def _gold_edit(patch: str) -> tuple[str, str, str] | None:
-    """(path, old line, new line) of the gold patch's first single-line replacement in a non-test file."""
-    path = None
-    lines = patch.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("+++ b/"):
-            path = line[6:]
-        elif (path and not path.startswith("tests/") and line.startswith("-") and not line.startswith("---")
-              and i + 1 < len(lines) and lines[i + 1].startswith("+") and not lines[i + 1].startswith("+++")
-              and (i + 2 >= len(lines) or not lines[i + 2].startswith(("+", "-"))) and line[1:].strip()):
-            return path, line[1:], lines[i + 1][1:]
-    return None
 
 
 def _call(name: str, **arguments: Any) -> str:
@@ -134,7 +109,7 @@ def test_bundle_is_complete_and_knows_every_tool_we_disable():
 @pytest.mark.docker
 @pytest.mark.agent
 def test_scripted_rollout_edits_records_and_masks(task, run_id):
-    path, old, new = _gold_edit(task["patch"])
+    path, old, new = gold_edit(task["patch"])
     target = f"/testbed/{path}"
     script = [
         _call("run_shell_command", command=f"cat {target}"),
@@ -192,7 +167,7 @@ def test_scripted_rollout_edits_records_and_masks(task, run_id):
 @pytest.mark.agent
 def test_full_profile_with_qwen3_tokens(task, run_id):
     """The real-model path: qwen-code's own system prompt, 7 tools, no forced tool choice, Qwen3's template."""
-    path, old, new = _gold_edit(task["patch"])
+    path, old, new = gold_edit(task["patch"])
     target = f"/testbed/{path}"
     script = [_call("read_file", file_path=target), _call("edit", file_path=target, old_string=old, new_string=new),
               "Done."]

@@ -13,7 +13,8 @@ import pytest
 
 from qwen_swe.evaluate.__main__ import main
 from qwen_swe.paths import TASK_PACK, embedded_model_dir
-from tests.integration.test_agent import _call, _gold_edit
+from tests.integration.test_agent import _call
+from tests.task_pack import gold_edit
 from tests.scripted_server import ScriptedServer, smollm2_tokenizer
 
 pytestmark = [pytest.mark.docker, pytest.mark.agent]
@@ -37,8 +38,8 @@ class ServerThread:
 
 def test_agent_evaluation_writes_predictions_and_a_report_and_resumes(tmp_path, monkeypatch, capsys):
     rows = [json.loads(line) for line in TASK_PACK.read_text().splitlines()]
-    row = next(r for r in rows if _gold_edit(r["patch"]))
-    path, old, new = _gold_edit(row["patch"])
+    row = next(r for r in rows if gold_edit(r["patch"]))
+    path, old, new = gold_edit(row["patch"])
     broken = dict(row, instance_id="qwenswe__missing-image-1", image="qwen-swe-test-missing-image:none")
     dataset = tmp_path / "rows.jsonl"
     dataset.write_text(json.dumps(row) + "\n" + json.dumps(broken) + "\n")
@@ -75,8 +76,8 @@ def test_periodic_evaluation_through_the_trainers_driver(tmp_path):
     from qwen_swe.rollout.driver import RolloutDriver
 
     rows = [json.loads(line) for line in TASK_PACK.read_text().splitlines()]
-    row = next(r for r in rows if _gold_edit(r["patch"]))
-    path, old, new = _gold_edit(row["patch"])
+    row = next(r for r in rows if gold_edit(r["patch"]))
+    path, old, new = gold_edit(row["patch"])
     dataset = tmp_path / "eval.jsonl"
     dataset.write_text(json.dumps(row) + "\n")
     server = ServerThread([_call("read_file", file_path=f"/testbed/{path}"),

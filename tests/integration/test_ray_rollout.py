@@ -11,7 +11,6 @@ slow on 2 cores); the node-killing test runs last.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from typing import Any, Iterator
@@ -24,14 +23,15 @@ from ray.cluster_utils import Cluster
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.prompts import build_prompt
 from qwen_swe.data.sample import Sample, Status
-from qwen_swe.paths import TASK_PACK, embedded_model_dir
+from qwen_swe.paths import embedded_model_dir
 from qwen_swe.rollout.engine import NODE_KEY, RolloutEngine
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.rollout.ray_pool import RayRolloutPool
 from qwen_swe.sandbox.docker import LABEL
-from tests.integration.test_agent import _call, _gold_edit
+from tests.integration.test_agent import _call
+from tests.task_pack import gold_edit
 from tests.integration.test_evaluate_agent import ServerThread
-from tests.task_pack import BUILD_HINT, missing
+from tests.task_pack import replayable_task
 
 pytestmark = [pytest.mark.docker, pytest.mark.agent]
 
@@ -56,17 +56,7 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def task() -> dict[str, Any]:
-    if not TASK_PACK.is_file():
-        missing(f"no task pack at {TASK_PACK}; {BUILD_HINT}")
-    client = docker.from_env(timeout=60)
-    try:
-        for line in TASK_PACK.read_text().splitlines():
-            row = json.loads(line)
-            if client.images.list(name=row["image"]) and _gold_edit(row.get("patch", "")):
-                return row
-    finally:
-        client.close()
-    missing(f"no task image of {TASK_PACK} is built; {BUILD_HINT}")
+    return replayable_task()
 
 
 @pytest.fixture
@@ -106,7 +96,7 @@ async def _with(engine: Any, work: Any) -> Any:
 
 
 def test_groups_spread_over_the_nodes_and_match_the_local_backend(cluster, task, run_id, tmp_path):
-    path, old, new = _gold_edit(task["patch"])
+    path, old, new = gold_edit(task["patch"])
     server = ServerThread([_call("read_file", file_path=f"/testbed/{path}"),
                            _call("edit", file_path=f"/testbed/{path}", old_string=old, new_string=new),
                            "Fixed the bug."])
