@@ -164,7 +164,8 @@ class RayRolloutPool:
     # --- samples --------------------------------------------------------------------------------
     async def run_groups(self, groups: list[list[Sample]], stats: BatchStats) -> list[list[Sample]]:
         """Run groups over the workers; the same group rules as the local engine (``run_batch``)."""
-        await self._add_workers(strict=False)
+        if not any(s.load for s in self.slots):  # a new worker reaps its node: never beside samples in flight
+            await self._add_workers(strict=False)  # (MAX_STALENESS >= 2 submits a batch while others run)
 
         async def run_samples(samples: list[Sample]) -> None:
             if not samples:
