@@ -36,7 +36,7 @@ def test_grade_only_report_and_resume(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("RUN_ID", f"eval-{uuid.uuid4().hex[:8]}")
     out = tmp_path / "eval"
     argv = ["--predictions", str(preds), "--out", str(out), "--instance-list", str(ids), "--output-dir",
-            str(tmp_path / "run")]
+            str(tmp_path / "run"), "--dataset", str(TASK_PACK)]  # the embedded default trains on generated tasks
     assert main(argv) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["resolved_ids"] == [a] and report["empty_patch_ids"] == [b] and report["error_ids"] == []
