@@ -23,7 +23,8 @@ from qwen_swe.data.prompts import build_prompt
 from qwen_swe.paths import AGENT_MOUNT, TASK_PACK, agent_bundle_dir
 from qwen_swe.sandbox.docker import DockerSandbox, reap
 from qwen_swe.traffic.proxy import RecordingProxy
-from tests.integration.test_agent import _call, _gold_edit
+from tests.integration.test_agent import _call
+from tests.task_pack import gold_edit
 from tests.scripted_server import ScriptedServer, smollm2_tokenizer
 
 
@@ -40,7 +41,7 @@ def bench_bundle() -> tuple[float, float, float]:
 
 
 async def one_rollout(row: dict, run_id: str) -> dict[str, float]:
-    path, old, new = _gold_edit(row["patch"])
+    path, old, new = gold_edit(row["patch"])
     target = f"/testbed/{path}"
     script = [_call("read_file", file_path=target), _call("edit", file_path=target, old_string=old, new_string=new),
               "Done."]
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-bundle", action="store_true", help="do not time a fresh bundle build (network)")
     args = parser.parse_args(argv)
     rows = [json.loads(line) for line in TASK_PACK.read_text().splitlines()] if TASK_PACK.is_file() else []
-    row = next((r for r in rows if _gold_edit(r.get("patch", ""))), None)
+    row = next((r for r in rows if gold_edit(r.get("patch", ""))), None)
     if row is None:
         sys.exit(f"no usable task in {TASK_PACK}; build the task pack first")
     build_bundle()

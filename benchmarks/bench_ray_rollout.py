@@ -35,7 +35,8 @@ from qwen_swe.rollout.engine import NODE_KEY
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.rollout.ray_pool import RayRolloutPool
 from qwen_swe.sandbox.docker import reap
-from tests.integration.test_agent import _call, _gold_edit
+from tests.integration.test_agent import _call
+from tests.task_pack import gold_edit
 from tests.integration.test_evaluate_agent import ServerThread
 
 
@@ -92,10 +93,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n-samples", type=int, default=2, help="samples per group")
     args = parser.parse_args(argv)
     rows = [json.loads(line) for line in TASK_PACK.read_text().splitlines()] if TASK_PACK.is_file() else []
-    row = next((r for r in rows if _gold_edit(r.get("patch", ""))), None)
+    row = next((r for r in rows if gold_edit(r.get("patch", ""))), None)
     if row is None:
         sys.exit(f"no usable task in {TASK_PACK}; build the task pack first")
-    path, old, new = _gold_edit(row["patch"])
+    path, old, new = gold_edit(row["patch"])
     script = [_call("read_file", file_path=f"/testbed/{path}"),
               _call("edit", file_path=f"/testbed/{path}", old_string=old, new_string=new),
               _call("run_shell_command", command=f"sleep {args.tool_seconds:g}"), "Done."]
