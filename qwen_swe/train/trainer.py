@@ -27,6 +27,7 @@ import random
 import shutil
 import sys
 import time
+import traceback
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
@@ -421,5 +422,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             dist.destroy_process_group()
 
 
+def _exit_now(code: int) -> None:
+    """Leave without the interpreter's finalization: gloo's worker threads can abort it under CPU load (SIGABRT,
+    "terminate called without an active exception", no Python frame left), failing a rank whose work is done.
+    Everything this process opened is closed by ``main``'s own ``finally`` before this runs."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        status = main()
+    except SystemExit as stop:
+        if stop.code is not None and not isinstance(stop.code, int):
+            print(stop.code, file=sys.stderr)
+        status = 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1
+    except BaseException:  # noqa: BLE001 - printed as the interpreter would, then the same exit
+        traceback.print_exc()
+        status = 1
+    _exit_now(status)
