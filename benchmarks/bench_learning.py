@@ -119,13 +119,13 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     heldout = _rows(tasks / "heldout.jsonl")
     rng.shuffle(train)
     rng.shuffle(heldout)
-    demo_rows = _write_rows(work / "demo_tasks.jsonl", train[: args.demos])
+    demo_rows = _write_rows(work / "demo_tasks.jsonl", train[: args.demos or None])
     heldout_rows = _write_rows(work / "heldout_eval.jsonl", heldout[: args.heldout_tasks])
     train_rows = _write_rows(work / "train.jsonl", train)
     assert not {r["bug_site"] for r in train} & {r["bug_site"] for r in heldout}, "a held-out site is in train"
 
     t = time.monotonic()
-    common = {**AGENT, "SEED": str(args.seed)}
+    common = {**AGENT, "SEED": str(args.seed), "MIXED_PRECISION": str(args.mixed_precision).lower()}
     if not (work / "demos" / "demos_report.json").is_file():
         _run([sys.executable, "-m", "qwen_swe.warmstart", "collect", "--out", str(work / "demos")],
              {**common, "DATASET": str(demo_rows), "OUTPUT_DIR": str(work / "demos"), "REWARD_MODE": "binary",
@@ -219,7 +219,7 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--count", type=int, default=1000, help="tasks generated (all valid ones by default)")
-    ap.add_argument("--demos", type=int, default=32, help="train tasks the expert demonstrates")
+    ap.add_argument("--demos", type=int, default=0, help="train tasks the expert demonstrates (0 = all)")
     ap.add_argument("--sft-steps", type=int, default=16)
     ap.add_argument("--sft-batch", type=int, default=4)
     ap.add_argument("--sft-lr", type=float, default=5e-5)
@@ -229,6 +229,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--rl-batch", type=int, default=4, help="groups per GRPO step")
     ap.add_argument("--n-samples", type=int, default=4, help="samples per group")
     ap.add_argument("--rl-lr", type=float, default=1e-5)
+    ap.add_argument("--mixed-precision", type=lambda v: v.lower() in ("1", "true", "yes"), default=True,
+                    help="bf16 compute in SFT and GRPO (MIXED_PRECISION; about 1.6x faster on a CPU with AVX512-BF16)")
     ap.add_argument("--work", default=None)
     return ap
 

@@ -24,11 +24,18 @@ DEMOS = "demos.jsonl"
 
 
 def usable(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    """Rows the expert can play: a one-line gold patch and a problem statement no other row shares."""
-    seen: dict[str, int] = {}
+    """Rows the expert can play: a one-line gold patch, one row per problem statement. Rows that share a statement
+    and a fix are one demonstration; a statement with two different fixes is ambiguous, and all its rows are left out.
+    """
+    fixes: dict[str, set] = {}
     for row in rows:
-        seen[row["problem_statement"].strip()] = seen.get(row["problem_statement"].strip(), 0) + 1
-    keep = [r for r in rows if one_line_fix(r.get("patch", "")) and seen[r["problem_statement"].strip()] == 1]
+        fixes.setdefault(row["problem_statement"].strip(), set()).add(one_line_fix(row.get("patch", "")))
+    keep, seen = [], set()
+    for row in rows:
+        statement = row["problem_statement"].strip()
+        if None not in fixes[statement] and len(fixes[statement]) == 1 and statement not in seen:
+            keep.append(row)
+            seen.add(statement)
     return keep, len(rows) - len(keep)
 
 

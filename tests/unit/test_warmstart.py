@@ -50,8 +50,10 @@ def test_expert_finds_the_task_and_turn_from_the_prompt():
                                   + "<|im_start|>assistant\n")
     with pytest.raises(DataError, match="same problem statement"):
         ExpertServer([_row("a", "same"), _row("b", "same", PATCH.replace("mod.py", "x.py"))], _Tok())
-    kept, skipped = usable([_row("a", "same"), _row("b", "same"), _row("c", "one"), _row("d", "two", "no patch")])
-    assert [r["instance_id"] for r in kept] == ["c"] and skipped == 3
+    other_fix = PATCH.replace("x + a", "x * a")
+    kept, skipped = usable([_row("a", "same"), _row("b", "same"), _row("c", "one"), _row("d", "two", "no patch"),
+                            _row("e", "split"), _row("f", "split", other_fix)])
+    assert [r["instance_id"] for r in kept] == ["a", "c"] and skipped == 4  # b repeats a; e and f disagree
 
 
 def _demos(tmp_path, n: int):
