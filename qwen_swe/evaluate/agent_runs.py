@@ -1,6 +1,7 @@
 """Evaluation with the agent: ``EVAL_SAMPLES`` attempts per instance through the same sandbox, agent, proxy and
 grader as training (the rollout engine), no trainer. Each finished attempt is appended to ``predictions.jsonl``
-(the official format) and ``results.jsonl`` at once, so a re-run with the same folder runs only what is missing.
+(the official format) and ``results.jsonl`` at once, so a re-run with the same folder runs only what is missing;
+its whole rollout (conversation, patch, grade, timings) goes to ``rollouts.jsonl``, as a training step's do.
 An infrastructure failure is an ``error`` attempt with its reason, never ``unresolved``."""
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from qwen_swe.evaluate.grade_only import RESULTS, append_line, load_done
 from qwen_swe.evaluate.report import EMPTY, ERROR, RESOLVED, UNRESOLVED, AttemptResult
 from qwen_swe.rollout.engine import RolloutEngine
 from qwen_swe.rollout.progress import BatchStats
+from qwen_swe.rollout.record import dump_rollouts
 
 PREDICTIONS = "predictions.jsonl"
+ROLLOUTS = "rollouts.jsonl"
 
 
 def outcome_of(sample: Sample) -> AttemptResult:
@@ -66,6 +69,7 @@ async def _attempts(engine: RolloutEngine, rows: list[dict[str, Any]], settings:
         append_line(out / PREDICTIONS, {"instance_id": result.instance_id, "model_name_or_path": settings.model_name,
                                         "model_patch": sample.metadata.get("patch") or ""})
         append_line(out / RESULTS, asdict(result))
+        dump_rollouts(out / ROLLOUTS, [[sample]], [])
         done[(result.instance_id, result.attempt)] = result
 
     await asyncio.gather(*(one(s) for s in samples))

@@ -64,6 +64,12 @@ def test_agent_evaluation_writes_predictions_and_a_report_and_resumes(tmp_path, 
     assert all(set(p) == {"instance_id", "model_name_or_path", "model_patch"} for p in predictions)
     solved = next(p for p in predictions if p["instance_id"] == row["instance_id"])
     assert f"+{new}" in solved["model_patch"]
+    rollouts = {r["instance_id"]: r for r in map(json.loads, (out / "rollouts.jsonl").read_text().splitlines())}
+    assert rollouts[row["instance_id"]]["patch"] == solved["model_patch"] and rollouts[row["instance_id"]]["resolved"]
+    calls = [c["function"]["name"] for m in rollouts[row["instance_id"]]["conversation"]["messages"]
+             if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
+    assert calls == ["read_file", "edit"]  # the whole attempt is kept, as a training step keeps its rollouts
+    assert rollouts[broken["instance_id"]]["status"] == "aborted"
     before = (out / "results.jsonl").read_text()
     assert main(["--agent", "--out", str(out)]) == 0  # nothing left to run: no server needed, nothing appended
     assert (out / "results.jsonl").read_text() == before

@@ -12,7 +12,7 @@ import json
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample, Status
 from qwen_swe.errors import DropReason, SandboxError
-from qwen_swe.rollout.driver import dump_rollouts
+from qwen_swe.rollout.record import dump_rollouts
 from qwen_swe.rollout.engine import RolloutEngine, batch_metrics, drop
 from qwen_swe.rollout.progress import BatchStats
 

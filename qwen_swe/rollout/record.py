@@ -1,0 +1,35 @@
+"""What a rollout leaves on disk: one JSON line per sample (training steps' ``rollouts/step_*.jsonl`` and an
+evaluation's ``rollouts.jsonl``), read by the viewer and the benchmarks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from qwen_swe.data.sample import Sample
+from qwen_swe.rollout.engine import NODE_KEY
+
+
+def dump_rollouts(path: Path, groups: list[list[Sample]], dropped: list[Sample]) -> None:
+    """One JSON line per sample (kept and dropped): instance, patch, reward, status, turns, timings."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        for x in [s for g in groups for s in g] + dropped:
+            m = x.metadata
+            fh.write(json.dumps({
+                "instance_id": m.get("instance_id"), "group_index": x.group_index, "index": x.index,
+                "status": x.status.value if hasattr(x.status, "value") else str(x.status),
+                "reward": x.reward, "resolved": m.get("resolved"),
+                "reward_hack_suspected": m.get("reward_hack_suspected"),
+                "drop_reason": m.get("drop_reason"), "drop_detail": m.get("drop_detail"),
+                "outcome": m.get("outcome"), "patch": m.get("patch"), "turns": m.get("turns"),
+                "response_length": x.response_length, "weight_version": m.get("weight_version"),
+                "weight_versions": x.weight_versions,
+                "agent_seconds": m.get("agent_seconds"), "grade_seconds": m.get("grade_seconds"),
+                "grade": m.get("grade_details"), "trajectory": m.get("trajectory"),
+                "reward_components": (m.get("grade_details") or {}).get("components"),
+                "sampled_tokens": (m.get("trajectory") or {}).get("sampled_tokens"),
+                "trained_tokens": sum(x.loss_mask) if x.loss_mask else 0,
+                "rollout_node": m.get(NODE_KEY),
+                "conversation": m.get("conversation"),
+            }, default=str) + "\n")
