@@ -36,7 +36,7 @@ from qwen_swe.evaluate.report import wilson
 from qwen_swe.paths import REPO_ROOT
 
 # The agent profile a small model can act in, the same in every phase (warm start, evaluation, training).
-AGENT = {"TOOL_CHOICE": "auto", "MAX_TURNS": "4", "AGENT_MAX_TOKENS": "256", "AGENT_TIMEOUT": "180",
+AGENT = {"TOOL_CHOICE": "auto", "MAX_TURNS": "5", "AGENT_MAX_TOKENS": "256", "AGENT_TIMEOUT": "180",
          "TEMPERATURE": "1.0"}
 PHASE_TIMEOUT = 3 * 3600
 

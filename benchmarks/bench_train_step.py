@@ -1,11 +1,13 @@
 """One GRPO training step on 2 gloo ranks (FSDP2, CPU): tokens/s, and the chunked response log-probs
-against the full-logits reference (``[B*T, vocab]`` fp32 logits at once) measured in the same run.
+against the full-logits reference (``[B*T, vocab]`` fp32 logits at once) measured in the same run; with
+``--mixed-precision`` also bf16 compute (``MIXED_PRECISION=true``) against the fp32 chunked step.
 
 Each (model, variant) runs in its own torchrun so peak memory is not shared between variants. Peak memory
 is the rise of the kernel's peak RSS (VmHWM, reset via /proc/self/clear_refs) over the RSS before the
 timed steps, per rank; glibc is told to return large frees to the OS so the rise is the step's own.
 
 Run: .venv/bin/python -m benchmarks.bench_train_step [--samples 4] [--tokens 256] [--prompt 64] [--steps 2]
+     [--mixed-precision]
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ def _status_kb(field: str) -> int:
     return 0
 
 
-def worker(model: str, chunk: int, samples: int, tokens: int, prompt: int, steps: int, out: Path) -> None:
+def worker(model: str, chunk: int, samples: int, tokens: int, prompt: int, steps: int, out: Path,
+           mixed_precision: bool = False) -> None:
     """torchrun worker: warm-up step, then ``steps`` timed steps; rank 0 writes the figures."""
     import torch
     import torch.distributed as dist
@@ -42,7 +45,7 @@ def worker(model: str, chunk: int, samples: int, tokens: int, prompt: int, steps
     dist.init_process_group("gloo")
     cpu = torch.device("cpu")
     torch.manual_seed(0)
-    policy = build_policy(model, device=cpu, chunk_size=chunk)
+    policy = build_policy(model, device=cpu, chunk_size=chunk, mixed_precision=mixed_precision)
     opt = torch.optim.AdamW(policy.parameters(), lr=1e-6, weight_decay=0.0)
     settings = Settings.build(vllm_url="http://127.0.0.1:9", micro_batch_size=samples)
     rng = random.Random(0)
@@ -73,12 +76,12 @@ def worker(model: str, chunk: int, samples: int, tokens: int, prompt: int, steps
     dist.destroy_process_group()
 
 
-def run_variant(model: str, chunk: int, args: argparse.Namespace) -> dict:
+def run_variant(model: str, chunk: int, args: argparse.Namespace, mixed_precision: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                "-m", "benchmarks.bench_train_step", "--worker", model, str(chunk), str(args.samples),
-               str(args.tokens), str(args.prompt), str(args.steps), str(out)]
+               str(args.tokens), str(args.prompt), str(args.steps), str(out), str(int(mixed_precision))]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "MALLOC_MMAP_THRESHOLD_": "65536",
                "PYTHONPATH": str(REPO_ROOT)}
         proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800)
@@ -90,8 +93,8 @@ def run_variant(model: str, chunk: int, args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
-        m, chunk, samples, tokens, prompt, steps, out = argv[1:8]
-        worker(m, int(chunk), int(samples), int(tokens), int(prompt), int(steps), Path(out))
+        m, chunk, samples, tokens, prompt, steps, out, mixed = argv[1:9]
+        worker(m, int(chunk), int(samples), int(tokens), int(prompt), int(steps), Path(out), mixed == "1")
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=4)
@@ -99,6 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompt", type=int, default=64, help="prompt tokens per sample (not trained)")
     parser.add_argument("--steps", type=int, default=2, help="timed steps after one warm-up (best is reported)")
     parser.add_argument("--chunk", type=int, default=256, help="lm_head chunk (response tokens)")
+    parser.add_argument("--mixed-precision", action="store_true",
+                        help="also time bf16 compute (MIXED_PRECISION) against the fp32 chunked step")
     args = parser.parse_args(argv)
 
     from tests.tiny_model import tiny_model_dir
@@ -123,6 +128,13 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  ratio chunked/full: time {chunked['step_s'] / full['step_s']:.2f}x, "
               f"peak memory {chunked['peak_rise_mb'] / max(full['peak_rise_mb'], 1e-9):.2f}x, "
               f"relative grad-norm difference {abs(chunked['grad_norm'] / full['grad_norm'] - 1):.1e}")
+        if args.mixed_precision:
+            bf16 = run_variant(path, args.chunk, args, mixed_precision=True)
+            print(f"  {'bf16 compute (MIXED_PRECISION)':34s} step {bf16['step_s']:6.2f} s  "
+                  f"{global_tokens / bf16['step_s']:7.0f} tokens/s  peak RSS rise per rank {bf16['peak_rise_mb']:7.0f} MB  "
+                  f"grad norm {bf16['grad_norm']:.6f}")
+            print(f"  ratio bf16/fp32 (chunked): time {bf16['step_s'] / chunked['step_s']:.2f}x, "
+                  f"relative grad-norm difference {abs(bf16['grad_norm'] / chunked['grad_norm'] - 1):.1e}")
 
 
 if __name__ == "__main__":

@@ -2,10 +2,14 @@
 
 The expert stands where vLLM stands (the proxy's upstream, ``/v1/completions`` with token ids), so qwen-code, the
 proxy, the chat template and the loss mask are exactly those of a reinforcement-learning rollout; only the choice of
-the next completion is scripted. For a task whose gold patch changes one line it (1) reads the file, (2) replaces
-the buggy line by the fixed one, (3) answers that it is done. It recognises the task by its problem statement in the
-prompt, and the turn by the assistant turns already in it. Its completions are the tokenizer's ids of the text plus
-the end-of-turn id, with log-probability 0 (the supervised loss does not read them).
+the next completion is scripted. For a task whose gold patch changes one line it (1) searches the repository for the
+definitions of the names the problem statement imports, (2) reads the file the search found, (3) replaces the buggy
+line by the fixed one, (4) answers that it is done. Every step copies something the model can see (a name from the
+statement, a path from the search's output, a line from the file), so a policy can learn it for tasks it has not
+seen; when the search does not show the file to fix, the expert gives up at once and the rollout, unresolved, is no
+demonstration. It recognises the task by its problem statement in the prompt, and the turn by the assistant turns
+already in it. Its completions are the tokenizer's ids of the text plus the end-of-turn id, with log-probability 0
+(the supervised loss does not read them).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from qwen_swe.errors import DataError
 from qwen_swe.paths import TESTBED
 
 DONE = "I fixed the bug."
+GIVE_UP = "I could not find the code."
 END_OF_TURN = "<|im_end|>"
 ASSISTANT = "<|im_start|>assistant"
 
@@ -49,8 +54,31 @@ def tool_call(name: str, **arguments: Any) -> str:
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
-def expert_turn(fix: Fix, turn: int) -> str:
+def imported_names(statement: str) -> list[str]:
+    """The names a problem statement's code imports (``from pkg.mod import a, b``), in order, without repeats."""
+    names: list[str] = []
+    for group in re.findall(r"^\s*from\s+[\w.]+\s+import\s+\(?([\w, ]+)\)?\s*$", statement, flags=re.M):
+        names += [n.strip() for n in group.split(",") if n.strip() and n.strip() not in names]
+    return names
+
+
+def search_command(names: Sequence[str]) -> str:
+    """Where the imported names are defined: one grep a policy can write by copying the names."""
+    return f'grep -rnE "(def|class) ({"|".join(names)})\\b" {TESTBED} --include=*.py'
+
+
+def expert_turn(fix: Fix, turn: int, names: Sequence[str] | None = None, last_output: str = "") -> str:
+    """The completion for ``turn``; ``names`` (the statement's imports) turns on the search step, an empty list
+    means there is nothing to search for."""
     target = f"{TESTBED}/{fix.path}"
+    if names is not None:
+        if not names:
+            return GIVE_UP
+        if turn == 0:
+            return tool_call("run_shell_command", command=search_command(names))
+        turn -= 1
+        if turn == 0 and target not in last_output:
+            return GIVE_UP  # the search did not show the file: not a demonstration a policy could follow
     if turn == 0:
         return tool_call("read_file", file_path=target)  # qwen-code refuses to edit a file it has not read
     if turn == 1:
@@ -61,8 +89,9 @@ def expert_turn(fix: Fix, turn: int) -> str:
 class ExpertServer:
     """An OpenAI-compatible ``/v1/completions`` upstream that plays the expert for the given rows."""
 
-    def __init__(self, rows: Sequence[dict[str, Any]], tokenizer: Any, model: str = "expert") -> None:
-        self.tokenizer, self.model = tokenizer, model
+    def __init__(self, rows: Sequence[dict[str, Any]], tokenizer: Any, model: str = "expert",
+                 search: bool = True) -> None:
+        self.tokenizer, self.model, self.search = tokenizer, model, search
         self.fixes: dict[str, Fix] = {}
         for row in rows:
             fix = one_line_fix(row.get("patch", ""))
@@ -78,10 +107,12 @@ class ExpertServer:
         self.url = ""
 
     def reply(self, prompt_text: str) -> str:
-        fix = next((f for s, f in self.fixes.items() if s in prompt_text), None)
+        statement, fix = next(((s, f) for s, f in self.fixes.items() if s in prompt_text), (None, None))
         if fix is None:
             raise web.HTTPBadRequest(text="the expert does not know this task")
-        return expert_turn(fix, max(prompt_text.count(ASSISTANT) - 1, 0))
+        names = imported_names(statement) if self.search else None
+        last_output = prompt_text.rsplit(ASSISTANT, 1)[0].rsplit("<tool_response>", 1)[-1]
+        return expert_turn(fix, max(prompt_text.count(ASSISTANT) - 1, 0), names, last_output)
 
     async def _completions(self, request: web.Request) -> web.Response:
         body = await request.json()

@@ -12,7 +12,8 @@ from qwen_swe.errors import DataError
 from qwen_swe.train.trainer import prepare_batch
 from qwen_swe.warmstart.collect import usable
 from qwen_swe.warmstart.demos import DemoDriver
-from qwen_swe.warmstart.expert import DONE, ExpertServer, expert_turn, one_line_fix
+from qwen_swe.warmstart.expert import (DONE, GIVE_UP, ExpertServer, expert_turn, imported_names,
+                                       one_line_fix, search_command)
 
 PATCH = ("diff --git a/pkg/mod.py b/pkg/mod.py\nindex 1..2 100644\n--- a/pkg/mod.py\n+++ b/pkg/mod.py\n"
          "@@ -3,3 +3,3 @@ def f(x):\n     a = 1\n-    return x - a\n+    return x + a\n \n")
@@ -42,8 +43,26 @@ def test_expert_reads_edits_then_stops():
     assert one_line_fix(two_lines) is None
 
 
+def test_expert_searches_for_the_imported_names_and_reads_only_a_file_the_search_showed():
+    fix = one_line_fix(PATCH)
+    statement = "`f(1)` fails\n```python\nimport pytest\nfrom pkg import f, g\nfrom pkg.mod import (h, f)\nf(1)\n```"
+    names = imported_names(statement)
+    assert names == ["f", "g", "h"]
+    search = json.loads(expert_turn(fix, 0, names).split("\n")[1])
+    assert search == {"name": "run_shell_command", "arguments": {"command": search_command(names)}}
+    assert search_command(names) == 'grep -rnE "(def|class) (f|g|h)\\b" /testbed --include=*.py'
+    found = "Output: /testbed/pkg/mod.py:3:def f(x):"
+    assert json.loads(expert_turn(fix, 1, names, found).split("\n")[1])["name"] == "read_file"
+    assert expert_turn(fix, 1, names, "Output: /testbed/pkg/other.py:3:def f(x):") == GIVE_UP
+    assert json.loads(expert_turn(fix, 2, names, "edited").split("\n")[1])["name"] == "edit"
+    assert expert_turn(fix, 3, names) == DONE
+    assert expert_turn(fix, 0, []) == GIVE_UP  # nothing to search for: no demonstration
+
+
 def test_expert_finds_the_task_and_turn_from_the_prompt():
-    server = ExpertServer([_row("a", "bug A"), _row("b", "bug B", PATCH.replace("mod.py", "other.py"))], _Tok())
+    rows = [_row("a", "bug A"), _row("b", "bug B", PATCH.replace("mod.py", "other.py"))]
+    assert ExpertServer(rows, _Tok()).reply("<|im_start|>user\nbug B<|im_end|>\n<|im_start|>assistant\n") == GIVE_UP
+    server = ExpertServer(rows, _Tok(), search=False)
     prompt = "<|im_start|>user\nbug B<|im_end|>\n<|im_start|>assistant\n"
     assert "other.py" in server.reply(prompt) and "read_file" in server.reply(prompt)
     assert "edit" in server.reply(prompt.replace("<|im_start|>assistant\n", "<|im_start|>assistant\nx\n" * 1)
