@@ -229,7 +229,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--rl-batch", type=int, default=4, help="groups per GRPO step")
     ap.add_argument("--n-samples", type=int, default=4, help="samples per group")
     ap.add_argument("--rl-lr", type=float, default=1e-5)
-    ap.add_argument("--mixed-precision", type=lambda v: v.lower() in ("1", "true", "yes"), default=True,
+    ap.add_argument("--mixed-precision", action=argparse.BooleanOptionalAction, default=True,
                     help="bf16 compute in SFT and GRPO (MIXED_PRECISION; about 1.6x faster on a CPU with AVX512-BF16)")
     ap.add_argument("--work", default=None)
     return ap

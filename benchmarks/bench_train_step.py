@@ -118,24 +118,25 @@ def main(argv: list[str] | None = None) -> None:
     print(f"batch: {args.samples} samples x {args.tokens} tokens ({args.tokens - args.prompt} response tokens each), "
           f"2 gloo ranks, fp32, 1 thread per rank, best of {args.steps} steps after a warm-up")
     global_tokens = args.samples * args.tokens
+
+    def line(label: str, r: dict) -> None:
+        print(f"  {label:34s} step {r['step_s']:6.2f} s  {global_tokens / r['step_s']:7.0f} tokens/s  "
+              f"peak RSS rise per rank {r['peak_rise_mb']:7.0f} MB  grad norm {r['grad_norm']:.6f}")
+
     for name, path in models:
         chunked = run_variant(path, args.chunk, args)
         full = run_variant(path, 0, args)
         print(f"{name}:")
-        for label, r in ((f"chunked log-probs (chunk {args.chunk})", chunked), ("full-logits reference", full)):
-            print(f"  {label:34s} step {r['step_s']:6.2f} s  {global_tokens / r['step_s']:7.0f} tokens/s  "
-                  f"peak RSS rise per rank {r['peak_rise_mb']:7.0f} MB  grad norm {r['grad_norm']:.6f}")
+        line(f"chunked log-probs (chunk {args.chunk})", chunked)
+        line("full-logits reference", full)
         print(f"  ratio chunked/full: time {chunked['step_s'] / full['step_s']:.2f}x, "
               f"peak memory {chunked['peak_rise_mb'] / max(full['peak_rise_mb'], 1e-9):.2f}x, "
               f"relative grad-norm difference {abs(chunked['grad_norm'] / full['grad_norm'] - 1):.1e}")
         if args.mixed_precision:
             bf16 = run_variant(path, args.chunk, args, mixed_precision=True)
-            print(f"  {'bf16 compute (MIXED_PRECISION)':34s} step {bf16['step_s']:6.2f} s  "
-                  f"{global_tokens / bf16['step_s']:7.0f} tokens/s  peak RSS rise per rank {bf16['peak_rise_mb']:7.0f} MB  "
-                  f"grad norm {bf16['grad_norm']:.6f}")
+            line("bf16 compute (MIXED_PRECISION)", bf16)
             print(f"  ratio bf16/fp32 (chunked): time {bf16['step_s'] / chunked['step_s']:.2f}x, "
                   f"relative grad-norm difference {abs(bf16['grad_norm'] / chunked['grad_norm'] - 1):.1e}")
-
 
 if __name__ == "__main__":
     main()
