@@ -93,6 +93,21 @@ def test_validate_computes_fail_to_pass_with_real_pytest(tmp_path):
     assert verdicts["return x * 4"].reject == "no test fails with the bug"  # `unused` has no test
 
 
+def test_an_exception_in_the_project_brings_its_traceback_into_the_statement(tmp_path):
+    repo = _tiny_repo(tmp_path)
+    (repo / "tiny" / "ops.py").write_text(
+        'def greet(name):\n    return "hi " + name\n\n\ndef welcome(name):\n    return greet(name).upper()\n')
+    (repo / "tests" / "test_ops.py").write_text(
+        'from tiny.ops import welcome\n\n\ndef test_welcome():\n    assert welcome("ann") == "HI ANN"\n')
+    bug = next(m for m in mutations_of((repo / "tiny/ops.py").read_text(), "tiny/ops.py") if m.kind == "binop_swap")
+    (verdict,) = validate(repo, [bug], ["tests/test_ops.py"])
+    assert verdict.frames == ('  File "tiny/ops.py", line 6, in welcome', "    return greet(name).upper()",
+                              '  File "tiny/ops.py", line 2, in greet', '    return "hi " - name')
+    statement = problem_statement("tiny", verdict, (repo / "tests" / "test_ops.py").read_text())
+    assert "Traceback (most recent call last):\n" + "\n".join(verdict.frames) + "\nTypeError" in statement
+    assert "tests/test_ops.py" not in statement  # the test's own line is the reproduction above it
+
+
 def test_validate_refuses_a_repository_whose_tests_fail(tmp_path):
     repo = _tiny_repo(tmp_path)
     (repo / "tests" / "test_ops.py").write_text("def test_broken():\n    assert False\n")
@@ -114,6 +129,8 @@ def test_generation_is_deterministic_and_honest(tmp_path):
         assert row["instance_id"] == instance_id("textkit", m)
         assert json.loads(row["FAIL_TO_PASS"]) and row["test_patch"] == ""
         assert f"-{m.new}" in row["patch"] and f"+{m.old}" in row["patch"]  # gold: bug -> original
-        assert m.new.strip() not in row["problem_statement"] and m.old.strip() not in row["problem_statement"]
+        # the fix never shows; the buggy line only inside a traceback, as an issue's pasted error shows it
+        assert m.old.strip() not in row["problem_statement"]
+        assert m.new.strip() not in row["problem_statement"].split("Traceback (most recent call last):")[0]
         assert row["eval_script"].count(f"git checkout {row['base_commit']} -- tests/") == 2
-    assert problem_statement("textkit", type("V", (), {"failure": "", "fail_to_pass": ("t",)})())  # never empty
+    assert problem_statement("textkit", type("V", (), {"failure": "", "fail_to_pass": ("t",), "frames": ()})())

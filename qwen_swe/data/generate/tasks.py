@@ -65,7 +65,8 @@ def instance_id(repo_name: str, mutation: Mutation) -> str:
 
 def problem_statement(repo_name: str, verdict: Verdict, test_source: str = "") -> str:
     """The symptom, in an issue's words: a reproduction (the failing check with the imports it needs, as a
-    reporter would paste it) and its error; never the location of the bug or the fix."""
+    reporter would paste it) and its error, with the traceback through the project's code when the error is an
+    exception raised there (as a reporter would paste it too); never the fix."""
     code, *errors = verdict.failure.splitlines() or [""]
     names = set(re.findall(r"[A-Za-z_]\w*", code))
     imports = [line for line in test_source.splitlines() if line.startswith(("from ", "import "))
@@ -75,7 +76,8 @@ def problem_statement(repo_name: str, verdict: Verdict, test_source: str = "") -
     text = [f"{repo_name}: `{shown}` fails", "", "This check fails on the current code:", "",
             "```python", *imports, code, "```", ""]
     if errors:
-        text += ["It fails with:", "", "```", *errors, "```", ""]
+        trace = ["Traceback (most recent call last):", *verdict.frames] if verdict.frames else []
+        text += ["It fails with:", "", "```", *trace, *errors, "```", ""]
     text.append("It should pass." + (f" {others} other check{'s' if others > 1 else ''} of the project fail "
                                      "the same way." if others else ""))
     return "\n".join(text) + "\n"

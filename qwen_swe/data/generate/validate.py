@@ -24,6 +24,7 @@ from swebench.harness.log_parsers.python import parse_log_pytest
 from qwen_swe.data.generate.mutations import Mutation, apply_mutation
 from qwen_swe.data.taskpack.repo import copy_files
 from qwen_swe.errors import TaskPackError
+from qwen_swe.reward.testfiles import is_test_path
 
 PASSED = ("PASSED", "XFAIL")
 TEST_TIMEOUT = 120
@@ -36,6 +37,7 @@ class Verdict:
     pass_to_pass: tuple[str, ...]
     failure: str  # the first FAIL_TO_PASS test's failing line and error, for the problem statement
     reject: str = ""  # why it is not a task; empty when it is one
+    frames: tuple[str, ...] = ()  # that failure's traceback through the project's own code, Python's format
 
 
 def run_tests(repo: Path, test_files: list[str], python: str = sys.executable) -> tuple[dict[str, str], str]:
@@ -51,19 +53,30 @@ def run_tests(repo: Path, test_files: list[str], python: str = sys.executable) -
     return parse_log_pytest(log, None), log
 
 
-def failure_of(log: str, test: str) -> str:
-    """The failing statement and the error lines of ``test`` in a ``--tb=short`` log (empty if not found)."""
+FRAME = re.compile(r"^(\S+\.py):(\d+): in (\S+)$")
+
+
+def failure_of(log: str, test: str) -> tuple[str, tuple[str, ...]]:
+    """The failing statement and error lines of ``test`` in a ``--tb=short`` log (empty if not found), and the
+    frames of that traceback in the project's code (not its tests) as Python prints them, two lines a frame."""
     name = test.split("::")[-1]
     match = re.search(rf"^_+ {re.escape(name)} _+$(.*?)(?=^_{{3,}} |^=+ )", log, flags=re.M | re.S)
     if not match:
-        return ""
-    code, errors = "", []
+        return "", ()
+    code, errors, frames, frame = "", [], [], None
     for line in match.group(1).splitlines():
         if line.startswith("E   ") and len(errors) < 4:
             errors.append(line[4:].rstrip())
-        elif line.startswith("    ") and not errors and not code:
-            code = line.strip()
-    return "\n".join(([code] if code else []) + errors)
+        elif (found := FRAME.match(line)) is not None:
+            path, lineno, function = found.groups()
+            frame = None if is_test_path(path) else f'  File "{path}", line {lineno}, in {function}'
+        elif line.startswith("    ") and not errors:
+            if frame is not None and line.strip().strip("^~ "):
+                frames += [frame, "    " + line.strip()]
+                frame = None
+            elif not code:
+                code = line.strip()
+    return "\n".join(([code] if code else []) + errors), tuple(frames)
 
 
 def baseline(repo: Path, test_files: list[str]) -> dict[str, str]:
@@ -88,10 +101,10 @@ def judge(mutation: Mutation, clean: dict[str, str], statuses: dict[str, str], l
         reject = f"tests appear only with the bug: {', '.join(extra[:3])}"
     elif not f2p:
         reject = "no test fails with the bug"
-    failure = failure_of(log, f2p[0]) if f2p else ""
+    failure, frames = failure_of(log, f2p[0]) if f2p else ("", ())
     if f2p and not failure and not reject:
         reject = "no failure message to describe"
-    return Verdict(mutation, f2p, p2p, failure, reject)
+    return Verdict(mutation, f2p, p2p, failure, reject, frames)
 
 
 def validate(source_repo: Path, mutations: Iterable[Mutation], test_files: list[str], jobs: int = 2,
