@@ -2,12 +2,12 @@
 
 The expert stands where vLLM stands (the proxy's upstream, ``/v1/completions`` with token ids), so qwen-code, the
 proxy, the chat template and the loss mask are exactly those of a reinforcement-learning rollout; only the choice of
-the next completion is scripted. For a task whose gold patch changes one line it (1) searches the repository for the
-definitions of the names the problem statement imports, (2) reads the file the search found, (3) replaces the buggy
-line by the fixed one, (4) answers that it is done. Every step copies something the model can see (a name from the
-statement, a path from the search's output, a line from the file), so a policy can learn it for tasks it has not
-seen; when the search does not show the file to fix, the expert gives up at once and the rollout, unresolved, is no
-demonstration. It recognises the task by its problem statement in the prompt, and the turn by the assistant turns
+the next completion is scripted. For a task whose gold patch changes one line it (1) finds the file to fix: the
+statement's traceback names it, or else it searches the repository for the definitions of the names the statement
+imports, (2) reads that file, (3) replaces the buggy line by the fixed one, (4) answers that it is done. Every step
+copies something the model can see (a path from the traceback, a name from the statement, a path from the search's
+output, a line from the file), so a policy can learn it for tasks it has not seen; when neither shows the file to
+fix, the expert gives up and the rollout, unresolved, is no demonstration. It recognises the task by its problem statement in the prompt, and the turn by the assistant turns
 already in it. Its completions are the tokenizer's ids of the text plus the end-of-turn id, with log-probability 0
 (the supervised loss does not read them).
 """
@@ -62,6 +62,11 @@ def imported_names(statement: str) -> list[str]:
     return names
 
 
+def traceback_paths(statement: str) -> list[str]:
+    """The repository-relative files of a statement's traceback frames (``File "pkg/mod.py", line 3, in f``)."""
+    return re.findall(r'^\s*File "([^"]+)", line \d+', statement, flags=re.M)
+
+
 def search_command(names: Sequence[str]) -> str:
     """Where the imported names are defined: one grep a policy can write by copying the names."""
     return f'grep -rnE "(def|class) ({"|".join(names)})\\b" {TESTBED} --include=*.py'
@@ -69,7 +74,7 @@ def search_command(names: Sequence[str]) -> str:
 
 def expert_turn(fix: Fix, turn: int, names: Sequence[str] | None = None, last_output: str = "") -> str:
     """The completion for ``turn``; ``names`` (the statement's imports) turns on the search step, an empty list
-    means there is nothing to search for."""
+    means there is nothing to search for; ``names=None`` reads the file at once (the traceback shows it)."""
     target = f"{TESTBED}/{fix.path}"
     if names is not None:
         if not names:
@@ -110,7 +115,8 @@ class ExpertServer:
         statement, fix = next(((s, f) for s, f in self.fixes.items() if s in prompt_text), (None, None))
         if fix is None:
             raise web.HTTPBadRequest(text="the expert does not know this task")
-        names = imported_names(statement) if self.search else None
+        traced = fix.path in traceback_paths(statement)
+        names = imported_names(statement) if self.search and not traced else None
         last_output = prompt_text.rsplit(ASSISTANT, 1)[0].rsplit("<tool_response>", 1)[-1]
         return expert_turn(fix, max(prompt_text.count(ASSISTANT) - 1, 0), names, last_output)
 

@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from benchmarks.bench_learning import one_sided_z
+from benchmarks.bench_learning import funnel, one_sided_z
 from qwen_swe.config.settings import Settings
 from qwen_swe.errors import DataError
 from qwen_swe.train.trainer import prepare_batch
 from qwen_swe.warmstart.collect import usable
 from qwen_swe.warmstart.demos import DemoDriver
 from qwen_swe.warmstart.expert import (DONE, GIVE_UP, ExpertServer, expert_turn, imported_names,
-                                       one_line_fix, search_command)
+                                       one_line_fix, search_command, traceback_paths)
 
 PATCH = ("diff --git a/pkg/mod.py b/pkg/mod.py\nindex 1..2 100644\n--- a/pkg/mod.py\n+++ b/pkg/mod.py\n"
          "@@ -3,3 +3,3 @@ def f(x):\n     a = 1\n-    return x - a\n+    return x + a\n \n")
@@ -75,6 +75,21 @@ def test_expert_finds_the_task_and_turn_from_the_prompt():
     assert [r["instance_id"] for r in kept] == ["a", "c"] and skipped == 4  # b repeats a; e and f disagree
 
 
+def test_expert_reads_the_file_a_traceback_names_without_searching():
+    traced = ("`f(1)` fails\n```python\nfrom pkg import f\nf(1)\n```\nIt fails with:\n```\n"
+              "Traceback (most recent call last):\n  File \"pkg/mod.py\", line 4, in f\n    return x - a\n"
+              "TypeError: no\n```\n")
+    assert traceback_paths(traced) == ["pkg/mod.py"]
+    server = ExpertServer([_row("a", traced)], _Tok())
+    prompt = f"<|im_start|>user\n{traced}<|im_end|>\n<|im_start|>assistant\n"
+    assert json.loads(server.reply(prompt).split("\n")[1]) == {
+        "name": "read_file", "arguments": {"file_path": "/testbed/pkg/mod.py"}}
+    elsewhere = traced.replace("pkg/mod.py", "pkg/other.py")  # the traceback passes elsewhere: search as before
+    server = ExpertServer([_row("b", elsewhere)], _Tok())
+    reply = server.reply(f"<|im_start|>user\n{elsewhere}<|im_end|>\n<|im_start|>assistant\n")
+    assert json.loads(reply.split("\n")[1])["arguments"] == {"command": search_command(["f"])}
+
+
 def _demos(tmp_path, n: int):
     path = tmp_path / "demos.jsonl"
     path.write_text("".join(json.dumps({"instance_id": f"t{i}", "tokens": [1, 2, 3, 4], "response_length": 2,
@@ -119,6 +134,25 @@ def test_one_sided_z():
     assert z > 2.5 and p < 0.01
     assert one_sided_z(10, 64, 10, 64)[1] == pytest.approx(0.5)
     assert one_sided_z(20, 64, 10, 64)[1] > 0.9
+
+
+def _attempt(iid: str, *calls: tuple[str, dict], patch: str = "", resolved: bool = False) -> dict:
+    message = {"role": "assistant", "tool_calls": [{"function": {"name": n, "arguments": json.dumps(a)}}
+                                                   for n, a in calls]}
+    return {"instance_id": iid, "conversation": {"messages": [message]}, "patch": patch, "resolved": resolved}
+
+
+def test_funnel_counts_how_far_attempts_get_against_the_gold_patch():
+    rows = {"t": _row("t", "bug")}
+    read = ("read_file", {"file_path": "/testbed/pkg/mod.py"})
+    attempts = [_attempt("t"), _attempt("t", ("read_file", {"file_path": "/testbed/pkg/other.py"})),
+                _attempt("t", read, ("edit", {"old_string": "    return x - a\n", "new_string": "    return x * a"}),
+                         patch="diff"),
+                _attempt("t", read, ("edit", {"old_string": "return x - a", "new_string": "return x + a"}),
+                         patch="diff", resolved=True),
+                {**_attempt("t", read), "status": "aborted"}]
+    assert funnel(attempts, rows) == {"attempts": 4, "tool_call": 3, "read_target": 2, "edit_buggy_line": 2,
+                                      "exact_fix": 1, "patch": 2, "resolved": 1}
 
 
 def test_a_checkpoint_folder_keeps_its_base_models_tool_call_format(tmp_path):
