@@ -34,6 +34,7 @@ from typing import Any
 
 from qwen_swe.evaluate.report import wilson
 from qwen_swe.paths import REPO_ROOT
+from qwen_swe.warmstart.expert import one_line_fix
 
 # The agent profile a small model can act in, the same in every phase (warm start, evaluation, training).
 AGENT = {"TOOL_CHOICE": "auto", "MAX_TURNS": "5", "AGENT_MAX_TOKENS": "256", "AGENT_TIMEOUT": "180",
@@ -74,19 +75,52 @@ def one_sided_z(success_a: int, n_a: int, success_b: int, n_b: int) -> tuple[flo
     return z, 0.5 * math.erfc(z / math.sqrt(2))
 
 
+def _calls(rollout: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(tool name, arguments) of every call the policy made in a recorded rollout."""
+    messages = (rollout.get("conversation") or {}).get("messages") or []
+    out = []
+    for m in messages:
+        for c in m.get("tool_calls") or [] if m.get("role") == "assistant" else []:
+            try:
+                arguments = json.loads(c["function"].get("arguments") or "{}")
+            except ValueError:
+                arguments = {}
+            out.append((c["function"]["name"], arguments if isinstance(arguments, dict) else {}))
+    return out
+
+
+def funnel(rollouts: list[dict[str, Any]], rows: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """How far attempts get, counted against each task's gold patch: a tool call, reading the file to fix, an edit
+    whose ``old_string`` holds the buggy line, the gold fix exactly, a patch, resolved."""
+    out = dict.fromkeys(("attempts", "tool_call", "read_target", "edit_buggy_line", "exact_fix", "patch",
+                         "resolved"), 0)
+    for r in rollouts:
+        if r.get("status") == "aborted":
+            continue
+        fix = one_line_fix(rows[r["instance_id"]]["patch"]) if r["instance_id"] in rows else None
+        calls = _calls(r)
+        edits = [a for name, a in calls if name == "edit"]
+        buggy = fix.buggy.strip() if fix else None
+        hits = {"attempts": True, "tool_call": bool(calls),
+                "read_target": bool(fix) and any(name == "read_file" and str(a.get("file_path", "")).endswith(
+                    "/" + fix.path) for name, a in calls),
+                "edit_buggy_line": bool(buggy) and any(buggy in str(e.get("old_string", "")) for e in edits),
+                "exact_fix": bool(fix) and any(str(e.get("old_string", "")).strip() == buggy
+                                               and str(e.get("new_string", "")).strip() == fix.fixed.strip()
+                                               for e in edits),
+                "patch": bool((r.get("patch") or "").strip()), "resolved": bool(r.get("resolved"))}
+        for key, hit in hits.items():
+            out[key] += bool(hit)
+    return out
+
+
 def rollout_fractions(rollouts: Path) -> dict[str, float]:
     """Of the training rollouts: the fractions that call a tool, that edit a file, that leave a patch, resolved."""
     rows = [json.loads(line) for f in sorted(rollouts.glob("step_*.jsonl")) for line in f.read_text().splitlines()]
     rows = [r for r in rows if r.get("status") != "aborted"]
-
-    def calls(r: dict) -> list[str]:
-        messages = (r.get("conversation") or {}).get("messages") or []
-        return [c["function"]["name"] for m in messages if m.get("role") == "assistant"
-                for c in m.get("tool_calls") or []]
-
     n = max(len(rows), 1)
-    return {"rollouts": len(rows), "tool_call": sum(bool(calls(r)) for r in rows) / n,
-            "edit_call": sum(bool({"edit", "write_file"} & set(calls(r))) for r in rows) / n,
+    return {"rollouts": len(rows), "tool_call": sum(bool(_calls(r)) for r in rows) / n,
+            "edit_call": sum(bool({"edit", "write_file"} & {name for name, _ in _calls(r)}) for r in rows) / n,
             "non_empty_patch": sum(bool((r.get("patch") or "").strip()) for r in rows) / n,
             "resolved": sum(bool(r.get("resolved")) for r in rows) / n}
 
@@ -167,11 +201,20 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
               "reward_curve": [s.get("reward_mean") for s in steps],
               "resolve_curve": [s.get("resolve_rate") for s in steps],
               "updates": sum(not s.get("skipped_update") for s in steps), "end_model": str(end_model),
-              "rollouts": rollout_fractions(rl / "rollouts")}
+              "rollouts": rollout_fractions(rl / "rollouts"), "funnels": funnels(work)}
     (work / "learning.json").write_text(json.dumps(result, indent=1) + "\n")
     _plot(steps, before, after, work / "learning.png")
     _report(result, work)
     return result
+
+
+def funnels(work: Path) -> dict[str, dict[str, int]]:
+    """The funnel of the held-out attempts at the start and the end, and of the GRPO rollouts on train tasks."""
+    rows = {r["instance_id"]: r for split in ("train", "heldout") for r in _rows(work / "tasks" / f"{split}.jsonl")}
+    files = {"heldout_start": [work / "eval_start" / "eval" / "rollouts.jsonl"],
+             "heldout_end": [work / "eval_end" / "eval" / "rollouts.jsonl"],
+             "grpo_train": sorted((work / "rl" / "rollouts").glob("step_*.jsonl"))}
+    return {name: funnel([r for f in paths if f.is_file() for r in _rows(f)], rows) for name, paths in files.items()}
 
 
 def _plot(steps: list[dict[str, Any]], before: dict, after: dict, png: Path) -> None:
@@ -210,6 +253,8 @@ def _report(r: dict[str, Any], work: Path) -> None:
     f = r["rollouts"]
     print(f"GRPO rollouts: {f['rollouts']}; a tool call {f['tool_call']:.2f}, an edit {f['edit_call']:.2f}, "
           f"a non-empty patch {f['non_empty_patch']:.2f}, resolved {f['resolved']:.2f}")
+    for name, counts in r["funnels"].items():
+        print(f"funnel {name}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     print("reward curve: " + " ".join(f"{x:+.2f}" if x is not None else "-" for x in r["reward_curve"]))
     print("wall time: " + ", ".join(f"{k} {v:.0f}s" for k, v in r["times"].items()))
     print(f"ratio total / 60-minute budget = {r['times']['total'] / 3600:.2f}; curve: {work / 'learning.png'}")
