@@ -69,7 +69,8 @@ def failure_of(log: str, test: str) -> tuple[str, tuple[str, ...]]:
             errors.append(line[4:].rstrip())
         elif (found := FRAME.match(line)) is not None:
             path, lineno, function = found.groups()
-            frame = None if is_test_path(path) else f'  File "{path}", line {lineno}, in {function}'
+            ours = not (is_test_path(path) or path.startswith(("/", "..")))  # not the tests, not the interpreter's
+            frame = f'  File "{path}", line {lineno}, in {function}' if ours else None
         elif line.startswith("    ") and not errors:
             if frame is not None and line.strip().strip("^~ "):
                 frames += [frame, "    " + line.strip()]
