@@ -37,8 +37,8 @@ from qwen_swe.paths import REPO_ROOT
 from qwen_swe.warmstart.expert import one_line_fix
 
 # The agent profile a small model can act in, the same in every phase (warm start, evaluation, training).
-AGENT = {"TOOL_CHOICE": "auto", "MAX_TURNS": "5", "AGENT_MAX_TOKENS": "256", "AGENT_TIMEOUT": "180",
-         "TEMPERATURE": "1.0"}
+# Its sampling temperature is --temperature, or the one --pick-temperature chooses on train tasks.
+AGENT = {"TOOL_CHOICE": "auto", "MAX_TURNS": "5", "AGENT_MAX_TOKENS": "256", "AGENT_TIMEOUT": "180"}
 PHASE_TIMEOUT = 3 * 3600
 
 
@@ -125,10 +125,12 @@ def rollout_fractions(rollouts: Path) -> dict[str, float]:
             "resolved": sum(bool(r.get("resolved")) for r in rows) / n}
 
 
-def _evaluate(name: str, model: Path, heldout: Path, k: int, work: Path, seed: int) -> dict[str, Any]:
+def _evaluate(name: str, model: Path, heldout: Path, k: int, work: Path, seed: int,
+              temperature: float) -> dict[str, Any]:
     out = work / name
     _run(["bash", "examples/qwen_swe/run_eval.sh"],
-         {**AGENT, "MODEL": str(model), "DATASET": str(heldout), "EVAL_SAMPLES": str(k), "OUTPUT_DIR": str(out),
+         {**AGENT, "TEMPERATURE": str(temperature), "MODEL": str(model), "DATASET": str(heldout),
+          "EVAL_SAMPLES": str(k), "OUTPUT_DIR": str(out),
           "REWARD_MODE": "binary", "SEED": str(seed), "RUN_ID": f"qwen-swe-bench-{name}"}, work / f"{name}.log")
     results = _rows(out / "eval" / "results.jsonl")
     graded = [r for r in results if r["outcome"] != "error"]
@@ -174,13 +176,23 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     times["warm_start"] = time.monotonic() - t
 
     t = time.monotonic()
-    before = _evaluate("eval_start", start_model, heldout_rows, args.k, work, args.seed)
+    temperature, picked = args.temperature, {}
+    if args.pick_temperature:  # on train tasks only, before any held-out attempt
+        pick_rows = _write_rows(work / "pick_tasks.jsonl", train[: args.pick_tasks])
+        for value in sorted(args.pick_temperature, reverse=True):
+            picked[value] = _evaluate(f"pick_t{value:g}", start_model, pick_rows, 1, work, args.seed, value)
+        temperature = max(picked, key=lambda v: picked[v]["resolved"])  # ties: the first, the highest temperature
+        times["pick_temperature"] = time.monotonic() - t
+
+    t = time.monotonic()
+    before = _evaluate("eval_start", start_model, heldout_rows, args.k, work, args.seed, temperature)
     times["eval_start"] = time.monotonic() - t
 
     t = time.monotonic()
     rl = work / "rl"
     _run(["bash", "examples/qwen_swe/run_grpo.sh"],
-         {**common, "MODEL": str(start_model), "DATASET": str(train_rows), "REWARD_MODE": "binary",
+         {**common, "TEMPERATURE": str(temperature), "MODEL": str(start_model), "DATASET": str(train_rows),
+          "REWARD_MODE": "binary",
           "NUM_ROLLOUTS": str(args.rl_steps), "ROLLOUT_BATCH_SIZE": str(args.rl_batch),
           "N_SAMPLES": str(args.n_samples), "LR": str(args.rl_lr), "OUTPUT_DIR": str(rl),
           "KEEP_CHECKPOINTS": "1", "SAVE_INTERVAL": str(args.rl_steps), "RUN_ID": "qwen-swe-bench-rl"},
@@ -190,12 +202,14 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     times["rl"] = time.monotonic() - t
 
     t = time.monotonic()
-    after = _evaluate("eval_end", end_model, heldout_rows, args.k, work, args.seed)
+    after = _evaluate("eval_end", end_model, heldout_rows, args.k, work, args.seed, temperature)
     times["eval_end"] = time.monotonic() - t
     times["total"] = time.monotonic() - t0
 
     z, p = one_sided_z(before["resolved"], before["attempts"], after["resolved"], after["attempts"])
-    result = {"seed": args.seed, "args": vars(args), "demos": demos, "before": before, "after": after,
+    result = {"seed": args.seed, "args": vars(args), "demos": demos, "temperature": temperature,
+              "temperature_on_train": {f"{v:g}": r["resolved"] for v, r in picked.items()},
+              "before": before, "after": after,
               "difference": after["resolved"] / max(after["attempts"], 1) - before["resolved"] / max(before["attempts"], 1),
               "z": z, "p_one_sided": p, "times": times,
               "reward_curve": [s.get("reward_mean") for s in steps],
@@ -246,6 +260,9 @@ def _report(r: dict[str, Any], work: Path) -> None:
     print(f"command: {' '.join(sys.argv)}  (seed {r['seed']}, work {work})")
     print(f"warm start: {r['demos']['demonstrations']} expert demonstrations of {r['demos']['tasks']} train tasks, "
           f"{r['args']['sft_steps']} SFT steps of {r['args']['sft_batch']}")
+    if r["temperature_on_train"]:
+        print(f"sampling temperature {r['temperature']:g}, chosen on {r['args']['pick_tasks']} train tasks "
+              f"(resolved per temperature: {r['temperature_on_train']})")
     print(f"held-out start: {rate(r['before'])}")
     print(f"held-out end:   {rate(r['after'])}")
     print(f"difference {r['difference']:+.3f}, z {r['z']:.2f}, one-sided p {r['p_one_sided']:.4f} "
@@ -274,6 +291,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--rl-batch", type=int, default=4, help="groups per GRPO step")
     ap.add_argument("--n-samples", type=int, default=4, help="samples per group")
     ap.add_argument("--rl-lr", type=float, default=1e-5)
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of every attempt")
+    ap.add_argument("--pick-temperature", type=lambda v: [float(x) for x in v.split(",")], default=[],
+                    metavar="T1,T2,...", help="choose the temperature among these on train tasks (after the warm "
+                    "start, before any held-out attempt); the most resolved wins, ties go to the higher")
+    ap.add_argument("--pick-tasks", type=int, default=16, help="train tasks, one attempt each, per candidate")
     ap.add_argument("--mixed-precision", action=argparse.BooleanOptionalAction, default=True,
                     help="bf16 compute in SFT and GRPO (MIXED_PRECISION; about 1.6x faster on a CPU with AVX512-BF16)")
     ap.add_argument("--work", default=None)
