@@ -7,9 +7,9 @@ statement's traceback names it, or else it searches the repository for the defin
 imports, (2) reads that file, (3) replaces the buggy line by the fixed one, (4) answers that it is done. Every step
 copies something the model can see (a path from the traceback, a name from the statement, a path from the search's
 output, a line from the file), so a policy can learn it for tasks it has not seen; when neither shows the file to
-fix, the expert gives up and the rollout, unresolved, is no demonstration. It recognises the task by its problem statement in the prompt, and the turn by the assistant turns
-already in it. Its completions are the tokenizer's ids of the text plus the end-of-turn id, with log-probability 0
-(the supervised loss does not read them).
+fix, the expert gives up and the rollout, unresolved, is no demonstration. It recognises the task by its problem
+statement in the prompt, and the turn by the assistant turns already in it. Its completions are the tokenizer's ids
+of the text plus the end-of-turn id, with log-probability 0 (the supervised loss does not read them).
 """
 
 from __future__ import annotations
