@@ -75,6 +75,23 @@ def one_sided_z(success_a: int, n_a: int, success_b: int, n_b: int) -> tuple[flo
     return z, 0.5 * math.erfc(z / math.sqrt(2))
 
 
+def split_train(train: list[dict[str, Any]], seed: int, rl_sites: float) -> tuple[list[dict], list[dict]]:
+    """(tasks the expert may demonstrate, tasks GRPO trains on): with ``rl_sites`` > 0 that fraction of the train
+    bug sites (a seeded shuffle) is kept for GRPO and never demonstrated, so a reward there needs the skill the warm
+    start taught rather than a demonstration remembered; with 0 both are all of train."""
+    if not 0 <= rl_sites < 1:
+        raise ValueError(f"--rl-sites must be in [0, 1), got {rl_sites}")
+    if not rl_sites:
+        return train, train
+    sites = sorted({r["bug_site"] for r in train})
+    random.Random(f"rl-sites-{seed}").shuffle(sites)
+    kept = set(sites[: max(1, round(len(sites) * rl_sites))])
+    demo = [r for r in train if r["bug_site"] not in kept]
+    if not demo:
+        raise ValueError(f"--rl-sites {rl_sites} leaves no train site to demonstrate ({len(sites)} sites)")
+    return demo, [r for r in train if r["bug_site"] in kept]
+
+
 def _calls(rollout: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(tool name, arguments) of every call the policy made in a recorded rollout."""
     messages = (rollout.get("conversation") or {}).get("messages") or []
@@ -155,9 +172,10 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     heldout = _rows(tasks / "heldout.jsonl")
     rng.shuffle(train)
     rng.shuffle(heldout)
-    demo_rows = _write_rows(work / "demo_tasks.jsonl", train[: args.demos or None])
+    demo_pool, rl_pool = split_train(train, args.seed, args.rl_sites)
+    demo_rows = _write_rows(work / "demo_tasks.jsonl", demo_pool[: args.demos or None])
     heldout_rows = _write_rows(work / "heldout_eval.jsonl", heldout[: args.heldout_tasks])
-    train_rows = _write_rows(work / "train.jsonl", train)
+    train_rows = _write_rows(work / "train.jsonl", rl_pool)
     assert not {r["bug_site"] for r in train} & {r["bug_site"] for r in heldout}, "a held-out site is in train"
 
     t = time.monotonic()
@@ -178,7 +196,7 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     t = time.monotonic()
     temperature, picked = args.temperature, {}
     if args.pick_temperature:  # on train tasks only, before any held-out attempt
-        pick_rows = _write_rows(work / "pick_tasks.jsonl", train[: args.pick_tasks])
+        pick_rows = _write_rows(work / "pick_tasks.jsonl", rl_pool[: args.pick_tasks])
         for value in sorted(args.pick_temperature, reverse=True):
             picked[value] = _evaluate(f"pick_t{value:g}", start_model, pick_rows, 1, work, args.seed, value)
         temperature = max(picked, key=lambda v: picked[v]["resolved"])  # ties: the first, the highest temperature
@@ -291,6 +309,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--rl-batch", type=int, default=4, help="groups per GRPO step")
     ap.add_argument("--n-samples", type=int, default=4, help="samples per group")
     ap.add_argument("--rl-lr", type=float, default=1e-5)
+    ap.add_argument("--rl-sites", type=float, default=0.0,
+                    help="fraction of train bug sites kept for GRPO and never demonstrated (0: GRPO on all train)")
     ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of every attempt")
     ap.add_argument("--pick-temperature", type=lambda v: [float(x) for x in v.split(",")], default=[],
                     metavar="T1,T2,...", help="choose the temperature among these on train tasks (after the warm "

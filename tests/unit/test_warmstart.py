@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmarks.bench_learning import funnel, one_sided_z
+from benchmarks.bench_learning import funnel, one_sided_z, split_train
 from qwen_swe.config.settings import Settings
 from qwen_swe.errors import DataError
 from qwen_swe.train.trainer import prepare_batch
@@ -170,3 +170,14 @@ def test_a_checkpoint_folder_keeps_its_base_models_tool_call_format(tmp_path):
     assert base_model_of(str(rl)) in (str(rl), str(sft))
     with pytest.raises(ConfigError, match="no tool-call parser"):
         tool_call_parser_for(str(tmp_path / "unknown" / "v000001"))
+
+
+def test_split_train_keeps_grpo_sites_away_from_the_demonstrations():
+    train = [{"instance_id": f"t{i}", "bug_site": f"m.py::f{i % 6}"} for i in range(24)]
+    assert split_train(train, 0, 0.0) == (train, train)
+    demo, rl = split_train(train, 0, 0.5)
+    assert {r["bug_site"] for r in demo}.isdisjoint({r["bug_site"] for r in rl})
+    assert len({r["bug_site"] for r in rl}) == 3 and len(demo) + len(rl) == 24
+    assert split_train(train, 0, 0.5) == (demo, rl) and split_train(train, 1, 0.5) != (demo, rl)
+    with pytest.raises(ValueError, match="rl-sites"):
+        split_train(train, 0, 1.0)
