@@ -96,13 +96,12 @@ def _calls(rollout: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(tool name, arguments) of every call the policy made in a recorded rollout."""
     messages = (rollout.get("conversation") or {}).get("messages") or []
     out = []
-    for m in messages:
-        for c in m.get("tool_calls") or [] if m.get("role") == "assistant" else []:
-            try:
-                arguments = json.loads(c["function"].get("arguments") or "{}")
-            except ValueError:
-                arguments = {}
-            out.append((c["function"]["name"], arguments if isinstance(arguments, dict) else {}))
+    for c in (c for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []):
+        try:
+            arguments = json.loads(c["function"].get("arguments") or "{}")
+        except ValueError:
+            arguments = {}
+        out.append((c["function"]["name"], arguments if isinstance(arguments, dict) else {}))
     return out
 
 

@@ -138,5 +138,6 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  ratio bf16/fp32 (chunked): time {bf16['step_s'] / chunked['step_s']:.2f}x, "
                   f"relative grad-norm difference {abs(bf16['grad_norm'] / chunked['grad_norm'] - 1):.1e}")
 
+
 if __name__ == "__main__":
     main()
