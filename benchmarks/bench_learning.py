@@ -164,7 +164,7 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     tasks = work / "tasks"
     if not (tasks / "report.json").is_file():  # every phase is skipped when its result is there: a rerun resumes
         _run([sys.executable, "-m", "qwen_swe.data.generate", "--seed", str(args.seed), "--count", str(args.count),
-              "--out", str(tasks)], {}, work / "generate.log")
+              "--out", str(tasks), *(["--localized"] if args.localized else [])], {}, work / "generate.log")
     times["generate"] = time.monotonic() - t0
     rng = random.Random(f"bench-{args.seed}")
     train = _rows(tasks / "train.jsonl")
@@ -298,6 +298,8 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--count", type=int, default=1000, help="tasks generated (all valid ones by default)")
+    ap.add_argument("--localized", action="store_true",
+                    help="generate only bugs whose failure's traceback passes through the faulty line")
     ap.add_argument("--demos", type=int, default=0, help="train tasks the expert demonstrates (0 = all)")
     ap.add_argument("--sft-steps", type=int, default=16)
     ap.add_argument("--sft-batch", type=int, default=4)

@@ -24,9 +24,10 @@ def cache_home() -> Path:
     return Path(os.environ.get("QWEN_SWE_HOME") or Path.home() / ".cache" / "qwen_swe")
 
 
-def generated_dir(seed: int, count: int) -> Path:
-    """Where ``python -m qwen_swe.data.generate --seed S --count N`` writes its rows and report by default."""
-    return cache_home() / "generated" / f"seed{seed}-n{count}"
+def generated_dir(seed: int, count: int, localized: bool = False) -> Path:
+    """Where ``python -m qwen_swe.data.generate --seed S --count N [--localized]`` writes its rows and report by
+    default."""
+    return cache_home() / "generated" / f"seed{seed}-n{count}{'-localized' if localized else ''}"
 
 
 def embedded_tasks() -> Path:

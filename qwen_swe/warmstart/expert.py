@@ -4,7 +4,8 @@ The expert stands where vLLM stands (the proxy's upstream, ``/v1/completions`` w
 proxy, the chat template and the loss mask are exactly those of a reinforcement-learning rollout; only the choice of
 the next completion is scripted. For a task whose gold patch changes one line it (1) finds the file to fix: the
 statement's traceback names it, or else it searches the repository for the definitions of the names the statement
-imports, (2) reads that file, (3) replaces the buggy line by the fixed one, (4) answers that it is done. Every step
+imports, (2) reads that file, (3) replaces the buggy line by the fixed one (without their indentation, as a
+traceback prints the line), (4) answers that it is done. Every step
 copies something the model can see (a path from the traceback, a name from the statement, a path from the search's
 output, a line from the file), so a policy can learn it for tasks it has not seen; when neither shows the file to
 fix, the expert gives up and the rollout, unresolved, is no demonstration. It recognises the task by its problem
@@ -87,7 +88,9 @@ def expert_turn(fix: Fix, turn: int, names: Sequence[str] | None = None, last_ou
     if turn == 0:
         return tool_call("read_file", file_path=target)  # qwen-code refuses to edit a file it has not read
     if turn == 1:
-        return tool_call("edit", file_path=target, old_string=fix.buggy, new_string=fix.fixed)
+        # the line without its indentation: what a traceback prints, and fewer spaces to count; the edit keeps the
+        # file's indentation because it replaces only the text after it
+        return tool_call("edit", file_path=target, old_string=fix.buggy.strip(), new_string=fix.fixed.strip())
     return DONE
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from qwen_swe.data.generate.mutations import apply_mutation, mutations_of
-from qwen_swe.data.generate.tasks import generate, instance_id, problem_statement, split_sites
+from qwen_swe.data.generate.tasks import NOT_LOCALIZED, generate, instance_id, problem_statement, split_sites
 from qwen_swe.data.generate.validate import validate
 from qwen_swe.data.taskpack import REPOS_DIR
 from qwen_swe.errors import TaskPackError
@@ -134,3 +134,20 @@ def test_generation_is_deterministic_and_honest(tmp_path):
         assert m.new.strip() not in row["problem_statement"].split("Traceback (most recent call last):")[0]
         assert row["eval_script"].count(f"git checkout {row['base_commit']} -- tests/") == 2
     assert problem_statement("textkit", type("V", (), {"failure": "", "fail_to_pass": ("t",), "frames": ()})())
+
+
+def test_localized_keeps_only_bugs_whose_traceback_shows_the_faulty_line(tmp_path):
+    repos = [REPOS_DIR / "textkit"]
+    every = generate(repos, seed=7, count=1000, heldout_fraction=0.3, workdir=tmp_path / "a")
+    local = generate(repos, seed=7, count=1000, heldout_fraction=0.3, workdir=tmp_path / "b", localized=True)
+    assert 0 < len(local.tasks) < len(every.tasks)
+    assert local.rejects[NOT_LOCALIZED] == len(every.tasks) - len(local.tasks)
+    for task in local.tasks:
+        m = task.mutation
+        frames = task.row["problem_statement"].split("Traceback (most recent call last):\n")[1]
+        assert f'File "{m.path}", line {m.lineno},' in frames and "    " + m.new.strip() in frames
+    kept = {t.row["instance_id"] for t in local.tasks}
+    for task in every.tasks:  # the ones left out never show their faulty line's frame
+        m = task.mutation
+        shown = f'File "{m.path}", line {m.lineno},' in task.row["problem_statement"]
+        assert shown == (task.row["instance_id"] in kept), task.row["instance_id"]

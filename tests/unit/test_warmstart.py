@@ -36,8 +36,8 @@ def test_expert_reads_edits_then_stops():
     first = json.loads(expert_turn(fix, 0).split("\n")[1])
     second = json.loads(expert_turn(fix, 1).split("\n")[1])
     assert first == {"name": "read_file", "arguments": {"file_path": "/testbed/pkg/mod.py"}}
-    assert second["name"] == "edit" and second["arguments"]["old_string"] == "    return x - a"
-    assert second["arguments"]["new_string"] == "    return x + a"
+    assert second["name"] == "edit" and second["arguments"]["old_string"] == "return x - a"
+    assert second["arguments"]["new_string"] == "return x + a"
     assert expert_turn(fix, 2) == expert_turn(fix, 5) == DONE
     two_lines = PATCH.replace("+    return x + a\n", "+    return x + a\n+    pass\n")
     assert one_line_fix(two_lines) is None

@@ -26,9 +26,9 @@ from qwen_swe.paths import PACKAGE_DIR, generated_dir
 from qwen_swe.sandbox.docker import docker_client
 
 
-def inputs_digest(repos: Sequence[Path], seed: int, count: int, heldout: float) -> str:
+def inputs_digest(repos: Sequence[Path], seed: int, count: int, heldout: float, localized: bool = False) -> str:
     """What decides the output: the arguments, the repositories' files and the generator's own code."""
-    h = hashlib.sha256(json.dumps([seed, count, heldout]).encode())
+    h = hashlib.sha256(json.dumps([seed, count, heldout, localized]).encode())
     sources = sorted((PACKAGE_DIR / "data" / "generate").glob("*.py"))
     for path in sources + sorted(f for r in repos for f in Path(r).rglob("*") if f.is_file() and _kept(f)):
         h.update(str(path.name).encode() + b"\0" + path.read_bytes())
@@ -87,6 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="decides which tasks and which held-out sites")
     parser.add_argument("--count", type=int, default=1000, help="at most this many tasks in all")
     parser.add_argument("--heldout", type=float, default=0.25, help="fraction of bug sites held out")
+    parser.add_argument("--localized", action="store_true",
+                        help="keep only bugs whose failure's traceback passes through the faulty line")
     parser.add_argument("--repo", action="append", type=Path, default=None,
                         help="a local Python repository whose tests pass (repeatable; default: the shipped ones)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default QWEN_SWE_HOME/generated/...)")
@@ -99,23 +101,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.count < 1:
         parser.error("--count must be at least 1")
-    out = args.out or generated_dir(args.seed, args.count)
+    out = args.out or generated_dir(args.seed, args.count, args.localized)
     repos = args.repo or shipped_repos()
-    digest = inputs_digest(repos, args.seed, args.count, args.heldout)
-    print(f"generate: seed {args.seed}, count {args.count}, held-out fraction {args.heldout}, "
-          f"{len(repos)} repositories -> {out}")
+    digest = inputs_digest(repos, args.seed, args.count, args.heldout, args.localized)
+    print(f"generate: seed {args.seed}, count {args.count}, held-out fraction {args.heldout}"
+          f"{', localized' if args.localized else ''}, {len(repos)} repositories -> {out}")
     start = time.monotonic()
     try:
         if args.reuse and not args.check and reusable(out, digest):
             print(f"generate: reused {out} (same inputs {digest}, images present)")
             return 0
         with scratch() as tmp:
-            gen = generate(repos, args.seed, args.count, args.heldout, Path(tmp), jobs=args.jobs)
+            gen = generate(repos, args.seed, args.count, args.heldout, Path(tmp), jobs=args.jobs,
+                           localized=args.localized)
             generated = time.monotonic() - start
             if not args.no_build:
                 build_images(gen)
         built = time.monotonic() - start - generated
         report = write(gen, out, {"seed": args.seed, "count": args.count, "heldout_fraction": args.heldout,
+                                  "localized": args.localized,
                                   "repos": [str(r) for r in repos], "inputs": digest, "generate_seconds": round(generated, 1),
                                   "build_seconds": round(built, 1)})
         print(f"{report['tasks']} tasks ({report['train']} train, {report['heldout']} held-out over "

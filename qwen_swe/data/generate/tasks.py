@@ -16,7 +16,7 @@ import json
 import random
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -33,6 +33,7 @@ VERSION = "gen-1"
 TASK_REF = "refs/tasks/"
 CREATED_AT = "2025-01-01T00:00:00Z"
 SKIP_FILES = {"setup.py", "conftest.py", "noxfile.py"}
+NOT_LOCALIZED = "the traceback does not pass through the faulty line"
 
 
 @dataclass(frozen=True)
@@ -132,9 +133,16 @@ class Generation:
     images: dict[str, str]
 
 
+def passes_through(verdict: Verdict) -> bool:
+    """Whether the failure's traceback shows the faulty line (a frame at the mutated file and line)."""
+    where = f'File "{verdict.mutation.path}", line {verdict.mutation.lineno},'
+    return any(where in frame for frame in verdict.frames)
+
+
 def generate(repos: Sequence[Path], seed: int, count: int, heldout_fraction: float, workdir: Path,
-             jobs: int = 2, log: Callable[[str], None] = print) -> Generation:
-    """Mutate, validate, split and commit: the tasks of every repository, ``count`` at most in all."""
+             jobs: int = 2, log: Callable[[str], None] = print, localized: bool = False) -> Generation:
+    """Mutate, validate, split and commit: the tasks of every repository, ``count`` at most in all. ``localized``
+    keeps only the bugs whose failure's traceback passes through the faulty line (the symptom points at it)."""
     if not 0 < heldout_fraction < 1:
         raise TaskPackError(f"heldout fraction must be between 0 and 1, got {heldout_fraction}")
     valid: list[tuple[str, Verdict]] = []
@@ -146,6 +154,8 @@ def generate(repos: Sequence[Path], seed: int, count: int, heldout_fraction: flo
         test_files_of[name] = tests
         mutations = [m for f in sources for m in mutations_of((folder / f).read_text(), f)]
         for verdict in validate(folder, mutations, tests, jobs=jobs, log=log):
+            if not verdict.reject and localized and not passes_through(verdict):
+                verdict = replace(verdict, reject=NOT_LOCALIZED)
             if verdict.reject:
                 reason = verdict.reject.split(":")[0]
                 rejects[reason] = rejects.get(reason, 0) + 1
