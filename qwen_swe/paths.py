@@ -30,6 +30,11 @@ def generated_dir(seed: int, count: int, localized: bool = False) -> Path:
     return cache_home() / "generated" / f"seed{seed}-n{count}{'-localized' if localized else ''}"
 
 
+def verdict_cache() -> Path:
+    """Where the generator keeps each repository's mutation verdicts (reused across seeds and runs)."""
+    return cache_home() / "generated" / "verdicts"
+
+
 def embedded_tasks() -> Path:
     """The embedded default's dataset: the train split of the generated tasks of seed 0 (setup builds them)."""
     return generated_dir(0, 1000) / "train.jsonl"

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from qwen_swe.data.generate import validate as validate_module
 from qwen_swe.data.generate.mutations import apply_mutation, mutations_of
 from qwen_swe.data.generate.tasks import NOT_LOCALIZED, generate, instance_id, problem_statement, split_sites
-from qwen_swe.data.generate.validate import validate
+from qwen_swe.data.generate.validate import TIMED_OUT, failure_of, validate
 from qwen_swe.data.taskpack import REPOS_DIR
 from qwen_swe.errors import TaskPackError
 
@@ -106,6 +107,41 @@ def test_an_exception_in_the_project_brings_its_traceback_into_the_statement(tmp
     statement = problem_statement("tiny", verdict, (repo / "tests" / "test_ops.py").read_text())
     assert "Traceback (most recent call last):\n" + "\n".join(verdict.frames) + "\nTypeError" in statement
     assert "tests/test_ops.py" not in statement  # the test's own line is the reproduction above it
+
+
+def test_verdicts_are_reused_only_for_the_same_inputs_and_never_after_a_timeout(tmp_path, monkeypatch):
+    repo = _tiny_repo(tmp_path)
+    mutations = mutations_of((repo / "tiny/ops.py").read_text(), "tiny/ops.py")
+    cache, tests = tmp_path / "verdicts", ["tests/test_ops.py"]
+    first = validate(repo, mutations, tests, cache=cache)
+    assert len(list(cache.glob("tinyrepo-*.json"))) == 1
+    real = validate_module.run_tests
+    with monkeypatch.context() as m:
+        m.setattr(validate_module, "run_tests", lambda *a: pytest.fail("pytest ran despite a cached verdict"))
+        assert validate(repo, mutations, tests, cache=cache) == first
+    (repo / "tests" / "test_ops.py").write_text((repo / "tests" / "test_ops.py").read_text() + "\n# changed\n")
+    assert validate(repo, mutations, tests, cache=cache) == first  # judged again: same verdicts, a second entry
+    assert len(list(cache.glob("tinyrepo-*.json"))) == 2
+
+    def slow(copy: Path, files: list[str]) -> tuple[dict[str, str], str]:
+        if "a - b" in (copy / "tiny" / "ops.py").read_text():
+            return {}, "timed out after 120 s"
+        return real(copy, files)
+
+    monkeypatch.setattr(validate_module, "run_tests", slow)
+    (repo / "tiny" / "ops.py").write_text((repo / "tiny" / "ops.py").read_text() + "\n")
+    verdicts = validate(repo, mutations_of((repo / "tiny/ops.py").read_text(), "tiny/ops.py"), tests, cache=cache)
+    assert TIMED_OUT in {v.reject for v in verdicts}
+    assert len(list(cache.glob("tinyrepo-*.json"))) == 2  # a verdict that may differ on an idle machine: not kept
+
+
+def test_a_failure_message_drops_memory_addresses_so_generation_is_deterministic():
+    log = ("_____ test_x _____\n    assert f().endswith('.')\nE   AssertionError: assert False\n"
+           "E    +  where False = <built-in method endswith of str object at 0x7f7db1c16e20>('.')\n"
+           "===== short test summary info =====\n")
+    failure, frames = failure_of(log, "tests/test_a.py::test_x")
+    assert failure == ("assert f().endswith('.')\nAssertionError: assert False\n"
+                       " +  where False = <built-in method endswith of str object at 0x...>('.')") and not frames
 
 
 def test_validate_refuses_a_repository_whose_tests_fail(tmp_path):

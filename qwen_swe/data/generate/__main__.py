@@ -22,7 +22,7 @@ from qwen_swe.data.taskpack.check import check_all, format_report
 from qwen_swe.data.taskpack.images import ensure_base, ensure_python, ensure_testbed_image
 from qwen_swe.data.taskpack.source import render
 from qwen_swe.errors import SETUP_EXIT_CODE, SandboxError, TaskPackError
-from qwen_swe.paths import PACKAGE_DIR, generated_dir
+from qwen_swe.paths import PACKAGE_DIR, generated_dir, verdict_cache
 from qwen_swe.sandbox.docker import docker_client
 
 
@@ -96,6 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-build", action="store_true", help="write the rows only; build no image")
     parser.add_argument("--reuse", action="store_true",
                         help="do nothing when OUT holds the tasks of the same inputs and their images exist")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="judge every mutation again (default: reuse the verdicts of the same repository files, "
+                        "mutations, interpreter and code from QWEN_SWE_HOME/generated/verdicts)")
     parser.add_argument("--check", type=int, default=0, metavar="N",
                         help="prove N tasks of each split through the grader (needs the images)")
     args = parser.parse_args(argv)
@@ -113,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         with scratch() as tmp:
             gen = generate(repos, args.seed, args.count, args.heldout, Path(tmp), jobs=args.jobs,
-                           localized=args.localized)
+                           localized=args.localized, cache=None if args.no_cache else verdict_cache())
             generated = time.monotonic() - start
             if not args.no_build:
                 build_images(gen)

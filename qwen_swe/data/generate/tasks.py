@@ -140,9 +140,11 @@ def passes_through(verdict: Verdict) -> bool:
 
 
 def generate(repos: Sequence[Path], seed: int, count: int, heldout_fraction: float, workdir: Path,
-             jobs: int = 2, log: Callable[[str], None] = print, localized: bool = False) -> Generation:
+             jobs: int = 2, log: Callable[[str], None] = print, localized: bool = False,
+             cache: Path | None = None) -> Generation:
     """Mutate, validate, split and commit: the tasks of every repository, ``count`` at most in all. ``localized``
-    keeps only the bugs whose failure's traceback passes through the faulty line (the symptom points at it)."""
+    keeps only the bugs whose failure's traceback passes through the faulty line (the symptom points at it);
+    ``cache`` is validate's verdict cache."""
     if not 0 < heldout_fraction < 1:
         raise TaskPackError(f"heldout fraction must be between 0 and 1, got {heldout_fraction}")
     valid: list[tuple[str, Verdict]] = []
@@ -153,7 +155,7 @@ def generate(repos: Sequence[Path], seed: int, count: int, heldout_fraction: flo
         sources, tests = repo_files(folder)
         test_files_of[name] = tests
         mutations = [m for f in sources for m in mutations_of((folder / f).read_text(), f)]
-        for verdict in validate(folder, mutations, tests, jobs=jobs, log=log):
+        for verdict in validate(folder, mutations, tests, jobs=jobs, log=log, cache=cache):
             if not verdict.reject and localized and not passes_through(verdict):
                 verdict = replace(verdict, reject=NOT_LOCALIZED)
             if verdict.reject:

@@ -4,10 +4,16 @@ The test log is parsed with swebench's own ``parse_log_pytest`` and the same com
 (``python -m pytest -rA <test files>``). A mutation becomes a task only when some tests fail with it
 (FAIL_TO_PASS), every other test passes in both states (PASS_TO_PASS), and the clean repository passes all.
 Each worker owns a private copy of the repository and restores the mutated file after every run.
+
+A verdict depends only on the repository's files, the mutations, the test files, the interpreter and this code,
+never on the seed: with a ``cache`` folder, the verdicts of one repository are kept under a digest of all of those
+and reused by any later run with the same inputs (another seed, ``--localized``, the learning benchmark).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -15,19 +21,20 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
 from swebench.harness.log_parsers.python import parse_log_pytest
 
 from qwen_swe.data.generate.mutations import Mutation, apply_mutation
-from qwen_swe.data.taskpack.repo import copy_files
+from qwen_swe.data.taskpack.repo import IGNORED, copy_files
 from qwen_swe.errors import TaskPackError
 from qwen_swe.reward.testfiles import is_test_path
 
 PASSED = ("PASSED", "XFAIL")
 TEST_TIMEOUT = 120
+TIMED_OUT = "the tests timed out"  # may pass on a less busy machine: such verdicts are never cached
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,7 @@ def run_tests(repo: Path, test_files: list[str], python: str = sys.executable) -
 
 
 FRAME = re.compile(r"^(\S+\.py):(\d+): in (\S+)$")
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def failure_of(log: str, test: str) -> tuple[str, tuple[str, ...]]:
@@ -66,7 +74,7 @@ def failure_of(log: str, test: str) -> tuple[str, tuple[str, ...]]:
     code, errors, frames, frame = "", [], [], None
     for line in match.group(1).splitlines():
         if line.startswith("E   ") and len(errors) < 4:
-            errors.append(line[4:].rstrip())
+            errors.append(ADDRESS.sub(" at 0x...", line[4:].rstrip()))  # reprs' addresses differ per run
         elif (found := FRAME.match(line)) is not None:
             path, lineno, function = found.groups()
             ours = not (is_test_path(path) or path.startswith(("/", "..")))  # not the tests, not the interpreter's
@@ -97,7 +105,7 @@ def judge(mutation: Mutation, clean: dict[str, str], statuses: dict[str, str], l
     extra = sorted(set(statuses) - set(clean))
     reject = ""
     if not statuses:
-        reject = "the tests did not run (import error or timeout)"
+        reject = TIMED_OUT if log.startswith("timed out after") else "the tests did not run (import error)"
     elif extra:
         reject = f"tests appear only with the bug: {', '.join(extra[:3])}"
     elif not f2p:
@@ -108,10 +116,52 @@ def judge(mutation: Mutation, clean: dict[str, str], statuses: dict[str, str], l
     return Verdict(mutation, f2p, p2p, failure, reject, frames)
 
 
+def cache_key(source_repo: Path, mutations: list[Mutation], test_files: list[str]) -> str:
+    """A digest of everything a repository's verdicts depend on."""
+    import pytest  # late: its version is part of the key, not a dependency of importing this module
+
+    h = hashlib.sha256(json.dumps([sys.version, pytest.__version__, TEST_TIMEOUT, test_files,
+                                   [asdict(m) for m in mutations]]).encode())
+    h.update(Path(__file__).read_bytes())
+    for path in sorted(source_repo.rglob("*")):
+        rel = path.relative_to(source_repo)
+        if path.is_file() and not IGNORED.intersection(rel.parts) and path.suffix != ".pyc":
+            h.update(rel.as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:20]
+
+
+def _load(path: Path, mutations: list[Mutation]) -> list[Verdict] | None:
+    try:
+        rows = json.loads(path.read_text())
+        verdicts = [Verdict(**{**r, "mutation": Mutation(**r["mutation"]), "fail_to_pass": tuple(r["fail_to_pass"]),
+                               "pass_to_pass": tuple(r["pass_to_pass"]), "frames": tuple(r["frames"])})
+                    for r in rows]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # absent or unreadable: judge again
+    return verdicts if [v.mutation for v in verdicts] == mutations else None
+
+
 def validate(source_repo: Path, mutations: Iterable[Mutation], test_files: list[str], jobs: int = 2,
-             log: Callable[[str], None] = lambda _: None) -> list[Verdict]:
-    """Judge every mutation of one repository (``jobs`` pytest runs at a time), in input order."""
+             log: Callable[[str], None] = lambda _: None, cache: Path | None = None) -> list[Verdict]:
+    """Judge every mutation of one repository (``jobs`` pytest runs at a time), in input order; with ``cache``,
+    reuse the verdicts an earlier run judged from the same inputs, and keep new ones there."""
     mutations = list(mutations)
+    stored = cache / f"{source_repo.name}-{cache_key(source_repo, mutations, test_files)}.json" if cache else None
+    if stored and (verdicts := _load(stored, mutations)) is not None:
+        log(f"{source_repo.name}: {sum(not v.reject for v in verdicts)}/{len(verdicts)} mutations break a test "
+            f"(verdicts reused from {stored})")
+        return verdicts
+    verdicts = _judge_all(source_repo, mutations, test_files, jobs)
+    log(f"{source_repo.name}: {sum(not v.reject for v in verdicts)}/{len(verdicts)} mutations break a test")
+    if stored and not any(v.reject == TIMED_OUT for v in verdicts):
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        partial = stored.with_suffix(f".tmp{os.getpid()}")
+        partial.write_text(json.dumps([asdict(v) for v in verdicts]))
+        partial.replace(stored)  # atomic: a concurrent or killed run never leaves half a file
+    return verdicts
+
+
+def _judge_all(source_repo: Path, mutations: list[Mutation], test_files: list[str], jobs: int) -> list[Verdict]:
     with tempfile.TemporaryDirectory(prefix="qwen-swe-gen-") as tmp:
         copies = []
         for i in range(max(1, jobs)):
@@ -135,6 +185,4 @@ def validate(source_repo: Path, mutations: Iterable[Mutation], test_files: list[
             return judge(mutation, clean, statuses, output)
 
         with ThreadPoolExecutor(max_workers=len(copies)) as pool:
-            verdicts = list(pool.map(one, mutations))
-    log(f"{source_repo.name}: {sum(not v.reject for v in verdicts)}/{len(verdicts)} mutations break a test")
-    return verdicts
+            return list(pool.map(one, mutations))
