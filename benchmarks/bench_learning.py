@@ -162,7 +162,7 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.monotonic()
 
     tasks = work / "tasks"
-    if not (tasks / "report.json").is_file():  # every phase is skipped when its result is there: a rerun resumes
+    if not (tasks / "report.json").is_file():  # a phase whose result is there is skipped (evaluations resume)
         _run([sys.executable, "-m", "qwen_swe.data.generate", "--seed", str(args.seed), "--count", str(args.count),
               "--out", str(tasks), *(["--localized"] if args.localized else [])], {}, work / "generate.log")
     times["generate"] = time.monotonic() - t0
@@ -184,11 +184,12 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
              {**common, "DATASET": str(demo_rows), "OUTPUT_DIR": str(work / "demos"), "REWARD_MODE": "binary",
               "RUN_ID": "qwen-swe-bench-demos"}, work / "collect.log")
     demos = json.loads((work / "demos" / "demos_report.json").read_text())
-    _run(["bash", "examples/qwen_swe/run_grpo.sh"],
-         {**common, "TRAIN_MODE": "sft", "SFT_DATA": str(work / "demos" / "demos.jsonl"),
-          "NUM_ROLLOUTS": str(args.sft_steps), "ROLLOUT_BATCH_SIZE": str(args.sft_batch),
-          "LR": str(args.sft_lr), "OUTPUT_DIR": str(work / "sft"), "KEEP_CHECKPOINTS": "1",
-          "SAVE_INTERVAL": str(args.sft_steps)}, work / "sft.log")
+    if not (work / "sft" / "weights" / f"v{args.sft_steps:06d}").is_dir():  # the warm start's last weights
+        _run(["bash", "examples/qwen_swe/run_grpo.sh"],
+             {**common, "TRAIN_MODE": "sft", "SFT_DATA": str(work / "demos" / "demos.jsonl"),
+              "NUM_ROLLOUTS": str(args.sft_steps), "ROLLOUT_BATCH_SIZE": str(args.sft_batch),
+              "LR": str(args.sft_lr), "OUTPUT_DIR": str(work / "sft"), "KEEP_CHECKPOINTS": "1",
+              "SAVE_INTERVAL": str(args.sft_steps)}, work / "sft.log")
     start_model = _latest_weights(work / "sft")
     times["warm_start"] = time.monotonic() - t
 
