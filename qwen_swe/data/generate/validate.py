@@ -158,6 +158,8 @@ def validate(source_repo: Path, mutations: Iterable[Mutation], test_files: list[
         partial = stored.with_suffix(f".tmp{os.getpid()}")
         partial.write_text(json.dumps([asdict(v) for v in verdicts]))
         partial.replace(stored)  # atomic: a concurrent or killed run never leaves half a file
+        for older in set(cache.glob(f"{source_repo.name}-*.json")) - {stored}:
+            older.unlink(missing_ok=True)  # one entry per repository: the cache does not grow with every change
     return verdicts
 
 
