@@ -22,6 +22,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -118,10 +119,8 @@ def judge(mutation: Mutation, clean: dict[str, str], statuses: dict[str, str], l
 
 def cache_key(source_repo: Path, mutations: list[Mutation], test_files: list[str]) -> str:
     """A digest of everything a repository's verdicts depend on."""
-    import pytest  # late: its version is part of the key, not a dependency of importing this module
-
-    h = hashlib.sha256(json.dumps([sys.version, pytest.__version__, TEST_TIMEOUT, test_files,
-                                   [asdict(m) for m in mutations]]).encode())
+    versions = [sys.version, metadata.version("pytest"), metadata.version("swebench")]  # the runner and the parser
+    h = hashlib.sha256(json.dumps([versions, TEST_TIMEOUT, test_files, [asdict(m) for m in mutations]]).encode())
     h.update(Path(__file__).read_bytes())
     for path in sorted(source_repo.rglob("*")):
         rel = path.relative_to(source_repo)
