@@ -20,6 +20,7 @@ from typing import Any, Sequence
 from qwen_swe.data.generate.tasks import Generation, generate, scratch, shipped_repos
 from qwen_swe.data.taskpack.check import check_all, format_report
 from qwen_swe.data.taskpack.images import ensure_base, ensure_python, ensure_testbed_image
+from qwen_swe.data.taskpack.repo import tree_files
 from qwen_swe.data.taskpack.source import render
 from qwen_swe.errors import SETUP_EXIT_CODE, SandboxError, TaskPackError
 from qwen_swe.paths import PACKAGE_DIR, generated_dir, verdict_cache
@@ -30,13 +31,9 @@ def inputs_digest(repos: Sequence[Path], seed: int, count: int, heldout: float, 
     """What decides the output: the arguments, the repositories' files and the generator's own code."""
     h = hashlib.sha256(json.dumps([seed, count, heldout, localized]).encode())
     sources = sorted((PACKAGE_DIR / "data" / "generate").glob("*.py"))
-    for path in sources + sorted(f for r in repos for f in Path(r).rglob("*") if f.is_file() and _kept(f)):
+    for path in sources + sorted(f for r in repos for f in tree_files(Path(r))):
         h.update(str(path.name).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
-
-
-def _kept(path: Path) -> bool:
-    return "__pycache__" not in path.parts and ".git" not in path.parts and not path.name.endswith(".pyc")
 
 
 def reusable(out: Path, digest: str) -> bool:

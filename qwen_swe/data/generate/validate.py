@@ -29,7 +29,7 @@ from typing import Callable, Iterable
 from swebench.harness.log_parsers.python import parse_log_pytest
 
 from qwen_swe.data.generate.mutations import Mutation, apply_mutation
-from qwen_swe.data.taskpack.repo import IGNORED, copy_files
+from qwen_swe.data.taskpack.repo import copy_files, tree_files
 from qwen_swe.errors import TaskPackError
 from qwen_swe.reward.testfiles import is_test_path
 
@@ -122,10 +122,8 @@ def cache_key(source_repo: Path, mutations: list[Mutation], test_files: list[str
     versions = [sys.version, metadata.version("pytest"), metadata.version("swebench")]  # the runner and the parser
     h = hashlib.sha256(json.dumps([versions, TEST_TIMEOUT, test_files, [asdict(m) for m in mutations]]).encode())
     h.update(Path(__file__).read_bytes())
-    for path in sorted(source_repo.rglob("*")):
-        rel = path.relative_to(source_repo)
-        if path.is_file() and not IGNORED.intersection(rel.parts) and path.suffix != ".pyc":
-            h.update(rel.as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in tree_files(source_repo):
+        h.update(path.relative_to(source_repo).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:20]
 
 

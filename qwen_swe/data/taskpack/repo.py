@@ -40,13 +40,17 @@ def git(repo: Path, *args: str, stdin: str | None = None) -> str:
     return proc.stdout
 
 
+def tree_files(src: Path) -> list[Path]:
+    """A source tree's files, not its caches or git folder, sorted."""
+    return [path for path in sorted(src.rglob("*")) if path.is_file() and path.suffix != ".pyc"
+            and not IGNORED.intersection(path.relative_to(src).parts)]
+
+
 def copy_files(src: Path, dest: Path) -> list[str]:
     """Copy a source tree's files (not caches), mode 0644, returning their repository-relative paths."""
     copied = []
-    for path in sorted(src.rglob("*")):
+    for path in tree_files(src):
         rel = path.relative_to(src)
-        if path.is_dir() or IGNORED.intersection(rel.parts) or path.suffix == ".pyc":
-            continue
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
