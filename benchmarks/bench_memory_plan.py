@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir
+from qwen_swe.supervise import run_rank
 
 
 def _status_kb(field: str) -> int:
@@ -87,8 +88,7 @@ def measure(model: str, tokens: int, samples: int, ckpt: bool, lora: int) -> dic
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
-        worker(argv[1], int(argv[2]), int(argv[3]), argv[4] == "1", int(argv[5]), Path(argv[6]))
-        return
+        run_rank(lambda: worker(argv[1], int(argv[2]), int(argv[3]), argv[4] == "1", int(argv[5]), Path(argv[6])))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=512, help="tokens per sample (a quarter is prompt)")
     parser.add_argument("--samples", type=int, default=2, help="micro-batch per rank")

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir
+from qwen_swe.supervise import run_rank
 
 
 def _status_kb(field: str) -> int:
@@ -79,8 +80,7 @@ def run_mode(model: str, mode: str) -> list[dict]:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
-        worker(argv[1], argv[2], Path(argv[3]))
-        return
+        run_rank(lambda: worker(argv[1], argv[2], Path(argv[3])))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=str(embedded_model_dir()), help="HF folder (default: SmolLM2-135M)")
     args = parser.parse_args(argv)

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir
+from qwen_swe.supervise import run_rank
 
 
 def _status_kb(field: str) -> int:
@@ -94,8 +95,8 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
         m, chunk, samples, tokens, prompt, steps, out, mixed = argv[1:9]
-        worker(m, int(chunk), int(samples), int(tokens), int(prompt), int(steps), Path(out), mixed == "1")
-        return
+        run_rank(lambda: worker(m, int(chunk), int(samples), int(tokens), int(prompt), int(steps), Path(out),
+                                mixed == "1"))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=256)

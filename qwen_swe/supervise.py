@@ -17,11 +17,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
-from typing import Any, Sequence
+import traceback
+from typing import Any, Callable, NoReturn, Sequence
 
 PR_SET_PDEATHSIG = 1
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -118,3 +121,23 @@ def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> None:
         prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     if os.getppid() != parent:  # the parent died before the request took effect
         os.kill(os.getpid(), sig)
+
+
+def run_rank(main: Callable[[], int | None]) -> NoReturn:
+    """A torchrun worker's entry: run ``main``, print an exception as the interpreter would, then leave without the
+    interpreter's finalization. gloo's worker threads can abort that finalization under CPU load (SIGABRT,
+    "terminate called without an active exception", no Python frame left): torchrun then fails the whole job and
+    stops the other ranks mid-work. ``main`` closes what it opened in its own ``finally`` blocks."""
+    try:
+        status = main() or 0
+    except SystemExit as stop:
+        if stop.code is not None and not isinstance(stop.code, int):
+            print(stop.code, file=sys.stderr)
+        status = 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1
+    except BaseException:  # noqa: BLE001 - printed as the interpreter would, then the same exit
+        traceback.print_exc()
+        status = 1
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

@@ -27,7 +27,6 @@ import random
 import shutil
 import sys
 import time
-import traceback
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
@@ -40,7 +39,7 @@ from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample
 from qwen_swe.errors import DropReason, TrainerError
 from qwen_swe.rollout.driver import make_driver
-from qwen_swe.supervise import die_with_parent
+from qwen_swe.supervise import die_with_parent, run_rank
 from qwen_swe.train import checkpoint as ckpt
 from qwen_swe.train.grpo import group_advantages, loss_denominator, policy_loss, zero_variance_mask
 from qwen_swe.train.metrics import MetricsLog
@@ -422,24 +421,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             dist.destroy_process_group()
 
 
-def _exit_now(code: int) -> None:
-    """Leave without the interpreter's finalization: gloo's worker threads can abort it under CPU load (SIGABRT,
-    "terminate called without an active exception", no Python frame left), failing a rank whose work is done.
-    Everything this process opened is closed by ``main``'s own ``finally`` before this runs."""
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    try:
-        status = main()
-    except SystemExit as stop:
-        if stop.code is not None and not isinstance(stop.code, int):
-            print(stop.code, file=sys.stderr)
-        status = 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1
-    except BaseException:  # noqa: BLE001 - printed as the interpreter would, then the same exit
-        traceback.print_exc()
-        status = 1
-    _exit_now(status)
+    run_rank(main)

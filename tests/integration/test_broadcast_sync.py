@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir
+from qwen_swe.supervise import run_rank
 
 PROMPT = "The capital of France is"
 
@@ -535,8 +536,6 @@ def test_trainer_trains_on_the_weights_it_broadcast_and_resumes(tmp_path):
     assert abs(rows[-1]["ratio_mean"] - 1) < 1e-5
 
 
-if __name__ == "__main__":
-    if sys.argv[1] == "publish":
-        _publish_worker(Path(sys.argv[2]), int(sys.argv[3]))
-    else:
-        _worker(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]))
+if __name__ == "__main__":  # a torchrun worker
+    run_rank(lambda: _publish_worker(Path(sys.argv[2]), int(sys.argv[3])) if sys.argv[1] == "publish"
+             else _worker(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])))

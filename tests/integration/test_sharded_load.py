@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir
+from qwen_swe.supervise import run_rank
 from tests.tiny_model import tiny_model_dir
 
 
@@ -146,5 +147,5 @@ def test_meta_load_without_safetensors_names_the_fix(tmp_path):
         SafetensorsIndex(tmp_path)
 
 
-if __name__ == "__main__":
-    _worker(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]))
+if __name__ == "__main__":  # a torchrun worker
+    run_rank(lambda: _worker(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])))

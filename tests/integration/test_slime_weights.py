@@ -23,6 +23,7 @@ from qwen_swe.backends.slime.weights import (
     newest_checkpoint,
 )
 from qwen_swe.inference.launcher import free_port
+from qwen_swe.supervise import run_rank
 
 PERTURBED = "mlp.down_proj.weight"  # the worker flips the sign of these before saving
 
@@ -226,5 +227,5 @@ def _worker(argv: list[str]) -> None:
         dist.destroy_process_group()
 
 
-if __name__ == "__main__":
-    _worker(sys.argv[1:])
+if __name__ == "__main__":  # a torchrun worker
+    run_rank(lambda: _worker(sys.argv[1:]))

@@ -26,6 +26,7 @@ import torch
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir
+from qwen_swe.supervise import run_rank
 from tests.tiny_model import tiny_model_dir
 
 DRIVER = "tests.integration.test_trainer_fsdp:make_driver"
@@ -344,6 +345,5 @@ def _roundtrip(out: Path) -> None:
     dist.destroy_process_group()
 
 
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["roundtrip"]:
-        _roundtrip(Path(sys.argv[2]))
+if __name__ == "__main__" and sys.argv[1:2] == ["roundtrip"]:  # a torchrun worker
+    run_rank(lambda: _roundtrip(Path(sys.argv[2])))
