@@ -213,6 +213,7 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
           "REWARD_MODE": "binary",
           "NUM_ROLLOUTS": str(args.rl_steps), "ROLLOUT_BATCH_SIZE": str(args.rl_batch),
           "N_SAMPLES": str(args.n_samples), "LR": str(args.rl_lr), "OUTPUT_DIR": str(rl),
+          "DYNAMIC_SAMPLING": str(args.dynamic_sampling).lower(), "SAMPLING_ROUNDS": str(args.sampling_rounds),
           "KEEP_CHECKPOINTS": "1", "SAVE_INTERVAL": str(args.rl_steps), "RUN_ID": "qwen-swe-bench-rl"},
          work / "rl.log")
     steps = _rows(rl / "metrics.jsonl")
@@ -232,6 +233,7 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
               "z": z, "p_one_sided": p, "times": times,
               "reward_curve": [s.get("reward_mean") for s in steps],
               "resolve_curve": [s.get("resolve_rate") for s in steps],
+              "groups_drawn": [s.get("sampling/groups_drawn", s.get("rollout/groups_requested")) for s in steps],
               "updates": sum(not s.get("skipped_update") for s in steps), "end_model": str(end_model),
               "rollouts": rollout_fractions(rl / "rollouts"), "funnels": funnels(work)}
     (work / "learning.json").write_text(json.dumps(result, indent=1) + "\n")
@@ -311,6 +313,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--rl-batch", type=int, default=4, help="groups per GRPO step")
     ap.add_argument("--n-samples", type=int, default=4, help="samples per group")
     ap.add_argument("--rl-lr", type=float, default=1e-5)
+    ap.add_argument("--dynamic-sampling", action="store_true",
+                    help="GRPO trains only on groups whose rewards differ and draws new ones for the rest "
+                         "(DYNAMIC_SAMPLING), for up to --sampling-rounds rounds a step")
+    ap.add_argument("--sampling-rounds", type=int, default=4)
     ap.add_argument("--rl-sites", type=float, default=0.0,
                     help="fraction of train bug sites kept for GRPO and never demonstrated (0: GRPO on all train)")
     ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of every attempt")

@@ -28,6 +28,7 @@ from qwen_swe.inference.weight_sync import ProbedSync, make_weight_sync
 from qwen_swe.rollout.engine import RolloutEngine, batch_metrics
 from qwen_swe.rollout.progress import BatchStats, live_progress
 from qwen_swe.rollout.record import dump_rollouts
+from qwen_swe.rollout.sampling import Batch, fill_batch
 from qwen_swe.warmstart.demos import DemoDriver
 
 
@@ -68,11 +69,12 @@ class RolloutDriver:
         s = self.settings
         self.engine.set_weight_version(weight_version)
         evaluated = self.evaluate(step) if s.eval_interval and step % s.eval_interval == 0 else {}
-        groups = self.data_source.get_samples(s.rollout_batch_size)
         stats, t0 = BatchStats(), time.monotonic()
         with live_progress(stats, f"step {step}"):
-            kept = self._call(self.engine.run_groups(groups, stats))
-        return self._finish(step, groups, kept, stats, time.monotonic() - t0, evaluated)
+            batch = fill_batch(self.data_source.get_samples, lambda g: self._call(self.engine.run_groups(g, stats)),
+                               s.rollout_batch_size, dynamic=s.rollout.dynamic_sampling,
+                               rounds=s.rollout.sampling_rounds)
+        return self._finish(step, batch, stats, time.monotonic() - t0, evaluated)
 
     def submit(self, step: int, weight_version: int) -> None:
         """Draw ``step``'s groups now and start their rollout in the background; ``collect(step)`` returns it."""
@@ -95,23 +97,25 @@ class RolloutDriver:
             kept = self._call(_wait(job.task))
         del self._in_flight[step]
         done = time.monotonic()
-        samples, metrics = self._finish(step, job.groups, kept, job.stats, done - job.started,
+        samples, metrics = self._finish(step, Batch(job.groups, kept, kept, 1), job.stats, done - job.started,
                                         self._evaluated.pop(step, {}))
         metrics.update({"time/rollout_wait": done - t0, "time/overlap": max(0.0, t0 - job.started),
                         "async/rollout_seconds": done - job.started})
         return samples, metrics
 
-    def _finish(self, step: int, groups: list[list[Sample]], kept: list[list[Sample]], stats: BatchStats,
-                seconds: float, evaluated: dict[str, float]) -> tuple[list[Sample], dict[str, Any]]:
+    def _finish(self, step: int, batch: Batch, stats: BatchStats, seconds: float,
+                evaluated: dict[str, float]) -> tuple[list[Sample], dict[str, Any]]:
         s = self.settings
-        dropped = [x for g in groups for x in g if x.status == Status.ABORTED]
-        dump_rollouts(Path(s.output_dir) / "rollouts" / f"step_{step:06d}.jsonl", kept, dropped)
-        metrics = batch_metrics(stats, kept, seconds)
+        dropped = [x for g in batch.drawn for x in g if x.status == Status.ABORTED]
+        dump_rollouts(Path(s.output_dir) / "rollouts" / f"step_{step:06d}.jsonl", batch.complete, dropped)
+        metrics = batch_metrics(stats, batch.complete, seconds)  # every complete group, trained on or not
+        if s.rollout.dynamic_sampling:
+            metrics.update(batch.metrics())
         metrics.update({f"dropped/{k}": v for k, v in stats.reasons.items()})
         metrics.update(self.last_sync)  # the sync that happened before this rollout was collected, reported once
         metrics.update(evaluated)
         self.last_sync = {}
-        return [x for g in kept for x in g], metrics
+        return [x for g in batch.trained for x in g], metrics
 
     def evaluate(self, step: int) -> dict[str, float]:
         """EVAL_SAMPLES attempts per evaluation instance on the weights this step's rollout uses, through the same

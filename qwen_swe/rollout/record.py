@@ -8,6 +8,7 @@ from pathlib import Path
 
 from qwen_swe.data.sample import Sample
 from qwen_swe.rollout.engine import NODE_KEY
+from qwen_swe.rollout.sampling import FILTERED_KEY
 
 
 def dump_rollouts(path: Path, groups: list[list[Sample]], dropped: list[Sample]) -> None:
@@ -22,6 +23,7 @@ def dump_rollouts(path: Path, groups: list[list[Sample]], dropped: list[Sample])
                 "reward": x.reward, "resolved": m.get("resolved"),
                 "reward_hack_suspected": m.get("reward_hack_suspected"),
                 "drop_reason": m.get("drop_reason"), "drop_detail": m.get("drop_detail"),
+                "filtered": m.get(FILTERED_KEY),
                 "outcome": m.get("outcome"), "patch": m.get("patch"), "turns": m.get("turns"),
                 "response_length": x.response_length, "weight_version": m.get("weight_version"),
                 "weight_versions": x.weight_versions,

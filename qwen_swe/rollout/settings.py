@@ -16,6 +16,11 @@ class RolloutSettings:
                               choices=("drop_group", "replace"))
     max_response_len: int = opt(16384, "response tokens kept per trajectory", minimum=1)
     mask_truncated: bool = opt(False, "zero the loss mask of truncated trajectories")
+    dynamic_sampling: bool = opt(False, "train only on groups whose rewards differ (DAPO's dynamic sampling): groups "
+                                        "of equal rewards are replaced by newly drawn ones, for up to SAMPLING_ROUNDS "
+                                        "rounds a step; needs MAX_STALENESS=0 and BACKEND=fsdp")
+    sampling_rounds: int = opt(4, "DYNAMIC_SAMPLING: rounds of drawing and running groups a step runs at most before "
+                                  "it trains on the groups it has", minimum=1)
     rollout_backend: str = opt("local", "where rollouts run: local = this process; ray = one worker per Ray node "
                                         "(ROLLOUT_CONCURRENCY and BOOT_CONCURRENCY then apply per worker)",
                                choices=("local", "ray"))

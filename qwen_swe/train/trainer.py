@@ -359,6 +359,8 @@ def _one_step(settings: Settings, driver: RolloutDriver | None, policy: PolicyMo
         items, metrics = prepare_batch(samples, settings, version)
         numeric = {k: float(v) for k, v in {**(driver_metrics or {}), **lag}.items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if settings.rollout.dynamic_sampling:  # the policy's rates: every complete group, also those not trained on
+            metrics.update({k: numeric.get(f"rollout/{k}", metrics[k]) for k in ("reward_mean", "resolve_rate")})
         return items, {**numeric, **metrics}
 
     items, metrics = on_rank0(rollout, f"rollout of step {step}")

@@ -1,0 +1,59 @@
+"""Which of a step's groups are trained on. Plain: every complete group. Dynamic (DAPO's dynamic sampling, slime's
+``check_reward_nonzero_std`` filter with over-sampling): only groups whose rewards differ, since a group of equal
+rewards has zero advantage everywhere; the groups filtered out are replaced by newly drawn ones, round after round,
+until the batch is full or SAMPLING_ROUNDS ran."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from qwen_swe.data.sample import Sample
+
+Groups = list[list[Sample]]
+
+FILTERED_KEY = "filtered"  # metadata of a complete sample whose group was not trained on, with the reason
+EQUAL_REWARDS = "equal_rewards"
+
+
+def rewards_differ(group: list[Sample]) -> bool:
+    """GRPO's advantages of ``group`` are not all zero."""
+    return len({float(x.reward) for x in group}) > 1
+
+
+@dataclass
+class Batch:
+    """One step's groups: every group drawn, the complete ones (no sample lost to infrastructure), the trained ones."""
+
+    drawn: Groups = field(default_factory=list)
+    complete: Groups = field(default_factory=list)
+    trained: Groups = field(default_factory=list)
+    rounds: int = 0
+
+    def metrics(self) -> dict[str, float]:
+        return {"sampling/rounds": self.rounds, "sampling/groups_drawn": len(self.drawn),
+                "sampling/groups_trained": len(self.trained),
+                "sampling/groups_filtered": len(self.complete) - len(self.trained)}
+
+
+def fill_batch(draw: Callable[[int], Groups], run: Callable[[Groups], Groups], size: int, *, dynamic: bool,
+               rounds: int) -> Batch:
+    """Draw ``size`` groups and run them (``run`` returns the complete ones). With ``dynamic``, keep only groups
+    whose rewards differ and draw again for the missing ones, at most ``rounds`` times in all."""
+    batch = Batch()
+    for _ in range(rounds if dynamic else 1):
+        groups = draw(size - len(batch.trained))
+        if not groups:
+            break
+        batch.rounds += 1
+        batch.drawn += groups
+        for group in run(groups):
+            batch.complete.append(group)
+            if not dynamic or rewards_differ(group):
+                batch.trained.append(group)
+            else:
+                for x in group:
+                    x.metadata[FILTERED_KEY] = EQUAL_REWARDS
+        if len(batch.trained) >= size:
+            break
+    return batch
