@@ -47,7 +47,8 @@ def run_dir(tmp_path: Path) -> Path:
     (run / "rollouts").mkdir(parents=True)
     steps = {0: [_sample(0, "demo__calc-1", False), _sample(0, "demo__calc-2", True)],
              1: [_sample(1, "demo__calc-1", True),
-                 _sample(1, "demo__parse-7", False, status="aborted", drop_reason="sandbox", drop_detail="gone")]}
+                 _sample(1, "demo__parse-7", False, status="aborted", drop_reason="sandbox", drop_detail="gone"),
+                 _sample(1, "demo__calc-3", False, filtered="equal_rewards")]}  # DYNAMIC_SAMPLING left it out
     for step, rows in steps.items():
         (run / "rollouts" / f"step_{step:06d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (run / "metrics.jsonl").write_text("".join(json.dumps(
@@ -67,7 +68,7 @@ def test_the_page_is_self_contained_and_keeps_html_as_text(run_dir):
     assert not re.search(r"""(src|href)\s*=\s*["']?https?:|url\(\s*["']?https?:|fetch\(|XMLHttpRequest|import\(""", html)
     assert "<script>document.title" not in html  # the payload escapes "<", so no data can open or close a tag
     data = json.loads(re.search(r'id="run-data">(.*?)</script>', html, re.S).group(1))
-    assert len(data["samples"]) == 4 and EVIL in data["samples"][0]["patch"]
+    assert len(data["samples"]) == 5 and EVIL in data["samples"][0]["patch"]
 
 
 def test_a_sample_is_found_by_instance_id_and_the_screenshot_is_not_blank(run_dir, chromium, tmp_path):
@@ -80,6 +81,8 @@ def test_a_sample_is_found_by_instance_id_and_the_screenshot_is_not_blank(run_di
     assert "qwen-swe run: run" in dom and "<title>qwen-swe run</title>" in dom  # no injected script ran
     assert '<img src="x"' not in dom
     assert "&lt;script&gt;document.title" in dom  # tool output shown as text
+    filtered = _browser(chromium, ["--dump-dom", f"{page.as_uri()}#q=demo__calc-3"]).stdout
+    assert "completed (not trained: equal_rewards)" in filtered
 
     shot = tmp_path / "viewer.png"
     _browser(chromium, [f"--screenshot={shot}", "--window-size=1400,1000", f"{page.as_uri()}#q=demo__calc-1"])
