@@ -22,7 +22,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.vllm, pytest.mar
 def test_small_protocol(tmp_path):
     args = parser().parse_args(["--seed", "5", "--demos", "8", "--sft-steps", "1", "--sft-batch", "2",
                                 "--sft-lr", "1e-4", "--heldout-tasks", "1", "--k", "1", "--rl-steps", "1",
-                                "--rl-batch", "1", "--n-samples", "2", "--work", str(tmp_path)])
+                                "--rl-batch", "1", "--n-samples", "2", "--dynamic-sampling", "--sampling-rounds", "2",
+                                "--work", str(tmp_path)])
     result = run_protocol(args)
 
     tasks = tmp_path / "tasks"
@@ -50,6 +51,12 @@ def test_small_protocol(tmp_path):
 
     for phase in ("before", "after"):
         assert result[phase]["attempts"] == 1 and result[phase]["errors"] == 0, result[phase]
-    assert len(result["reward_curve"]) == 1 and result["reward_curve"][0] in (-1.0, 0.0, 1.0)
+    # dynamic sampling: a group with equal rewards is set aside and another drawn, at most once more
+    rl = json.loads((tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()[0])
+    trained = rl["sampling/groups_trained"]
+    assert rl["sampling/groups_drawn"] == rl["sampling/rounds"] and trained <= 1, rl
+    assert trained or rl["sampling/rounds"] == 2, rl  # a batch left unfilled used both rounds
+    assert rl["skipped_update"] == (trained == 0) and rl["samples"] == 2 * trained, rl
+    assert len(result["reward_curve"]) == 1 and result["reward_curve"][0] in (-1.0, -0.5, 0.0, 0.5, 1.0)
     assert (tmp_path / "learning.png").stat().st_size > 0
     assert 0.0 <= result["p_one_sided"] <= 1.0
