@@ -20,7 +20,7 @@ class RolloutSettings:
                                         "of equal rewards are replaced by newly drawn ones, for up to SAMPLING_ROUNDS "
                                         "rounds a step; needs MAX_STALENESS=0 and BACKEND=fsdp")
     sampling_rounds: int = opt(4, "DYNAMIC_SAMPLING: rounds of drawing and running groups a step runs at most before "
-                                  "it trains on the groups it has", minimum=1)
+                                  "it trains on the groups it has (ROLLOUT_TIMEOUT bounds each round)", minimum=1)
     rollout_backend: str = opt("local", "where rollouts run: local = this process; ray = one worker per Ray node "
                                         "(ROLLOUT_CONCURRENCY and BOOT_CONCURRENCY then apply per worker)",
                                choices=("local", "ray"))
