@@ -8,7 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+import torch
+
 from qwen_swe.data.sample import Sample
+from qwen_swe.train.grpo import zero_variance_mask
 
 Groups = list[list[Sample]]
 
@@ -17,8 +20,8 @@ EQUAL_REWARDS = "equal_rewards"
 
 
 def rewards_differ(group: list[Sample]) -> bool:
-    """GRPO's advantages of ``group`` are not all zero."""
-    return len({float(x.reward) for x in group}) > 1
+    """GRPO's advantages of ``group`` are not all zero: the trainer's own test of a group's rewards."""
+    return not bool(zero_variance_mask(torch.tensor([[float(x.reward) for x in group]]))[0])
 
 
 @dataclass

@@ -15,7 +15,8 @@ PAGE = Path(__file__).resolve().parent / "page.html"
 STEP_FILE = re.compile(r"step_(\d+)\.jsonl$")
 SAMPLE_KEYS = ("instance_id", "group_index", "index", "status", "reward", "resolved", "drop_reason", "drop_detail",
                "filtered", "outcome", "patch", "turns", "response_length", "sampled_tokens", "trained_tokens",
-               "weight_version", "agent_seconds", "grade_seconds", "reward_components", "reward_hack_suspected", "conversation")
+               "weight_version", "agent_seconds", "grade_seconds", "reward_components", "reward_hack_suspected",
+               "conversation")
 CURVE_KEYS = ("reward_mean", "resolve_rate", "response_length_mean", "dropped_samples", "eval/resolve_rate")
 
 
