@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from functools import cache
 
 import pytest
@@ -68,6 +69,12 @@ CHECKS = {"docker": _docker, "vllm": _vllm, "agent": _agent, "browser": _browser
           "slime": _slime}
 # Resources CI provides itself; the rest (GPU, Modal account, a slime checkout) are skipped there too.
 CI_PROVIDES = {"docker", "vllm", "agent", "browser"}
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    # a full disk shows up as hundreds of unrelated errors; the header says how much room there was
+    free = {where: shutil.disk_usage(where).free / 2**30 for where in (tempfile.gettempdir(), "/var/lib")}
+    return "disk free: " + ", ".join(f"{where} {gib:.1f} GiB" for where, gib in free.items())
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -163,7 +163,8 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 def first_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("trainer") / "run"
     proc = _train(out, str(tiny_model_dir()), steps=2)
-    return out, proc
+    yield out, proc
+    shutil.rmtree(out.parent, ignore_errors=True)  # ~0.5 GiB of checkpoints; retention only covers tmp_path
 
 
 def test_two_ranks_train_export_and_sync_in_order(first_run):
@@ -208,7 +209,8 @@ def test_resume_restores_state_and_syncs_first(first_run):
 def async_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("trainer_async") / "run"
     _train(out, str(tiny_model_dir()), steps=3, max_staleness=1)
-    return out
+    yield out
+    shutil.rmtree(out.parent, ignore_errors=True)
 
 
 def test_off_policy_rollouts_overlap_training_and_record_their_versions(async_run):
