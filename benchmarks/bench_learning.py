@@ -13,7 +13,8 @@ FSDP2 trainer, swebench grading):
 
 Prints both resolve rates with Wilson intervals, their difference with a one-sided two-proportion z-test, the
 reward curve, and the wall time per phase; writes the curve to ``WORK/learning.png`` and everything to
-``WORK/learning.json``. The reference of the timing ratio is the whole protocol's wall time.
+``WORK/learning.json``. The reference of the timing ratio is the whole protocol's wall time, each phase summed
+over every invocation with the same ``--work`` (a rerun skips finished phases and resumes the others).
 
     .venv/bin/python -m benchmarks.bench_learning [--seed 0] [--heldout-tasks 32 --k 2] [--rl-steps 8]
 """
@@ -58,6 +59,20 @@ def _rows(path: Path) -> list[dict[str, Any]]:
 def _write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+class PhaseClock:
+    """Wall time per phase, this invocation's and summed over every invocation with the same ``--work``: a rerun
+    skips the phases whose result is there and resumes the others, and the budget must count them as they ran."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.now = path, {}
+        self.all: dict[str, float] = json.loads(path.read_text()) if path.is_file() else {}
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.now[phase] = seconds
+        self.all[phase] = self.all.get(phase, 0.0) + seconds
+        self.path.write_text(json.dumps(self.all, indent=1) + "\n")  # after each phase: a crash keeps the rest
 
 
 def _latest_weights(run: Path) -> Path:
@@ -158,14 +173,14 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(args.work or tempfile.mkdtemp(prefix="bench_learning_"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"bench_learning: seed {args.seed}, work {work}", flush=True)
-    times: dict[str, float] = {}
+    clock = PhaseClock(work / "phase_times.json")
     t0 = time.monotonic()
 
     tasks = work / "tasks"
     if not (tasks / "report.json").is_file():  # a phase whose result is there is skipped (evaluations resume)
         _run([sys.executable, "-m", "qwen_swe.data.generate", "--seed", str(args.seed), "--count", str(args.count),
               "--out", str(tasks), *(["--localized"] if args.localized else [])], {}, work / "generate.log")
-    times["generate"] = time.monotonic() - t0
+    clock.add("generate", time.monotonic() - t0)
     rng = random.Random(f"bench-{args.seed}")
     train = _rows(tasks / "train.jsonl")
     heldout = _rows(tasks / "heldout.jsonl")
@@ -191,7 +206,7 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
               "LR": str(args.sft_lr), "OUTPUT_DIR": str(work / "sft"), "KEEP_CHECKPOINTS": "1",
               "SAVE_INTERVAL": str(args.sft_steps)}, work / "sft.log")
     start_model = _latest_weights(work / "sft")
-    times["warm_start"] = time.monotonic() - t
+    clock.add("warm_start", time.monotonic() - t)
 
     t = time.monotonic()
     temperature, picked = args.temperature, {}
@@ -200,11 +215,11 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
         for value in sorted(args.pick_temperature, reverse=True):
             picked[value] = _evaluate(f"pick_t{value:g}", start_model, pick_rows, 1, work, args.seed, value)
         temperature = max(picked, key=lambda v: picked[v]["resolved"])  # ties: the first, the highest temperature
-        times["pick_temperature"] = time.monotonic() - t
+        clock.add("pick_temperature", time.monotonic() - t)
 
     t = time.monotonic()
     before = _evaluate("eval_start", start_model, heldout_rows, args.k, work, args.seed, temperature)
-    times["eval_start"] = time.monotonic() - t
+    clock.add("eval_start", time.monotonic() - t)
 
     t = time.monotonic()
     rl = work / "rl"
@@ -218,19 +233,20 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
          work / "rl.log")
     steps = _rows(rl / "metrics.jsonl")
     end_model = _latest_weights(rl) if any(not s.get("skipped_update") for s in steps) else start_model
-    times["rl"] = time.monotonic() - t
+    clock.add("rl", time.monotonic() - t)
 
     t = time.monotonic()
     after = _evaluate("eval_end", end_model, heldout_rows, args.k, work, args.seed, temperature)
-    times["eval_end"] = time.monotonic() - t
-    times["total"] = time.monotonic() - t0
+    clock.add("eval_end", time.monotonic() - t)
+    times = {**clock.now, "total": time.monotonic() - t0}
+    times_all = {**clock.all, "total": sum(clock.all.values())}
 
     z, p = one_sided_z(before["resolved"], before["attempts"], after["resolved"], after["attempts"])
     result = {"seed": args.seed, "args": vars(args), "demos": demos, "temperature": temperature,
               "temperature_on_train": {f"{v:g}": r["resolved"] for v, r in picked.items()},
               "before": before, "after": after,
               "difference": after["resolved"] / max(after["attempts"], 1) - before["resolved"] / max(before["attempts"], 1),
-              "z": z, "p_one_sided": p, "times": times,
+              "z": z, "p_one_sided": p, "times": times, "times_all_invocations": times_all,
               "reward_curve": [s.get("reward_mean") for s in steps],
               "resolve_curve": [s.get("resolve_rate") for s in steps],
               "groups_drawn": [s.get("sampling/groups_drawn", s.get("rollout/groups_requested")) for s in steps],
@@ -294,7 +310,9 @@ def _report(r: dict[str, Any], work: Path) -> None:
         print(f"funnel {name}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     print("reward curve: " + " ".join(f"{x:+.2f}" if x is not None else "-" for x in r["reward_curve"]))
     print("wall time: " + ", ".join(f"{k} {v:.0f}s" for k, v in r["times"].items()))
-    print(f"ratio total / 60-minute budget = {r['times']['total'] / 3600:.2f}; curve: {work / 'learning.png'}")
+    every = r["times_all_invocations"]
+    print("wall time over every invocation with this --work: " + ", ".join(f"{k} {v:.0f}s" for k, v in every.items()))
+    print(f"ratio total / 60-minute budget = {every['total'] / 3600:.2f}; curve: {work / 'learning.png'}")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -57,6 +57,9 @@ def test_small_protocol(tmp_path):
     assert rl["sampling/groups_drawn"] == rl["sampling/rounds"] and trained <= 1, rl
     assert trained or rl["sampling/rounds"] == 2, rl  # a batch left unfilled used both rounds
     assert rl["skipped_update"] == (trained == 0) and rl["samples"] == 2 * trained, rl
+    every = result["times_all_invocations"]  # one invocation: the sums are its own phases
+    assert every.keys() == result["times"].keys()
+    assert all(every[k] == v for k, v in result["times"].items() if k != "total")
     assert len(result["reward_curve"]) == 1 and result["reward_curve"][0] in (-1.0, -0.5, 0.0, 0.5, 1.0)
     assert (tmp_path / "learning.png").stat().st_size > 0
     assert 0.0 <= result["p_one_sided"] <= 1.0

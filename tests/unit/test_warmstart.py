@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmarks.bench_learning import funnel, one_sided_z, split_train
+from benchmarks.bench_learning import PhaseClock, funnel, one_sided_z, split_train
 from qwen_swe.config.settings import Settings
 from qwen_swe.errors import DataError
 from qwen_swe.train.trainer import prepare_batch
@@ -134,6 +134,18 @@ def test_one_sided_z():
     assert z > 2.5 and p < 0.01
     assert one_sided_z(10, 64, 10, 64)[1] == pytest.approx(0.5)
     assert one_sided_z(20, 64, 10, 64)[1] > 0.9
+
+
+def test_phase_clock_sums_each_phase_over_reruns_with_the_same_work(tmp_path):
+    first = PhaseClock(tmp_path / "phase_times.json")
+    first.add("warm_start", 900.0)
+    first.add("rl", 600.0)  # then the run stops; the rerun skips the warm start and resumes GRPO
+    second = PhaseClock(tmp_path / "phase_times.json")
+    second.add("warm_start", 0.5)
+    second.add("rl", 300.0)
+    assert second.now == {"warm_start": 0.5, "rl": 300.0}
+    assert second.all == {"warm_start": 900.5, "rl": 900.0}
+    assert PhaseClock(tmp_path / "phase_times.json").all == second.all
 
 
 def _attempt(iid: str, *calls: tuple[str, dict], patch: str = "", resolved: bool = False) -> dict:
