@@ -115,6 +115,9 @@ class ServeConfig:
         if self.cpu:
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_gib)
             env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(self.reserved_cpus)
+            # vLLM 0.32's AOT-compiled model never loads back on CPU ("'function' object has no attribute
+            # 'finalize_loading'"), so every start compiled again (~50 s idle); the inductor path reuses its cache.
+            env["VLLM_USE_AOT_COMPILE"] = os.environ.get("VLLM_USE_AOT_COMPILE", "0")
         return env
 
     def shell(self) -> str:
@@ -281,7 +284,8 @@ def serve_config_from_args(args: argparse.Namespace, extra: Sequence[str] = (),
                                    python=args.python or base.python)
     served = args.served_model_name or settings.inference.served_model_name
     return ServeConfig(model=model, served_model_names=(served,) if served else (), host=args.host or "0.0.0.0",
-                       port=args.port, tp=args.tp or settings.inference.tp, dp=args.dp, tool_call_parser=args.tool_call_parser,
+                       port=args.port, tp=args.tp or settings.inference.tp, dp=args.dp,
+                       tool_call_parser=args.tool_call_parser,
                        max_model_len=args.max_model_len or settings.inference.max_model_len or 65536,
                        gpu_memory_utilization=args.gpu_memory_utilization, lora_rank=lora_rank,
                        python=args.python or default_python(), worker_extension=_extension(settings),

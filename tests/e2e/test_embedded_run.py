@@ -56,6 +56,12 @@ def test_embedded_default_trains_syncs_and_resumes(tmp_path):
     metrics = _jsonl(out / "metrics.jsonl")
     assert len(metrics) == 2, metrics
 
+    # The resumed run's server reused what the first one compiled: vLLM's default AOT artifact fails to load on
+    # CPU and says so, then compiles again.
+    logs = sorted((out / "logs").glob("vllm-embedded-*.log"))
+    assert logs, "the runs wrote no vLLM log"
+    assert not any("due to a load failure" in p.read_text(errors="replace") for p in logs)
+
     # The data source order a fresh run would serve: step 1 = the first groups, step 2 = exactly the next ones.
     settings = load_settings([], {"OUTPUT_DIR": str(out)})
     ds = SWEBenchDataSource.from_settings(settings)

@@ -103,6 +103,7 @@ def test_embedded_profile_is_the_measured_cpu_setup(tmp_path: Path):
     assert "--gpu-memory-utilization" not in argv
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
     assert env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert env["VLLM_USE_AOT_COMPILE"] == "0"  # the CPU build's AOT artifact does not load back: compiled every start
     names = argv[argv.index("--served-model-name") + 1: argv.index("--tensor-parallel-size")]
     assert names[0] == start_vllm.EMBEDDED_SERVED_NAME and str(tmp_path) in names
     assert serve.base_url == "http://127.0.0.1:8123/v1"
