@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Debian packages and a running Docker engine (no bridge: containers use host or no network).
 # Storage: overlay2 shares an image's files among its containers; vfs copies the whole image into every new
-# container (for a 271 MB task image, about 8 s of dockerd CPU per container on this kind of machine, against
-# 0.02 s with overlay2: benchmarks/bench_storage.py). CI starts vfs, as its contract says; elsewhere overlay2 when
+# container (for a 271 MB task image, about 6 s of dockerd CPU per container on this kind of machine, against
+# 0.05 s with overlay2: benchmarks/bench_storage.py). CI starts vfs, as its contract says; elsewhere overlay2 when
 # the kernel has it, and vfs when it has not or overlay2 does not start. DOCKER_STORAGE_DRIVER=vfs|overlay2 chooses.
 set -euo pipefail
 
