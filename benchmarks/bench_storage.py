@@ -27,8 +27,9 @@ from pathlib import Path
 import docker
 import requests
 
+from benchmarks.bench_sandbox import ours as one_sandbox  # the same sandbox cycle, timed
 from qwen_swe.paths import TASK_PACK
-from qwen_swe.sandbox.docker import DockerSandbox, reap
+from qwen_swe.sandbox.docker import reap
 
 MAIN_PIDFILE = Path("/var/run/docker.pid")  # dockerd's default pid file
 START_TIMEOUT = 60.0
@@ -75,16 +76,6 @@ class PrivateEngine:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
-
-
-async def one_sandbox(image: str, run_id: str, client: docker.DockerClient) -> float:
-    t0 = time.perf_counter()
-    async with DockerSandbox(image, run_id=run_id, role="bench", network="none", hide_future=False,
-                             client=client) as sb:
-        res = await sb.exec("echo ok", timeout=60)
-    if res.output != "ok\n":
-        raise SystemExit(f"exec gave {res!r}")
-    return time.perf_counter() - t0
 
 
 def copy_image(image: str, source: docker.DockerClient, target: docker.DockerClient) -> float:
