@@ -34,6 +34,7 @@ Outcome = Literal["completed", "turn_limit", "timeout", "agent_error"]
 REPO_DIR = TESTBED
 QWEN_HOME = "/tmp/qwen-home"  # a fixed path: it shows up in the prompt, so every rollout must use the same one
 RUN_DIR = "/tmp/qwen-swe-agent"  # prompt, stdout and stderr of the CLI
+STDERR_FILE = f"{RUN_DIR}/stderr.txt"
 SYSTEM_SETTINGS = f"{QWEN_HOME}/system-settings.json"
 MARKER_ENV = "QWEN_SWE_AGENT_RUN"  # inherited by every process the agent starts; the sweep kills by it
 KILL_GRACE = 10  # seconds between the CLI's own wall-time stop, SIGTERM to the group, and SIGKILL
@@ -61,6 +62,10 @@ EXIT_KILLED = {124, 130, 137, 143}
 _GIT = "git -c safe.directory='*'"
 _API_ERROR = re.compile(r"\[API Error|Request timeout after|Connection error|ECONNREFUSED|fetch failed", re.I)
 _LOOP_GUARD = re.compile(r"Loop detection halted the run", re.I)
+# qwen-code waits 500 ms for piped stdin, then runs with no input and exits 1 before any model call: a CPU starved
+# for that long (2 busy cores) loses the prompt. Nothing ran, so the run is started again, at most this many times.
+STDIN_RACE = "No input provided via stdin"
+STDIN_RETRIES = 2
 
 
 @dataclass(frozen=True)
@@ -153,8 +158,7 @@ def agent_command(agent: AgentSettings, bundle: str = AGENT_MOUNT) -> str:
            "--yolo", "--output-format", "stream-json", "--max-session-turns", str(agent.max_turns),
            "--max-wall-time", str(budget)]
     guard = ["timeout", "-s", "TERM", "-k", str(KILL_GRACE), str(budget + KILL_GRACE)]
-    return (f"{shlex.join(guard + cli)} < {RUN_DIR}/prompt.txt > {RUN_DIR}/stdout.jsonl "
-            f"2> {RUN_DIR}/stderr.txt")
+    return f"{shlex.join(guard + cli)} < {RUN_DIR}/prompt.txt > {RUN_DIR}/stdout.jsonl 2> {STDERR_FILE}"
 
 
 def sweep_command(marker: str) -> str:
@@ -236,8 +240,11 @@ async def run_agent(sandbox: Sandbox, *, base_url: str, model: str, prompt: str,
 
     start = time.monotonic()
     budget = max(1, int(agent.agent_timeout))
-    done = await sandbox.exec(agent_command(agent, bundle), timeout=budget + 2 * KILL_GRACE + EXEC_SLACK,
-                              workdir=REPO_DIR, env=agent_env(base_url, model, profile, marker))
+    for _ in range(1 + STDIN_RETRIES):
+        done = await sandbox.exec(agent_command(agent, bundle), timeout=budget + 2 * KILL_GRACE + EXEC_SLACK,
+                                  workdir=REPO_DIR, env=agent_env(base_url, model, profile, marker))
+        if done.timed_out or done.exit_code != 1 or STDIN_RACE not in await _read_text(sandbox, STDERR_FILE):
+            break
     seconds = time.monotonic() - start
     # then undo any commit or staging of the agent's, so the diff below is against the starting commit
     reset = f"; {_GIT} reset -q {base} >/dev/null 2>&1" if re.fullmatch(r"[0-9a-f]{40}", base) else ""
@@ -245,7 +252,7 @@ async def run_agent(sandbox: Sandbox, *, base_url: str, model: str, prompt: str,
     stray = int(m.group(1)) if (m := re.search(r"swept=(\d+)", swept.output or "")) else 0
 
     stdout = await _read_text(sandbox, f"{RUN_DIR}/stdout.jsonl")
-    stderr = await _read_text(sandbox, f"{RUN_DIR}/stderr.txt")
+    stderr = await _read_text(sandbox, STDERR_FILE)
     summary = parse_stream(stdout)
     exit_code = None if done.timed_out else done.exit_code
     outcome, infra = classify(exit_code, done.timed_out, summary, stderr)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from qwen_swe.config.settings import Settings
-from qwen_swe.data.sample import Sample, Status
+from qwen_swe.data.sample import Sample
 from qwen_swe.data.source import SWEBenchDataSource, load_instances
 from qwen_swe.errors import ConfigError, TrainerError
 from qwen_swe.evaluate.agent_runs import run_attempts
@@ -27,7 +27,7 @@ from qwen_swe.inference.client import InferenceClient
 from qwen_swe.inference.weight_sync import ProbedSync, make_weight_sync
 from qwen_swe.rollout.engine import RolloutEngine, batch_metrics
 from qwen_swe.rollout.progress import BatchStats, live_progress
-from qwen_swe.rollout.record import dump_rollouts
+from qwen_swe.rollout.record import dump_rollouts, not_kept
 from qwen_swe.rollout.sampling import Batch, fill_batch
 from qwen_swe.warmstart.demos import DemoDriver
 
@@ -106,8 +106,8 @@ class RolloutDriver:
     def _finish(self, step: int, batch: Batch, stats: BatchStats, seconds: float,
                 evaluated: dict[str, float]) -> tuple[list[Sample], dict[str, Any]]:
         s = self.settings
-        dropped = [x for g in batch.drawn for x in g if x.status == Status.ABORTED]
-        dump_rollouts(Path(s.output_dir) / "rollouts" / f"step_{step:06d}.jsonl", batch.complete, dropped)
+        dump_rollouts(Path(s.output_dir) / "rollouts" / f"step_{step:06d}.jsonl", batch.complete,
+                      not_kept(batch.drawn, batch.complete))
         metrics = batch_metrics(stats, batch.complete, seconds)  # every complete group, trained on or not
         if s.rollout.dynamic_sampling:
             metrics.update(batch.metrics())

@@ -6,9 +6,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from qwen_swe.data.sample import Sample
+from qwen_swe.data.sample import Sample, Status
 from qwen_swe.rollout.engine import NODE_KEY
-from qwen_swe.rollout.sampling import FILTERED_KEY
+from qwen_swe.rollout.sampling import FILTERED_KEY, GROUP_DROPPED
+
+
+def not_kept(drawn: list[list[Sample]], complete: list[list[Sample]]) -> list[Sample]:
+    """Every drawn sample outside the complete groups: the dropped ones, and their graded siblings, marked."""
+    kept = {id(x) for g in complete for x in g}
+    left = [x for g in drawn for x in g if id(x) not in kept]
+    for x in left:
+        if x.status != Status.ABORTED:
+            x.metadata.setdefault(FILTERED_KEY, GROUP_DROPPED)
+    return left
 
 
 def dump_rollouts(path: Path, groups: list[list[Sample]], dropped: list[Sample]) -> None:

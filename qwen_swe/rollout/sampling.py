@@ -17,6 +17,7 @@ Groups = list[list[Sample]]
 
 FILTERED_KEY = "filtered"  # metadata of a complete sample whose group was not trained on, with the reason
 EQUAL_REWARDS = "equal_rewards"
+GROUP_DROPPED = "group_dropped"  # graded, but a sibling was dropped by the infrastructure, and the group with it
 
 
 def rewards_differ(group: list[Sample]) -> bool:

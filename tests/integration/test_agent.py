@@ -72,7 +72,7 @@ def _containers(run_id: str) -> list:
 
 
 async def _rollout(task: dict, run_id: str, script: list, settings, *, before=None, after=None, profile="compact",
-                   tokenizer=None, max_model_len=8192):
+                   tokenizer=None, max_model_len=8192, bundle=AGENT_MOUNT):
     tokenizer = tokenizer or smollm2_tokenizer()
     async with ScriptedServer(script, tokenizer=tokenizer, max_model_len=max_model_len) as server:
         async with RecordingProxy(server.url, model="scripted", tokenizer=tokenizer, mode="tokens") as proxy:
@@ -82,7 +82,7 @@ async def _rollout(task: dict, run_id: str, script: list, settings, *, before=No
                     await before(box)
                 result = await qa.run_agent(box, base_url=session.base_url, model="smollm2-135m",
                                             prompt=build_prompt(task), agent=settings.agent,
-                                            inference=settings.inference, profile=profile)
+                                            inference=settings.inference, profile=profile, bundle=bundle)
                 result = SimpleNamespace(**dataclasses.asdict(result), patch=await qa.take_diff(box))
                 extra = await after(box) if after else None
             turns = proxy.close_session(session.id)
@@ -227,3 +227,36 @@ def test_server_error_is_an_infrastructure_failure(task, run_id):
     assert "API Error" in result.log_tail
     assert turns and all(t.status == 500 for t in turns)
     assert result.patch == ""
+
+
+# The real qwen-code given its prompt 2 s late, as a CPU starved past its 500 ms stdin wait gives it: the first run
+# exits 1 with no input and no model call, and the agent runs it again on the same prompt.
+_LATE_STDIN = f"""#!/bin/sh
+if [ ! -e /tmp/late/first ]; then
+  : > /tmp/late/first
+  {{ sleep 2; cat; }} | exec {AGENT_MOUNT}/node/bin/node "$@"
+fi
+exec {AGENT_MOUNT}/node/bin/node "$@"
+"""
+
+
+@pytest.mark.docker
+@pytest.mark.agent
+def test_a_prompt_lost_to_a_late_stdin_is_run_again(task, run_id):
+    settings = load_settings([], env={}).replace(max_turns=8, agent_timeout=300.0)
+
+    async def late_bundle(box):  # the real bundle, its node reached through the wrapper above
+        await box.write_file("/tmp/late/node/bin/node", _LATE_STDIN, mode=0o755)
+        await box.exec(f"ln -s {AGENT_MOUNT}/qwen-code /tmp/late/qwen-code", timeout=60)
+
+    async def first_run_happened(box):
+        return (await box.exec("test -e /tmp/late/first", timeout=60)).exit_code == 0
+
+    result, turns, _, _, raced = asyncio.run(_rollout(task, run_id, ["Nothing to change."], settings,
+                                                      before=late_bundle, after=first_run_happened,
+                                                      bundle="/tmp/late"))
+    assert raced, "the wrapper's first, late-stdin run did not happen"
+    assert result.outcome == "completed" and not result.infra and result.exit_code == 0, result.log_tail
+    assert result.final_message == "Nothing to change."
+    assert len(turns) == 1 and "Resolve the following issue" in json.dumps(turns[0].request_messages)
+

@@ -12,7 +12,8 @@ import json
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample, Status
 from qwen_swe.errors import DropReason, SandboxError
-from qwen_swe.rollout.record import dump_rollouts
+from qwen_swe.rollout.record import dump_rollouts, not_kept
+from qwen_swe.rollout.sampling import GROUP_DROPPED
 from qwen_swe.rollout.engine import RolloutEngine, batch_metrics, drop
 from qwen_swe.rollout.progress import BatchStats
 
@@ -98,12 +99,14 @@ def test_metrics_and_dump_cover_kept_and_dropped_samples(tmp_path):
     assert m["rollout/groups_kept"] == 1 and m["rollout/dropped_samples"] == 1
     assert m["rollout/reward_mean"] == 0.0 and m["rollout/resolve_rate"] == 0.5
     assert m["rollout/reward_hack_suspected"] == 0
-    dropped = [x for g in groups for x in g if x.status == Status.ABORTED]
     path = tmp_path / "rollouts" / "step_000000.jsonl"
-    dump_rollouts(path, kept, dropped)
+    dump_rollouts(path, kept, not_kept(groups, kept))
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [r["status"] for r in rows] == ["completed", "completed", "aborted"]
-    assert rows[-1]["drop_reason"] == "agent_error" and rows[-1]["drop_detail"] == "upstream 500" and rows[-1]["instance_id"] == "b"
+    # nothing run is lost: the dropped sample with its reason, and its graded sibling, marked as not trained on
+    assert [(r["instance_id"], r["status"], r["filtered"]) for r in rows] == [
+        ("a", "completed", None), ("a", "completed", None), ("b", "aborted", None), ("b", "completed", GROUP_DROPPED)]
+    assert rows[2]["drop_reason"] == "agent_error" and rows[2]["drop_detail"] == "upstream 500"
+    assert rows[3]["reward"] == -1.0 and rows[3]["drop_reason"] is None
 
 
 def test_an_infrastructure_error_drops_the_sample_with_its_reason_and_detail():
