@@ -229,7 +229,8 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
           "NUM_ROLLOUTS": str(args.rl_steps), "ROLLOUT_BATCH_SIZE": str(args.rl_batch),
           "N_SAMPLES": str(args.n_samples), "LR": str(args.rl_lr), "OUTPUT_DIR": str(rl),
           "DYNAMIC_SAMPLING": str(args.dynamic_sampling).lower(), "SAMPLING_ROUNDS": str(args.sampling_rounds),
-          "KEEP_CHECKPOINTS": "1", "SAVE_INTERVAL": str(args.rl_steps), "RUN_ID": "qwen-swe-bench-rl"},
+          "KL_LOSS_COEF": str(args.kl_coef), "KEEP_CHECKPOINTS": "1", "SAVE_INTERVAL": str(args.rl_steps),
+          "RUN_ID": "qwen-swe-bench-rl"},
          work / "rl.log")
     steps = _rows(rl / "metrics.jsonl")
     end_model = _latest_weights(rl) if any(not s.get("skipped_update") for s in steps) else start_model
@@ -245,10 +246,12 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     result = {"seed": args.seed, "args": vars(args), "demos": demos, "temperature": temperature,
               "temperature_on_train": {f"{v:g}": r["resolved"] for v, r in picked.items()},
               "before": before, "after": after,
-              "difference": after["resolved"] / max(after["attempts"], 1) - before["resolved"] / max(before["attempts"], 1),
+              "difference": (after["resolved"] / max(after["attempts"], 1)
+                             - before["resolved"] / max(before["attempts"], 1)),
               "z": z, "p_one_sided": p, "times": times, "times_all_invocations": times_all,
               "reward_curve": [s.get("reward_mean") for s in steps],
               "resolve_curve": [s.get("resolve_rate") for s in steps],
+              "kl_to_start": [s.get("kl_ref") for s in steps],
               "groups_drawn": [s.get("sampling/groups_drawn", s.get("rollout/groups_requested")) for s in steps],
               "updates": sum(not s.get("skipped_update") for s in steps), "end_model": str(end_model),
               "rollouts": rollout_fractions(rl / "rollouts"), "funnels": funnels(work)}
@@ -309,6 +312,8 @@ def _report(r: dict[str, Any], work: Path) -> None:
     for name, counts in r["funnels"].items():
         print(f"funnel {name}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     print("reward curve: " + " ".join(f"{x:+.2f}" if x is not None else "-" for x in r["reward_curve"]))
+    if any(x is not None for x in r["kl_to_start"]):  # measured at each update, before it
+        print("KL to the start per token: " + " ".join(f"{x:.4f}" if x is not None else "-" for x in r["kl_to_start"]))
     print("wall time: " + ", ".join(f"{k} {v:.0f}s" for k, v in r["times"].items()))
     every = r["times_all_invocations"]
     print("wall time over every invocation with this --work: " + ", ".join(f"{k} {v:.0f}s" for k, v in every.items()))
@@ -335,6 +340,8 @@ def parser() -> argparse.ArgumentParser:
                     help="GRPO trains only on groups whose rewards differ and draws new ones for the rest "
                          "(DYNAMIC_SAMPLING), for up to --sampling-rounds rounds a step")
     ap.add_argument("--sampling-rounds", type=int, default=4)
+    ap.add_argument("--kl-coef", type=float, default=0.0,
+                    help="GRPO's KL penalty to the warm-started policy (KL_LOSS_COEF, low_var_kl); 0 = none")
     ap.add_argument("--rl-sites", type=float, default=0.0,
                     help="fraction of train bug sites kept for GRPO and never demonstrated (0: GRPO on all train)")
     ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of every attempt")

@@ -2,8 +2,8 @@
 
 The model comes from ``--config`` (a config.json, a model folder, or a built-in name: no hub); the training
 shape from the run's own settings (env vars or flags: TRAIN_PROCS, MICRO_BATCH_SIZE, MAX_RESPONSE_LEN,
-LORA_RANK, LORA_ALPHA, ACTIVATION_CHECKPOINTING, MIXED_PRECISION), so the plan describes the run those settings
-would start. ``--search`` also lists, for the same model and GPU, which combinations fit.
+LORA_RANK, LORA_ALPHA, ACTIVATION_CHECKPOINTING, MIXED_PRECISION, KL_LOSS_COEF), so the plan describes the run
+those settings would start. ``--search`` also lists, for the same model and GPU, which combinations fit.
 
     python -m qwen_swe.plan --config qwen3-coder-30b-a3b --gpu-memory-gb 80 --train-procs 8 \\
         --activation-checkpointing true --mixed-precision true
@@ -55,7 +55,7 @@ def _search(config: str, t: TrainShape, gpu_bytes: float, prompt: int, lora_alph
     shapes = {r: model_shape(config, lora_rank=r, lora_alpha=lora_alpha) for r in (0, 16)}
     for rank, ckpt, mixed in itertools.product((0, 16), (False, True), (False, True)):
         fitting = [n for n in range(SEARCH_STEP + prompt, SEARCH_MAX + 1, SEARCH_STEP) if plan(shapes[rank], TrainShape(
-            t.world, 1, n, n - prompt, rank, ckpt, mixed, t.gpu)).total <= gpu_bytes]
+            t.world, 1, n, n - prompt, rank, ckpt, mixed, t.gpu, t.reference)).total <= gpu_bytes]
         best = f"{max(fitting)} tokens ({max(fitting) - prompt} response)" if fitting else "none"
         print(f"  {rank:>9} {str(ckpt).lower():>24} {str(mixed).lower():>15}  {best}")
 
@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         t = TrainShape(world=world, micro_batch=tr.micro_batch_size, seq_len=own.prompt_len + response,
                        response_len=response, lora_rank=tr.lora_rank,
                        activation_checkpointing=tr.activation_checkpointing, mixed_precision=tr.mixed_precision,
-                       gpu=not own.cpu)
+                       gpu=not own.cpu, reference=tr.kl_loss_coef > 0)
         m = model_shape(own.config, lora_rank=tr.lora_rank, lora_alpha=tr.lora_alpha)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -64,6 +64,7 @@ class TrainShape:
     activation_checkpointing: bool = False
     mixed_precision: bool = False
     gpu: bool = True  # add the CUDA reserve
+    reference: bool = False  # KL_LOSS_COEF > 0: a frozen copy of the start weights (none with LoRA)
 
 
 def load_config(config: str) -> dict:
@@ -129,11 +130,12 @@ class Plan:
     fsdp_working_set: float
     activations: float
     reserve: float
+    reference: float = 0.0
 
     @property
     def total(self) -> float:
         return (self.parameters + self.gradients + self.optimizer + self.fsdp_working_set + self.activations
-                + self.reserve)
+                + self.reserve + self.reference)
 
     def rows(self) -> list[tuple[str, float]]:
         return [("parameters (fp32 master, sharded)", self.parameters),
@@ -141,7 +143,8 @@ class Plan:
                 ("optimizer state (AdamW, 2 x fp32, sharded)", self.optimizer),
                 ("FSDP working set (gathered root + 2 layers, 1 layer's gradients)", self.fsdp_working_set),
                 ("peak activations (one micro-batch)", self.activations),
-                ("CUDA context, NCCL, fragmentation", self.reserve)]
+                ("CUDA context, NCCL, fragmentation", self.reserve)] + (
+                [("reference model for KL_LOSS_COEF (fp32, sharded)", self.reference)] if self.reference else [])
 
 
 def plan(m: ModelShape, t: TrainShape) -> Plan:
@@ -163,4 +166,5 @@ def plan(m: ModelShape, t: TrainShape) -> Plan:
         optimizer=8 * m.trainable / t.world,
         fsdp_working_set=a * (m.root_params + 2 * m.layer_params) + (a + 4) * trainable_layer,
         activations=saved + backward + head,
-        reserve=GPU_RESERVE_BYTES if t.gpu else 0.0)
+        reserve=GPU_RESERVE_BYTES if t.gpu else 0.0,
+        reference=4 * m.params / t.world if t.reference and not t.lora_rank else 0.0)

@@ -12,12 +12,16 @@ Why these choices:
   update.
 - Normalisation must be global across micro-batches and ranks, so ``policy_loss`` accepts the global
   denominator (``loss_denominator`` over the whole batch) and returns a loss that sums correctly.
+- The KL penalty to a reference policy (slime's ``--use-kl-loss``) is an estimate on the sampled tokens, with
+  slime's estimators and their exact formulas (``kl_to_reference``), normalised like the policy term.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from qwen_swe.train.settings import KL_TYPES
 
 ADVANTAGE_MODES = ("mean", "std", "loo")
 LOSS_NORMS = ("token", "sample")
@@ -64,9 +68,36 @@ def loss_denominator(loss_mask: Tensor, norm: str) -> float:
     raise ValueError(f"loss norm {norm!r} is not one of {', '.join(LOSS_NORMS)}")
 
 
+def kl_to_reference(logprobs: Tensor, ref_logprobs: Tensor, kind: str = "low_var_kl") -> Tensor:
+    """Per-token estimate of KL(current || reference) on tokens the rollout sampled (Schulman's k1, k2, k3).
+
+    With ``d = logp - ref_logp``: k1 = ``d``; k2 = ``d^2 / 2``; k3 = ``exp(-d) - 1 + d`` (non-negative, low
+    variance); ``low_var_kl`` is k3 clamped to [-10, 10], as slime clamps it.
+    """
+    if kind not in KL_TYPES:
+        raise ValueError(f"KL type {kind!r} is not one of {', '.join(KL_TYPES)}")
+    d = logprobs.float() - ref_logprobs.float()
+    if kind == "k1":
+        return d
+    if kind == "k2":
+        return d * d / 2.0
+    kl = torch.exp(-d) - 1.0 + d
+    return kl.clamp(-10.0, 10.0) if kind == "low_var_kl" else kl
+
+
+def _reduce(per_token: Tensor, mask: Tensor, norm: str, denominator: float) -> Tensor:
+    if norm == "token":
+        total = per_token.sum()
+    else:
+        total = (per_token.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)).sum()
+    return total / max(denominator, 1.0)
+
+
 def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, loss_mask: Tensor,
                 clip_low: float = 0.2, clip_high: float = 0.2, norm: str = "token",
-                denominator: float | None = None, entropy: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
+                denominator: float | None = None, entropy: Tensor | None = None,
+                ref_logprobs: Tensor | None = None, kl_coef: float = 0.0,
+                kl_type: str = "low_var_kl") -> tuple[Tensor, dict[str, float]]:
     """PPO-clip loss over masked response tokens, and its metrics.
 
     Shapes: ``logprobs``, ``old_logprobs``, ``loss_mask`` are ``[samples, T]`` (padding masked out);
@@ -79,6 +110,9 @@ def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, loss
     Metrics (over this call's masked tokens): ``clip_fraction`` (tokens where the clipped term is the
     active one), ``approx_kl`` (k3 estimator of KL(rollout || current) with samples from the rollout
     policy: ``ratio - 1 - log ratio``), ``ratio_mean``, ``entropy`` when given, and ``tokens``.
+
+    With ``ref_logprobs`` the loss adds ``kl_coef`` times the ``kl_type`` estimate of KL(current || reference),
+    normalised as the policy term; the metric ``kl_ref`` is its per-token mean.
     """
     if norm not in LOSS_NORMS:
         raise ValueError(f"loss norm {norm!r} is not one of {', '.join(LOSS_NORMS)}")
@@ -92,12 +126,12 @@ def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, loss
     clipped = -torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
     per_token = torch.maximum(unclipped, clipped) * mask
 
-    if norm == "token":
-        total = per_token.sum()
-    else:
-        total = (per_token.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)).sum()
     denom = loss_denominator(loss_mask, norm) if denominator is None else float(denominator)
-    loss = total / max(denom, 1.0)
+    loss = _reduce(per_token, mask, norm, denom)
+    kl = None
+    if ref_logprobs is not None:
+        kl = kl_to_reference(logprobs, ref_logprobs, kl_type).to(mask.dtype) * mask
+        loss = loss + kl_coef * _reduce(kl, mask, norm, denom)
 
     with torch.no_grad():
         count = float(mask.sum())
@@ -110,4 +144,6 @@ def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, loss
         }
         if entropy is not None:
             metrics["entropy"] = float((entropy.to(mask.dtype) * mask).sum()) / safe
+        if kl is not None:
+            metrics["kl_ref"] = float(kl.sum()) / safe
     return loss, metrics

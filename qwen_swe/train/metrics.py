@@ -49,11 +49,13 @@ class MetricsLog:
 def format_line(m: dict[str, Any], total_steps: int) -> str:
     update = "skipped" if m.get("skipped_update") else (f"loss {m.get('loss', 0.0):+.4f} nll {m.get('nll', 0.0):.3f} "
                                                          f"grad {m.get('grad_norm', 0.0):.3f}")
-    return (f"step {int(m['step']) + 1}/{total_steps} v{m.get('weight_version')} | reward {m.get('reward_mean', 0.0):+.3f} "
+    kl_ref = f" kl to start {m['kl_ref']:.2e}" if "kl_ref" in m else ""
+    return (f"step {int(m['step']) + 1}/{total_steps} v{m.get('weight_version')} | "
+            f"reward {m.get('reward_mean', 0.0):+.3f} "
             f"resolved {m.get('resolve_rate', 0.0):.2f} | samples {m.get('samples', 0)} "
             f"dropped {m.get('dropped_samples', 0):g} zero-var groups {m.get('zero_variance_groups', 0)} "
             f"resp len {m.get('response_length_mean', 0.0):.0f} | {update} clip {m.get('clip_fraction', 0.0):.3f} "
-            f"kl {m.get('approx_kl', 0.0):.2e} | rollout {m.get('time/rollout', 0.0):.1f}s "
+            f"kl {m.get('approx_kl', 0.0):.2e}{kl_ref} | rollout {m.get('time/rollout', 0.0):.1f}s "
             f"train {m.get('time/train', 0.0):.1f}s sync {m.get('time/sync', 0.0):.1f}s "
             f"save {m.get('time/save', 0.0):.1f}s")
 

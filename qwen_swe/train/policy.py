@@ -165,6 +165,34 @@ def build_policy(model_path: str, *, device: torch.device, lora_rank: int = 0, l
     return policy
 
 
+class Reference:
+    """The frozen policy a KL penalty pulls towards: the run's start weights (MODEL), never trained or checkpointed
+    (a resumed run rebuilds it from MODEL). With LoRA it is the policy itself with its adapters switched off, so no
+    second copy; otherwise a second copy sharded like the policy (slime's FSDP ref model, without CPU offload)."""
+
+    def __init__(self, policy: PolicyModel, copy: PolicyModel | None) -> None:
+        self.policy, self.copy = policy, copy
+
+    @classmethod
+    def build(cls, policy: PolicyModel, model_path: str, *, device: torch.device, mixed_precision: bool,
+              weight_loading: str) -> "Reference":
+        if hasattr(policy.lm, "disable_adapter"):
+            return cls(policy, None)
+        copy = build_policy(model_path, device=device, mixed_precision=mixed_precision, weight_loading=weight_loading)
+        copy.requires_grad_(False)
+        copy.eval()
+        return cls(policy, copy)
+
+    @torch.no_grad()
+    def logprobs(self, mb: MicroBatch) -> Tensor:
+        """``[B, R]`` reference log-probs of the micro-batch's response tokens."""
+        inputs = (mb.input_ids, mb.attention_mask, mb.positions, mb.targets)
+        if self.copy is not None:
+            return mb.unpack(self.copy(*inputs)[0])
+        with self.policy.lm.disable_adapter():
+            return mb.unpack(self.policy(*inputs)[0])
+
+
 def _shard(policy: PolicyModel, device: torch.device, layer_names: set[str], mixed_precision: bool,
            model_path: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh

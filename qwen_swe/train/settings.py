@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qwen_swe.config.fields import opt, validate
+from qwen_swe.errors import ConfigError
+
+KL_TYPES = ("k1", "k2", "k3", "low_var_kl")  # slime's --kl-loss-type choices
 
 
 @dataclass(frozen=True)
@@ -18,6 +21,10 @@ class TrainSettings:
     clip_eps: float = opt(0.2, "PPO clip range (lower)", minimum=0.0)
     clip_eps_high: float | None = opt(None, "PPO upper clip range; default = CLIP_EPS")
     loss_norm: str = opt("token", "loss normalisation", choices=("token", "sample"))
+    kl_loss_coef: float = opt(0.0, "weight of a KL penalty to the run's start weights (MODEL), slime's --kl-loss-coef; "
+                              "0 = none (no reference model is loaded)", minimum=0.0)
+    kl_loss_type: str = opt("low_var_kl", "estimator of that KL on sampled tokens (slime's --kl-loss-type)",
+                            choices=KL_TYPES)
     grad_clip: float = opt(1.0, "gradient-norm clip", minimum=0.0)
     lora_rank: int = opt(0, "LoRA rank; 0 = full fine-tuning", minimum=0)
     lora_alpha: int = opt(16, "LoRA alpha", minimum=1)
@@ -37,6 +44,9 @@ class TrainSettings:
 
     def __post_init__(self) -> None:
         validate(self)
+        if self.kl_loss_coef and self.train_mode != "grpo":
+            raise ConfigError(f"KL_LOSS_COEF={self.kl_loss_coef} needs TRAIN_MODE=grpo: the warm start has no "
+                              "reference to stay near; unset KL_LOSS_COEF")
 
     @property
     def upper_clip(self) -> float:

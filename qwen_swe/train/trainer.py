@@ -46,6 +46,7 @@ from qwen_swe.train.metrics import MetricsLog
 from qwen_swe.train.offpolicy import Prefetch, drop_stale
 from qwen_swe.train.policy import (
     PolicyModel,
+    Reference,
     build_policy,
     full_state_dict,
     make_micro_batch,
@@ -134,15 +135,19 @@ def shard_batch(items: Sequence[dict], rank: int, world: int, micro: int) -> lis
 
 
 def train_on_batch(policy: PolicyModel, items: Sequence[dict], settings: Settings, device: torch.device,
-                   pad_id: int = 0) -> dict[str, float]:
-    """Forward/backward of this rank's share with the global normaliser; returns globally reduced metrics."""
+                   pad_id: int = 0, reference: Reference | None = None) -> dict[str, float]:
+    """Forward/backward of this rank's share with the global normaliser; returns globally reduced metrics.
+
+    With a ``reference`` (KL_LOSS_COEF > 0) each micro-batch first gets its reference log-probs, without grad."""
     world = dist.get_world_size()
     masks = [torch.tensor(x["loss_mask"], dtype=torch.float32) for x in items]
     full_mask = torch.nn.utils.rnn.pad_sequence(masks, batch_first=True)
     denom = loss_denominator(full_mask, settings.train.loss_norm)
-    sums = torch.zeros(7, dtype=torch.float64)  # loss, tokens, clip, kl, ratio, entropy, nll (token-weighted)
-    for mb_items in shard_batch(items, dist.get_rank(), world, settings.train.micro_batch_size):
+    tr = settings.train
+    sums = torch.zeros(8, dtype=torch.float64)  # loss, tokens, clip, kl, ratio, entropy, nll, kl_ref (token-weighted)
+    for mb_items in shard_batch(items, dist.get_rank(), world, tr.micro_batch_size):
         mb = make_micro_batch(mb_items, device, pad_id)
+        ref = reference.logprobs(mb) if reference is not None else None
         packed_lp, packed_ent = policy(mb.input_ids, mb.attention_mask, mb.positions, mb.targets)
         logp, ent = mb.unpack(packed_lp), mb.unpack(packed_ent)
         mask = mb.pad([x["loss_mask"] for x in mb_items])
@@ -150,20 +155,23 @@ def train_on_batch(policy: PolicyModel, items: Sequence[dict], settings: Setting
         rollout = mb.pad([x["rollout_log_probs"] or [] for x in mb_items])
         old = torch.where(known.unsqueeze(1), rollout, logp.detach())  # unknown: on-policy, ratio 1
         adv = torch.tensor([x["advantage"] for x in mb_items], dtype=torch.float32, device=device)
-        loss, m = policy_loss(logp, old, adv, mask, settings.train.clip_eps, settings.train.upper_clip, settings.train.loss_norm,
-                              denominator=denom, entropy=ent)
+        loss, m = policy_loss(logp, old, adv, mask, tr.clip_eps, tr.upper_clip, tr.loss_norm, denominator=denom,
+                              entropy=ent, ref_logprobs=ref, kl_coef=tr.kl_loss_coef, kl_type=tr.kl_loss_type)
         (loss * world).backward()  # FSDP averages gradients over ranks; the loss is already a global mean
         t = m["tokens"]
         nll = float(-(logp.detach() * mask).sum())  # the supervised loss of the trained tokens, for both modes
         sums += torch.tensor([loss.item(), t, m["clip_fraction"] * t, m["approx_kl"] * t, m["ratio_mean"] * t,
-                              m["entropy"] * t, nll], dtype=torch.float64)
+                              m["entropy"] * t, nll, m.get("kl_ref", 0.0) * t], dtype=torch.float64)
     sums = sums.to(device)  # NCCL reduces device tensors only
     dist.all_reduce(sums)
     sums = sums.cpu()
     tokens = max(float(sums[1]), 1.0)
-    return {"loss": float(sums[0]), "loss_tokens": float(sums[1]), "clip_fraction": float(sums[2]) / tokens,
-            "approx_kl": float(sums[3]) / tokens, "ratio_mean": float(sums[4]) / tokens,
-            "entropy": float(sums[5]) / tokens, "nll": float(sums[6]) / tokens}
+    out = {"loss": float(sums[0]), "loss_tokens": float(sums[1]), "clip_fraction": float(sums[2]) / tokens,
+           "approx_kl": float(sums[3]) / tokens, "ratio_mean": float(sums[4]) / tokens,
+           "entropy": float(sums[5]) / tokens, "nll": float(sums[6]) / tokens}
+    if reference is not None:
+        out["kl_ref"] = float(sums[7]) / tokens  # before this step's update: how far the policy has moved so far
+    return out
 
 
 def clip_and_step(policy: PolicyModel, optimizer: torch.optim.Optimizer, max_norm: float) -> float:
@@ -293,12 +301,17 @@ def _train(settings: Settings, driver: RolloutDriver | None, model_path: str, de
     if rank == 0 and driver is None:
         raise TrainerError("rank 0 needs a rollout driver (--driver module:function)")
     _seed(settings.seed)
-    policy = build_policy(model_path, device=device, lora_rank=settings.train.lora_rank, lora_alpha=settings.train.lora_alpha,
+    policy = build_policy(model_path, device=device, lora_rank=settings.train.lora_rank,
+                          lora_alpha=settings.train.lora_alpha,
                           activation_checkpointing=settings.train.activation_checkpointing,
                           mixed_precision=settings.train.mixed_precision,
                           weight_loading=settings.train.weight_loading)
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=settings.train.lr,
                                   weight_decay=0.0)
+    reference = None
+    if settings.train.kl_loss_coef > 0:
+        reference = Reference.build(policy, model_path, device=device, mixed_precision=settings.train.mixed_precision,
+                                    weight_loading=settings.train.weight_loading)
     exporter = WeightExporter(out, model_path, policy)
     ckpt_bytes = ckpt.expected_bytes(*parameter_bytes(policy))
 
@@ -323,7 +336,8 @@ def _train(settings: Settings, driver: RolloutDriver | None, model_path: str, de
     last: dict = {}
     try:
         while step < settings.num_rollouts:
-            last = _one_step(settings, driver, policy, optimizer, exporter, step, version, device, prefetch)
+            last = _one_step(settings, driver, policy, optimizer, exporter, step, version, device, prefetch,
+                             reference)
             version = int(last["weight_version"])
             step += 1
             if step % settings.train.save_interval == 0 or step == settings.num_rollouts:
@@ -346,7 +360,7 @@ def _train(settings: Settings, driver: RolloutDriver | None, model_path: str, de
 
 def _one_step(settings: Settings, driver: RolloutDriver | None, policy: PolicyModel,
               optimizer: torch.optim.Optimizer, exporter: WeightExporter, step: int, version: int,
-              device: torch.device, prefetch: Prefetch | None = None) -> dict:
+              device: torch.device, prefetch: Prefetch | None = None, reference: Reference | None = None) -> dict:
     t0 = time.monotonic()
 
     def rollout() -> tuple[list[dict], dict]:
@@ -371,7 +385,7 @@ def _one_step(settings: Settings, driver: RolloutDriver | None, policy: PolicyMo
     trainable = bool(items) and any(x["advantage"] != 0.0 and any(x["loss_mask"]) for x in items)
     t2 = t3 = t1
     if trainable:
-        metrics.update(train_on_batch(policy, items, settings, device))
+        metrics.update(train_on_batch(policy, items, settings, device, reference=reference))
         metrics["grad_norm"] = clip_and_step(policy, optimizer, settings.train.grad_clip)
         version += 1
         t2 = time.monotonic()

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from qwen_swe.train.grpo import group_advantages, loss_denominator, policy_loss, zero_variance_mask
+from qwen_swe.train.grpo import group_advantages, kl_to_reference, loss_denominator, policy_loss, zero_variance_mask
 
 
 def test_mean_mode_subtracts_group_mean():
@@ -139,3 +139,33 @@ def test_kl_and_ratio_metrics():
     assert metrics["entropy"] == pytest.approx(0.5)
     _, same = policy_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2))
     assert same["approx_kl"] == 0.0 and same["ratio_mean"] == 1.0
+
+
+def test_kl_estimators_match_their_formulas():
+    logp, ref = torch.tensor([0.0, -1.0, -3.0, -25.0]), torch.tensor([0.0, -2.0, -1.0, -3.0])
+    d = logp - ref
+    assert torch.allclose(kl_to_reference(logp, ref, "k1"), d)
+    assert torch.allclose(kl_to_reference(logp, ref, "k2"), d * d / 2)
+    k3 = kl_to_reference(logp, ref, "k3")
+    assert torch.allclose(k3, torch.exp(-d) - 1 + d) and k3[0] == 0.0 and (k3 >= 0).all()
+    low = kl_to_reference(logp, ref, "low_var_kl")  # k3 clamped: a token the policy dropped costs at most 10
+    assert torch.allclose(low[:3], k3[:3]) and low[3] == 10.0 and k3[3] > 1e9
+    with pytest.raises(ValueError, match="k4"):
+        kl_to_reference(logp, ref, "k4")
+
+
+def test_kl_penalty_pulls_the_policy_back_to_the_reference():
+    ref = torch.tensor([[-1.0, -1.0, -1.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    logp = torch.tensor([[-0.5, -2.0, -0.1]], requires_grad=True)
+    zero = torch.zeros(1)
+    plain, _ = policy_loss(logp, logp.detach(), zero, mask)
+    loss, metrics = policy_loss(logp, logp.detach(), zero, mask, ref_logprobs=ref, kl_coef=0.1)
+    k3 = kl_to_reference(logp.detach(), ref, "k3")
+    assert plain.item() == 0.0 and loss.item() == pytest.approx(0.1 * (k3[0, 0] + k3[0, 1]).item() / 2)
+    assert metrics["kl_ref"] == pytest.approx((k3[0, 0] + k3[0, 1]).item() / 2)
+    loss.backward()
+    # above the reference: descent lowers it; below: raises it; a masked token: no gradient
+    assert logp.grad[0, 0] > 0 and logp.grad[0, 1] < 0 and logp.grad[0, 2] == 0
+    _, no_coef = policy_loss(logp, logp.detach(), zero, mask, ref_logprobs=ref, kl_coef=0.0)
+    assert no_coef["kl_ref"] == pytest.approx(metrics["kl_ref"])  # measured even when not penalised

@@ -100,3 +100,14 @@ def test_cli_names_a_bad_config_and_a_bad_setting(capsys, tmp_path):
     assert main(["--config", "qwen3-coder-30b-a3b", "--micro-batch-size", "0"]) == 2
     assert "MICRO_BATCH_SIZE" in capsys.readouterr().err
     assert plan(model_shape("qwen3-coder-30b-a3b"), TrainShape(8, 1, 4096, 2048)).total > 80 * GIB
+
+
+def test_a_kl_reference_adds_a_sharded_fp32_copy_unless_lora_supplies_it(capsys):
+    shape = model_shape("qwen3-coder-30b-a3b")
+    plain = plan(shape, TrainShape(8, 1, 4096, 2048))
+    kl = plan(shape, TrainShape(8, 1, 4096, 2048, reference=True))
+    assert kl.total - plain.total == pytest.approx(4 * shape.params / 8) and kl.reference == plain.parameters
+    lora = model_shape("qwen3-coder-30b-a3b", lora_rank=16)
+    assert plan(lora, TrainShape(8, 1, 4096, 2048, lora_rank=16, reference=True)).reference == 0.0
+    main(["--config", "qwen3-coder-30b-a3b", "--kl-loss-coef", "0.04"])
+    assert "reference model for KL_LOSS_COEF" in capsys.readouterr().out

@@ -168,6 +168,15 @@ def test_batch_divisibility_lora_and_loo_are_refused(tmp_path):
         Settings.build(backend="slime")
 
 
+def test_kl_penalty_becomes_slimes_kl_loss_against_the_start_weights(tmp_path):
+    base = dict(backend="slime", slime_dir=fake_slime(tmp_path / "s"), vllm_url="http://127.0.0.1:1/v1")
+    assert "--use-kl-loss" not in sb.train_args(Settings.build(**base), gpus=1, model="/m")
+    argv = sb.train_args(Settings.build(**base, kl_loss_coef=0.04, kl_loss_type="k2"), gpus=1, model="/m")
+    values = flag_values(argv)
+    assert "--use-kl-loss" in argv and values["--kl-loss-coef"] == "0.04" and values["--kl-loss-type"] == "k2"
+    assert values["--ref-load"] == values["--hf-checkpoint"] == "/m"
+
+
 def test_the_package_is_linked_into_slimes_examples_and_a_foreign_copy_is_refused(tmp_path):
     root = fake_slime(tmp_path / "s")
     link = sb.ensure_link(root)

@@ -244,6 +244,9 @@ def train_args(s: Settings, *, gpus: int, model: str) -> list[str]:
     ]
     if s.train.advantage_mode == "mean":
         argv.append("--disable-grpo-std-normalization")
+    if s.train.kl_loss_coef:  # slime's FSDP actor builds its ref model from --ref-load, an HF folder
+        argv += ["--use-kl-loss", "--kl-loss-coef", repr(s.train.kl_loss_coef), "--kl-loss-type",
+                 s.train.kl_loss_type, "--ref-load", model]
     if s.train.loss_norm == "token":
         argv.append("--calculate-per-token-loss")
     if s.train.activation_checkpointing:
