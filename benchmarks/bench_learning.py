@@ -229,8 +229,8 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
           "NUM_ROLLOUTS": str(args.rl_steps), "ROLLOUT_BATCH_SIZE": str(args.rl_batch),
           "N_SAMPLES": str(args.n_samples), "LR": str(args.rl_lr), "OUTPUT_DIR": str(rl),
           "DYNAMIC_SAMPLING": str(args.dynamic_sampling).lower(), "SAMPLING_ROUNDS": str(args.sampling_rounds),
-          "KL_LOSS_COEF": str(args.kl_coef), "KEEP_CHECKPOINTS": "1", "SAVE_INTERVAL": str(args.rl_steps),
-          "RUN_ID": "qwen-swe-bench-rl"},
+          "KL_LOSS_COEF": str(args.kl_coef), "LORA_RANK": str(args.rl_lora_rank), "KEEP_CHECKPOINTS": "1",
+          "SAVE_INTERVAL": str(args.rl_steps), "RUN_ID": "qwen-swe-bench-rl"},
          work / "rl.log")
     steps = _rows(rl / "metrics.jsonl")
     end_model = _latest_weights(rl) if any(not s.get("skipped_update") for s in steps) else start_model
@@ -340,6 +340,9 @@ def parser() -> argparse.ArgumentParser:
                     help="GRPO trains only on groups whose rewards differ and draws new ones for the rest "
                          "(DYNAMIC_SAMPLING), for up to --sampling-rounds rounds a step")
     ap.add_argument("--sampling-rounds", type=int, default=4)
+    ap.add_argument("--rl-lora-rank", type=int, default=0,
+                    help="GRPO trains LoRA adapters of this rank on the warm-started weights (LORA_RANK, alpha 16); "
+                         "0 = every weight")
     ap.add_argument("--kl-coef", type=float, default=0.0,
                     help="GRPO's KL penalty to the warm-started policy (KL_LOSS_COEF, low_var_kl); 0 = none")
     ap.add_argument("--rl-sites", type=float, default=0.0,

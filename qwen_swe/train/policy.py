@@ -189,8 +189,25 @@ class Reference:
         inputs = (mb.input_ids, mb.attention_mask, mb.positions, mb.targets)
         if self.copy is not None:
             return mb.unpack(self.copy(*inputs)[0])
-        with self.policy.lm.disable_adapter():
+        with _adapters_off(self.policy.lm):
             return mb.unpack(self.policy(*inputs)[0])
+
+
+@contextlib.contextmanager
+def _adapters_off(lm: nn.Module):
+    """LoRA layers compute the base output only. Not peft's ``disable_adapter()``: that also turns the adapters'
+    ``requires_grad`` off and on again, after which FSDP2 with bf16 compute fails to assign their gradients."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layers = [m for m in lm.modules() if isinstance(m, BaseTunerLayer)]
+    before = [m._disable_adapters for m in layers]
+    try:
+        for m in layers:
+            m._disable_adapters = True
+        yield
+    finally:
+        for m, flag in zip(layers, before):
+            m._disable_adapters = flag
 
 
 def _shard(policy: PolicyModel, device: torch.device, layer_names: set[str], mixed_precision: bool,
