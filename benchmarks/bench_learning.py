@@ -230,7 +230,8 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
           "N_SAMPLES": str(args.n_samples), "LR": str(args.rl_lr), "OUTPUT_DIR": str(rl),
           "DYNAMIC_SAMPLING": str(args.dynamic_sampling).lower(), "SAMPLING_ROUNDS": str(args.sampling_rounds),
           "KL_LOSS_COEF": str(args.kl_coef), "LORA_RANK": str(args.rl_lora_rank), "KEEP_CHECKPOINTS": "1",
-          "SAVE_INTERVAL": str(args.rl_steps), "RUN_ID": "qwen-swe-bench-rl"},
+          "LR_WARMUP_STEPS": str(args.rl_warmup_steps), "SAVE_INTERVAL": str(args.rl_steps),
+          "RUN_ID": "qwen-swe-bench-rl"},
          work / "rl.log")
     steps = _rows(rl / "metrics.jsonl")
     end_model = _latest_weights(rl) if any(not s.get("skipped_update") for s in steps) else start_model
@@ -343,6 +344,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--rl-lora-rank", type=int, default=0,
                     help="GRPO trains LoRA adapters of this rank on the warm-started weights (LORA_RANK, alpha 16); "
                          "0 = every weight")
+    ap.add_argument("--rl-warmup-steps", type=int, default=0,
+                    help="GRPO's learning rate rises linearly over this many updates (LR_WARMUP_STEPS); 0 = none")
     ap.add_argument("--kl-coef", type=float, default=0.0,
                     help="GRPO's KL penalty to the warm-started policy (KL_LOSS_COEF, low_var_kl); 0 = none")
     ap.add_argument("--rl-sites", type=float, default=0.0,

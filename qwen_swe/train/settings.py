@@ -16,6 +16,8 @@ class TrainSettings:
                           choices=("grpo", "sft"))
     sft_data: str | None = opt(None, "expert demonstrations for TRAIN_MODE=sft (python -m qwen_swe.warmstart collect)")
     lr: float = opt(1e-6, "AdamW learning rate", minimum=0.0)
+    lr_warmup_steps: int = opt(0, "updates over which the learning rate rises linearly to LR: update k (from 1) uses "
+                               "LR * k / LR_WARMUP_STEPS; 0 = LR from the first update", minimum=0)
     advantage_mode: str = opt("mean", "group baseline", choices=("mean", "std", "loo"))
     drop_zero_variance: bool = opt(True, "drop groups whose rewards are all equal")
     clip_eps: float = opt(0.2, "PPO clip range (lower)", minimum=0.0)

@@ -174,6 +174,15 @@ def train_on_batch(policy: PolicyModel, items: Sequence[dict], settings: Setting
     return out
 
 
+def warmup_lr(lr: float, warmup_steps: int, updates_done: int) -> float:
+    """The learning rate of the next update: ``lr * k / warmup_steps`` for update k = updates_done + 1 (from 1),
+    then ``lr``. AdamW's first steps move every weight by about the learning rate whatever its gradient, so a few
+    groups' noise reaches every weight unless those steps are small."""
+    if warmup_steps <= 0:
+        return lr
+    return lr * min(1.0, (updates_done + 1) / warmup_steps)
+
+
 def clip_and_step(policy: PolicyModel, optimizer: torch.optim.Optimizer, max_norm: float) -> float:
     params = [p for p in policy.parameters() if p.requires_grad]
     norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
@@ -386,6 +395,10 @@ def _one_step(settings: Settings, driver: RolloutDriver | None, policy: PolicyMo
     t2 = t3 = t1
     if trainable:
         metrics.update(train_on_batch(policy, items, settings, device, reference=reference))
+        lr = warmup_lr(settings.train.lr, settings.train.lr_warmup_steps, version)  # version = updates so far
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        metrics["lr"] = lr
         metrics["grad_norm"] = clip_and_step(policy, optimizer, settings.train.grad_clip)
         version += 1
         t2 = time.monotonic()

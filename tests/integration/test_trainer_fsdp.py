@@ -273,9 +273,10 @@ def test_lora_exports_merged_weights(tmp_path):
     from qwen_swe.train.trainer import train
 
     settings = Settings.build(vllm_url="http://127.0.0.1:9", model=str(tiny_model_dir()), output_dir=tmp_path / "run",
-                        num_rollouts=2, rollout_batch_size=3, n_samples=2, lr=1e-2, lora_rank=4)
+                        num_rollouts=2, rollout_batch_size=3, n_samples=2, lr=1e-2, lora_rank=4, lr_warmup_steps=2)
     train(settings, FakeDriver(settings), model_path=settings.model_name)
     rows = _metrics(settings.output_dir)
+    assert [r["lr"] for r in rows] == [5e-3, 1e-2]  # the warm-up's first update at half the rate
     # step 2 was sampled from the merged v1 export: it reproduces the adapted model to float precision
     assert abs(rows[1]["ratio_mean"] - 1) < 1e-5 and rows[1]["weight_version"] == 2
     base, v1 = _weights(tiny_model_dir()), _weights(settings.output_dir / "weights/v000001")

@@ -169,3 +169,20 @@ def test_kl_penalty_pulls_the_policy_back_to_the_reference():
     assert logp.grad[0, 0] > 0 and logp.grad[0, 1] < 0 and logp.grad[0, 2] == 0
     _, no_coef = policy_loss(logp, logp.detach(), zero, mask, ref_logprobs=ref, kl_coef=0.0)
     assert no_coef["kl_ref"] == pytest.approx(metrics["kl_ref"])  # measured even when not penalised
+
+
+def test_warmup_rises_linearly_then_holds_and_slime_gets_the_same_schedule(tmp_path):
+    from qwen_swe.backends.slime import launcher as sb
+    from qwen_swe.config.settings import Settings
+    from qwen_swe.train.trainer import warmup_lr
+
+    assert [warmup_lr(1.0, 0, k) for k in range(3)] == [1.0, 1.0, 1.0]
+    assert [warmup_lr(1.0, 4, k) for k in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    base = dict(backend="slime", slime_dir=tmp_path, vllm_url="http://127.0.0.1:1/v1", lr=3e-4)
+    assert "--lr-warmup-iters" not in sb.train_args(Settings.build(**base, lr_warmup_steps=1), gpus=1, model="/m")
+    for steps in (2, 3, 5):
+        argv = sb.train_args(Settings.build(**base, lr_warmup_steps=steps), gpus=1, model="/m")
+        iters, init = int(argv[argv.index("--lr-warmup-iters") + 1]), float(argv[argv.index("--lr-warmup-init") + 1])
+        for k in range(1, steps + 3):  # slime's FSDPLRScheduler at last_epoch = k - 1, constant after the warm-up
+            slime = init + (3e-4 - init) * (k - 1) / iters if k - 1 <= iters else 3e-4
+            assert slime == pytest.approx(warmup_lr(3e-4, steps, k - 1), rel=1e-12)

@@ -244,6 +244,9 @@ def train_args(s: Settings, *, gpus: int, model: str) -> list[str]:
     ]
     if s.train.advantage_mode == "mean":
         argv.append("--disable-grpo-std-normalization")
+    warmup = s.train.lr_warmup_steps
+    if warmup >= 2:  # slime's update k (from 1) runs at init + (LR - init) * (k - 1) / iters: ours with these two
+        argv += ["--lr-warmup-iters", str(warmup - 1), "--lr-warmup-init", repr(s.train.lr / warmup)]
     if s.train.kl_loss_coef:  # slime's FSDP actor builds its ref model from --ref-load, an HF folder
         argv += ["--use-kl-loss", "--kl-loss-coef", repr(s.train.kl_loss_coef), "--kl-loss-type",
                  s.train.kl_loss_type, "--ref-load", model]
