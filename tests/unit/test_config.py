@@ -159,3 +159,10 @@ def test_upper_bounds_name_the_variable():
     with pytest.raises(ConfigError, match=r"^SHAPED_LENGTH=1.5 is too large: .*use a value <= 1.0"):
         load_settings([], {"SHAPED_LENGTH": "1.5"})
     assert load_settings([], {"SHAPED_LENGTH": "1.0"}).reward.shaped_length == 1.0
+
+
+def test_a_kl_penalty_is_refused_for_the_supervised_warm_start():
+    with pytest.raises(ConfigError, match="KL_LOSS_COEF=0.1 needs TRAIN_MODE=grpo"):
+        Settings.build(vllm_url="http://127.0.0.1:9", train_mode="sft", kl_loss_coef=0.1)
+    with pytest.raises(ConfigError, match="KL_LOSS_TYPE='k4' is not one of"):
+        Settings.build(vllm_url="http://127.0.0.1:9", kl_loss_type="k4")
