@@ -174,9 +174,9 @@ class Reference:
         self.policy, self.copy = policy, copy
 
     @classmethod
-    def build(cls, policy: PolicyModel, model_path: str, *, device: torch.device, mixed_precision: bool,
+    def build(cls, policy: PolicyModel, model_path: str, *, device: torch.device, lora: bool, mixed_precision: bool,
               weight_loading: str) -> "Reference":
-        if hasattr(policy.lm, "disable_adapter"):
+        if lora:
             return cls(policy, None)
         copy = build_policy(model_path, device=device, mixed_precision=mixed_precision, weight_loading=weight_loading)
         copy.requires_grad_(False)

@@ -319,7 +319,8 @@ def _train(settings: Settings, driver: RolloutDriver | None, model_path: str, de
                                   weight_decay=0.0)
     reference = None
     if settings.train.kl_loss_coef > 0:
-        reference = Reference.build(policy, model_path, device=device, mixed_precision=settings.train.mixed_precision,
+        reference = Reference.build(policy, model_path, device=device, lora=settings.train.lora_rank > 0,
+                                    mixed_precision=settings.train.mixed_precision,
                                     weight_loading=settings.train.weight_loading)
     exporter = WeightExporter(out, model_path, policy)
     ckpt_bytes = ckpt.expected_bytes(*parameter_bytes(policy))
