@@ -7,6 +7,9 @@ Why it looks like this:
 - Only response positions go through ``lm_head``, in chunks, each under activation checkpointing: the
   ``[tokens, vocab]`` fp32 logits (152k vocab for Qwen) exist for one chunk at a time, in forward and in
   backward. ``chunk_size=0`` is the full-logits reference the benchmark compares against.
+- Log-probs are those of the distribution the rollouts were sampled from: logits divided by the sampling
+  ``temperature`` (slime's ``--rollout-temperature``), so the policy gradient and the importance ratio are the
+  sampled policy's. The entropy metric stays the model's own (unscaled logits), as in slime.
 - The export gathers the full state dict to rank 0 (``cpu_offload``) and writes a plain HF folder that
   vLLM's ``reload_weights`` and ``from_pretrained`` read. With LoRA it writes *merged* weights
   (W + alpha/r * B A), so the inference server reloads the same way with and without LoRA.
@@ -39,45 +42,50 @@ DEFAULT_CHUNK = 256
 class PolicyModel(nn.Module):
     """Root module: the causal LM and the chunked log-prob computation inside one forward."""
 
-    def __init__(self, lm: nn.Module, chunk_size: int = DEFAULT_CHUNK) -> None:
+    def __init__(self, lm: nn.Module, chunk_size: int = DEFAULT_CHUNK, temperature: float = 1.0) -> None:
         super().__init__()
+        if not temperature > 0:
+            raise TrainerError(f"the log-probs' temperature must be > 0, got {temperature}")
         self.lm = lm
         self.chunk_size = chunk_size
+        self.temperature = temperature
 
     def base(self) -> nn.Module:
         return self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None, positions: Tensor,
                 targets: Tensor) -> tuple[Tensor, Tensor]:
-        """Log-probs ``[N]`` of ``targets`` predicted at flat ``positions`` of ``input_ids`` (``[B, T]``), and
-        the entropy ``[N]`` of those predictive distributions (detached, for metrics)."""
+        """Log-probs ``[N]`` of ``targets`` predicted at flat ``positions`` of ``input_ids`` (``[B, T]``) at the
+        sampling temperature, and the entropy ``[N]`` of the model's predictive distributions (detached)."""
         base = self.base()
         out = base.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         hidden = out.last_hidden_state.reshape(-1, out.last_hidden_state.shape[-1])
         head = base.get_output_embeddings()
         if self.chunk_size <= 0:  # reference path: full [B*T, V] fp32 logits
-            logp = torch.log_softmax(head(hidden).float(), dim=-1)[positions]
-            return _pick(logp, targets)
+            return _pick(head(hidden).float()[positions], targets, self.temperature)
         picked = hidden.index_select(0, positions)
         lps, ents = [], []
         for start in range(0, picked.shape[0], self.chunk_size):
             h, t = picked[start:start + self.chunk_size], targets[start:start + self.chunk_size]
             if torch.is_grad_enabled():
-                lp, ent = checkpoint(_chunk_logprobs, head, h, t, use_reentrant=False)
+                lp, ent = checkpoint(_chunk_logprobs, head, h, t, self.temperature, use_reentrant=False)
             else:
-                lp, ent = _chunk_logprobs(head, h, t)
+                lp, ent = _chunk_logprobs(head, h, t, self.temperature)
             lps.append(lp)
             ents.append(ent)
         return torch.cat(lps), torch.cat(ents)
 
 
-def _chunk_logprobs(head: nn.Module, hidden: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
-    return _pick(torch.log_softmax(head(hidden).float(), dim=-1), targets)
+def _chunk_logprobs(head: nn.Module, hidden: Tensor, targets: Tensor,
+                    temperature: float = 1.0) -> tuple[Tensor, Tensor]:
+    return _pick(head(hidden).float(), targets, temperature)
 
 
-def _pick(logp: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+def _pick(logits: Tensor, targets: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
+    model_logp = torch.log_softmax(logits, dim=-1)
     with torch.no_grad():
-        entropy = -(logp.exp() * logp).sum(-1)
+        entropy = -(model_logp.exp() * model_logp).sum(-1)
+    logp = model_logp if temperature == 1.0 else torch.log_softmax(logits / temperature, dim=-1)
     return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1), entropy
 
 
@@ -125,8 +133,10 @@ def make_micro_batch(samples: Sequence[dict[str, Any]], device: torch.device, pa
 
 def build_policy(model_path: str, *, device: torch.device, lora_rank: int = 0, lora_alpha: int = 16,
                  activation_checkpointing: bool = False, mixed_precision: bool = False,
-                 chunk_size: int = DEFAULT_CHUNK, weight_loading: str = "full") -> PolicyModel:
-    """fp32 master weights, LoRA if asked, sharded with FSDP2: each decoder layer, then the root.
+                 chunk_size: int = DEFAULT_CHUNK, weight_loading: str = "full",
+                 temperature: float = 1.0) -> PolicyModel:
+    """fp32 master weights, LoRA if asked, sharded with FSDP2: each decoder layer, then the root; log-probs at
+    the sampling ``temperature``.
 
     ``weight_loading="full"`` loads the whole model on every rank, then shards; ``"meta"`` builds it on the meta
     device, shards, and reads each rank's rows from the safetensors files (``loading.py``): the same shards.
@@ -157,7 +167,7 @@ def build_policy(model_path: str, *, device: torch.device, lora_rank: int = 0, l
             lm = holder["lm"] = get_peft_model(lm, LoraConfig(r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0,
                                                               target_modules="all-linear", bias="none"))
     lm.train()
-    policy = PolicyModel(lm, chunk_size=chunk_size)
+    policy = PolicyModel(lm, chunk_size=chunk_size, temperature=temperature)
     _shard(policy, device, layer_names, mixed_precision, model_path)
     if meta:
         loading.materialize(policy, device)
@@ -178,7 +188,8 @@ class Reference:
               weight_loading: str) -> "Reference":
         if lora:
             return cls(policy, None)
-        copy = build_policy(model_path, device=device, mixed_precision=mixed_precision, weight_loading=weight_loading)
+        copy = build_policy(model_path, device=device, mixed_precision=mixed_precision, weight_loading=weight_loading,
+                            temperature=policy.temperature)
         copy.requires_grad_(False)
         copy.eval()
         return cls(policy, copy)
