@@ -91,8 +91,9 @@ class ServeConfig:
             cmd += ["--max-model-len", str(self.max_model_len)]
         if self.gpu_memory_utilization is not None and not self.cpu:
             cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
-        # generation-config vllm: sampling is exactly what each request says, not the model's generation_config.json
-        cmd += ["--enable-prefix-caching", "--generation-config", "vllm",
+        # generation-config vllm: sampling is exactly what each request says, not the model's generation_config.json;
+        # processed logprobs: those of the distribution sampled from (after temperature), as the trainer computes them
+        cmd += ["--enable-prefix-caching", "--generation-config", "vllm", "--logprobs-mode", "processed_logprobs",
                 "--enable-auto-tool-choice", "--tool-call-parser", self.parser]
         if self.chat_template:
             cmd += ["--chat-template", self.chat_template]

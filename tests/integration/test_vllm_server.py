@@ -95,6 +95,37 @@ def test_completion_from_token_ids_returns_ids_and_logprobs(client: InferenceCli
     assert tokenizer.decode(choice["token_ids"]) == choice["text"]
 
 
+def test_served_logprobs_are_the_sampled_distributions_as_the_trainer_computes_them(client: InferenceClient,
+                                                                                     tokenizer):
+    """``--logprobs-mode processed_logprobs``: a reply sampled at temperature 0.7 carries the log-probs of the
+    distribution it was drawn from, which the trainer's policy recomputes from logits / 0.7 (bf16 serving noise
+    apart); vLLM's default, the temperature-1 log-probs, would put every importance ratio off 1."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from qwen_swe.train.policy import PolicyModel, make_micro_batch
+
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Write a short poem about the sea."}],
+                                           add_generation_prompt=True, tokenize=True, return_dict=False)
+    body = client.post("/v1/completions", {"model": MODEL, "prompt": list(prompt), "max_tokens": 48,
+                                           "temperature": 0.7, "seed": 3, "return_token_ids": True, "logprobs": 0})
+    choice = body["choices"][0]
+    ids, served = choice["token_ids"], torch.tensor(choice["logprobs"]["token_logprobs"])
+    lm = AutoModelForCausalLM.from_pretrained(str(paths.embedded_model_dir()), dtype=torch.float32)
+    mb = make_micro_batch([{"tokens": list(prompt) + ids, "response_length": len(ids)}], torch.device("cpu"))
+
+    def gap(temperature: float) -> float:
+        with torch.no_grad():
+            logp, _ = PolicyModel(lm, temperature=temperature)(mb.input_ids, mb.attention_mask, mb.positions,
+                                                               mb.targets)
+        return float((logp - served).abs().mean())
+
+    at_sampling, at_one = gap(0.7), gap(1.0)
+    print(f"mean |served - trainer| over {len(ids)} tokens: {at_sampling:.4f} at 0.7, {at_one:.4f} at 1.0")
+    assert len(ids) >= 16
+    assert at_sampling < 0.1 and at_sampling < at_one / 2
+
+
 def _probe(client: InferenceClient) -> tuple[list[int], list[float]]:
     body = client.post("/v1/completions", {"model": MODEL, "prompt": "The capital of France is", "max_tokens": 8,
                                            "temperature": 0.0, "return_token_ids": True, "logprobs": 0})

@@ -43,6 +43,7 @@ def test_dry_run_tp8_qwen3_coder_is_the_seed_command():
     assert flag(argv, "--tensor-parallel-size") == "8"
     assert flag(argv, "--tool-call-parser") == "qwen3_coder"
     assert "--enable-auto-tool-choice" in argv and "--enable-prefix-caching" in argv
+    assert flag(argv, "--logprobs-mode") == "processed_logprobs"  # the sampled distribution's, as the trainer's
     assert flag(argv, "--port") == "8000"
     assert flag(argv, "--max-model-len") == "65536"  # not the embedded profile's 8192
     assert env["VLLM_SERVER_DEV_MODE"] == "1"
