@@ -11,8 +11,8 @@ FSDP2 trainer, swebench grading):
 4. train      ``run_grpo.sh`` from the warm-started weights, train tasks, ``REWARD_MODE=binary``.
 5. evaluate   the same held-out attempts on the final weights: the end.
 
-Prints both resolve rates with Wilson intervals, their difference with a one-sided two-proportion z-test, the
-reward curve, and the wall time per phase; writes the curve to ``WORK/learning.png`` and everything to
+Prints both resolve rates with Wilson intervals, their difference with a one-sided two-proportion z-test and,
+paired by task, the tasks gained and lost with an exact one-sided sign-flip test, the reward curve, and the wall time per phase; writes the curve to ``WORK/learning.png`` and everything to
 ``WORK/learning.json``. The reference of the timing ratio is the whole protocol's wall time, each phase summed
 over every invocation with the same ``--work`` (a rerun skips finished phases and resumes the others).
 
@@ -90,6 +90,26 @@ def one_sided_z(success_a: int, n_a: int, success_b: int, n_b: int) -> tuple[flo
     return z, 0.5 * math.erfc(z / math.sqrt(2))
 
 
+def paired_sign_flip(before: dict[str, int], after: dict[str, int]) -> dict[str, Any]:
+    """Start and end on the same held-out tasks, paired by task: the tasks whose resolved count rose or fell, and
+    the exact one-sided p of the sign-flip (permutation) test of H1 "the end resolves more": under H0 each task's
+    change d_i is as likely -d_i, so p = P(sum of +-|d_i| >= sum of d_i) over all 2^m sign patterns (by counting).
+    The pooled z-test treats the two evaluations as independent samples; this one removes what the tasks share."""
+    ids = sorted(set(before) | set(after))
+    diffs = {i: after.get(i, 0) - before.get(i, 0) for i in ids}
+    ways = {0: 1}  # sum -> number of sign patterns reaching it
+    for d in (abs(d) for d in diffs.values() if d):
+        nxt: dict[int, int] = {}
+        for total, n in ways.items():
+            for signed in (d, -d):
+                nxt[total + signed] = nxt.get(total + signed, 0) + n
+        ways = nxt
+    observed = sum(diffs.values())
+    p = sum(n for total, n in ways.items() if total >= observed) / sum(ways.values())
+    return {"gained": {i: d for i, d in diffs.items() if d > 0}, "lost": {i: -d for i, d in diffs.items() if d < 0},
+            "p_one_sided": p}
+
+
 def split_train(train: list[dict[str, Any]], seed: int, rl_sites: float) -> tuple[list[dict], list[dict]]:
     """(tasks the expert may demonstrate, tasks GRPO trains on): with ``rl_sites`` > 0 that fraction of the train
     bug sites (a seeded shuffle) is kept for GRPO and never demonstrated, so a reward there needs the skill the warm
@@ -165,8 +185,12 @@ def _evaluate(name: str, model: Path, heldout: Path, k: int, work: Path, seed: i
           "REWARD_MODE": "binary", "SEED": str(seed), "RUN_ID": f"qwen-swe-bench-{name}"}, work / f"{name}.log")
     results = _rows(out / "eval" / "results.jsonl")
     graded = [r for r in results if r["outcome"] != "error"]
+    per_task: dict[str, int] = {}
+    for r in graded:
+        per_task[r["instance_id"]] = per_task.get(r["instance_id"], 0) + (r["outcome"] == "resolved")
     return {"attempts": len(graded), "resolved": sum(r["outcome"] == "resolved" for r in graded),
-            "empty": sum(r["outcome"] == "empty_patch" for r in graded), "errors": len(results) - len(graded)}
+            "empty": sum(r["outcome"] == "empty_patch" for r in graded), "errors": len(results) - len(graded),
+            "per_task": per_task}
 
 
 def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
@@ -249,7 +273,8 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
               "before": before, "after": after,
               "difference": (after["resolved"] / max(after["attempts"], 1)
                              - before["resolved"] / max(before["attempts"], 1)),
-              "z": z, "p_one_sided": p, "times": times, "times_all_invocations": times_all,
+              "z": z, "p_one_sided": p, "paired": paired_sign_flip(before["per_task"], after["per_task"]),
+              "times": times, "times_all_invocations": times_all,
               "reward_curve": [s.get("reward_mean") for s in steps],
               "resolve_curve": [s.get("resolve_rate") for s in steps],
               "kl_to_start": [s.get("kl_ref") for s in steps],
@@ -307,6 +332,12 @@ def _report(r: dict[str, Any], work: Path) -> None:
     print(f"held-out end:   {rate(r['after'])}")
     print(f"difference {r['difference']:+.3f}, z {r['z']:.2f}, one-sided p {r['p_one_sided']:.4f} "
           f"({r['updates']} of {len(r['reward_curve'])} GRPO steps updated)")
+    pair = r["paired"]
+    print(f"paired by task: {len(pair['gained'])} tasks gained {sum(pair['gained'].values())} resolved attempts, "
+          f"{len(pair['lost'])} lost {sum(pair['lost'].values())}; sign-flip test one-sided p {pair['p_one_sided']:.4f}")
+    for kind in ("gained", "lost"):
+        if pair[kind]:
+            print(f"  {kind}: " + ", ".join(f"{i} ({n})" for i, n in sorted(pair[kind].items())))
     f = r["rollouts"]
     print(f"GRPO rollouts: {f['rollouts']}; a tool call {f['tool_call']:.2f}, an edit {f['edit_call']:.2f}, "
           f"a non-empty patch {f['non_empty_patch']:.2f}, resolved {f['resolved']:.2f}")

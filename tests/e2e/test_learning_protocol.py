@@ -51,6 +51,9 @@ def test_small_protocol(tmp_path):
 
     for phase in ("before", "after"):
         assert result[phase]["attempts"] == 1 and result[phase]["errors"] == 0, result[phase]
+        assert sum(result[phase]["per_task"].values()) == result[phase]["resolved"]  # paired by the one task
+    assert result["before"]["per_task"].keys() == result["after"]["per_task"].keys()
+    assert 0.0 < result["paired"]["p_one_sided"] <= 1.0
     # dynamic sampling: a group with equal rewards is set aside and another drawn, at most once more
     rl = json.loads((tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()[0])
     trained = rl["sampling/groups_trained"]
