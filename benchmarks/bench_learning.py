@@ -12,9 +12,10 @@ FSDP2 trainer, swebench grading):
 5. evaluate   the same held-out attempts on the final weights: the end.
 
 Prints both resolve rates with Wilson intervals, their difference with a one-sided two-proportion z-test and,
-paired by task, the tasks gained and lost with an exact one-sided sign-flip test, the reward curve, and the wall time per phase; writes the curve to ``WORK/learning.png`` and everything to
-``WORK/learning.json``. The reference of the timing ratio is the whole protocol's wall time, each phase summed
-over every invocation with the same ``--work`` (a rerun skips finished phases and resumes the others).
+paired by task, the tasks gained and lost with an exact one-sided sign-flip test, the reward curve, and the wall
+time per phase; writes the curve to ``WORK/learning.png`` and everything to ``WORK/learning.json``. The reference
+of the timing ratio is the whole protocol's wall time, each phase summed over every invocation with the same
+``--work`` (a rerun skips finished phases and resumes the others).
 
     .venv/bin/python -m benchmarks.bench_learning [--seed 0] [--heldout-tasks 32 --k 2] [--rl-steps 8]
 """
@@ -334,7 +335,8 @@ def _report(r: dict[str, Any], work: Path) -> None:
           f"({r['updates']} of {len(r['reward_curve'])} GRPO steps updated)")
     pair = r["paired"]
     print(f"paired by task: {len(pair['gained'])} tasks gained {sum(pair['gained'].values())} resolved attempts, "
-          f"{len(pair['lost'])} lost {sum(pair['lost'].values())}; sign-flip test one-sided p {pair['p_one_sided']:.4f}")
+          f"{len(pair['lost'])} lost {sum(pair['lost'].values())}; "
+          f"sign-flip test one-sided p {pair['p_one_sided']:.4f}")
     for kind in ("gained", "lost"):
         if pair[kind]:
             print(f"  {kind}: " + ", ".join(f"{i} ({n})" for i, n in sorted(pair[kind].items())))
