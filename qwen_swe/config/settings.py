@@ -132,6 +132,14 @@ class Settings:
         return self.inference.model_name
 
     @property
+    def logprob_temperature(self) -> float:
+        """The temperature the trainer's log-probs are taken at, the one the trained tokens were sampled at: the
+        agent's in GRPO (slime's ``--rollout-temperature``); 1 in SFT, whose loss is the demonstrations'
+        likelihood, and for greedy sampling, which has no distribution."""
+        t = self.agent.temperature
+        return 1.0 if self.train.train_mode == "sft" or t <= 0 else t
+
+    @property
     def label(self) -> str:
         digest = hashlib.sha1(str(self.output_dir.resolve()).encode()).hexdigest()[:8]
         return self.run_id or f"qwen-swe-{digest}"

@@ -70,7 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         t = TrainShape(world=world, micro_batch=tr.micro_batch_size, seq_len=own.prompt_len + response,
                        response_len=response, lora_rank=tr.lora_rank,
                        activation_checkpointing=tr.activation_checkpointing, mixed_precision=tr.mixed_precision,
-                       gpu=not own.cpu, reference=tr.kl_loss_coef > 0)
+                       gpu=not own.cpu, reference=tr.kl_loss_coef > 0,
+                       scaled_logits=settings.logprob_temperature != 1.0)
         m = model_shape(own.config, lora_rank=tr.lora_rank, lora_alpha=tr.lora_alpha)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -65,6 +65,7 @@ class TrainShape:
     mixed_precision: bool = False
     gpu: bool = True  # add the CUDA reserve
     reference: bool = False  # KL_LOSS_COEF > 0: a frozen copy of the start weights (none with LoRA)
+    scaled_logits: bool = False  # log-probs at a temperature other than 1: a second fp32 log-softmax per chunk
 
 
 def load_config(config: str) -> dict:
@@ -158,7 +159,8 @@ def plan(m: ModelShape, t: TrainShape) -> Plan:
         saved = m.layers * per_layer
     backward = per_layer  # gradients of one layer's activations while it runs backward
     chunk = min(LOGPROB_CHUNK, t.micro_batch * t.response_len)
-    head = chunk * m.vocab * (a + 12) + (4 * m.hidden + 2 * a * m.hidden) * tokens  # logits, fp32 log-softmax
+    per_logit = a + 12 + (8 if t.scaled_logits else 0)  # logits, fp32 copy and log-softmax (+ logits / T and its own)
+    head = chunk * m.vocab * per_logit + (4 * m.hidden + 2 * a * m.hidden) * tokens
     trainable_layer = m.layer_params * (m.trainable / max(m.params, 1))
     return Plan(
         parameters=4 * m.params / t.world,

@@ -174,13 +174,6 @@ def train_on_batch(policy: PolicyModel, items: Sequence[dict], settings: Setting
     return out
 
 
-def logprob_temperature(settings: Settings) -> float:
-    """The temperature the trained tokens were sampled at: the agent's in GRPO (slime's ``--rollout-temperature``);
-    1 in SFT, whose loss is the demonstrations' likelihood, and for greedy sampling, which has no distribution."""
-    t = settings.agent.temperature
-    return 1.0 if settings.train.train_mode == "sft" or t <= 0 else t
-
-
 def warmup_lr(lr: float, warmup_steps: int, updates_done: int) -> float:
     """The learning rate of the next update: ``lr * k / warmup_steps`` for update k = updates_done + 1 (from 1),
     then ``lr``. AdamW's first steps move every weight by about the learning rate whatever its gradient, so a few
@@ -321,7 +314,7 @@ def _train(settings: Settings, driver: RolloutDriver | None, model_path: str, de
                           lora_alpha=settings.train.lora_alpha,
                           activation_checkpointing=settings.train.activation_checkpointing,
                           mixed_precision=settings.train.mixed_precision,
-                          weight_loading=settings.train.weight_loading, temperature=logprob_temperature(settings))
+                          weight_loading=settings.train.weight_loading, temperature=settings.logprob_temperature)
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=settings.train.lr,
                                   weight_decay=0.0)
     reference = None

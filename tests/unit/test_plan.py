@@ -111,3 +111,10 @@ def test_a_kl_reference_adds_a_sharded_fp32_copy_unless_lora_supplies_it(capsys)
     assert plan(lora, TrainShape(8, 1, 4096, 2048, lora_rank=16, reference=True)).reference == 0.0
     main(["--config", "qwen3-coder-30b-a3b", "--kl-loss-coef", "0.04"])
     assert "reference model for KL_LOSS_COEF" in capsys.readouterr().out
+
+
+def test_log_probs_at_a_temperature_count_a_second_log_softmax_per_chunk():
+    shape = model_shape("qwen3-coder-30b-a3b")
+    plain = plan(shape, TrainShape(8, 1, 4096, 2048))
+    scaled = plan(shape, TrainShape(8, 1, 4096, 2048, scaled_logits=True))
+    assert scaled.activations - plain.activations == pytest.approx(256 * shape.vocab * 8)  # one chunk, 2 x fp32

@@ -9,7 +9,6 @@ import torch
 from qwen_swe.config import settings as config
 from qwen_swe.errors import TrainerError
 from qwen_swe.train.policy import PolicyModel
-from qwen_swe.train.trainer import logprob_temperature
 from tests.tiny_model import tiny_model_dir
 
 
@@ -67,4 +66,4 @@ def test_a_temperature_that_is_not_positive_is_refused(lm):
     ({"TEMPERATURE": "0.7", "TRAIN_MODE": "sft", "SFT_DATA": "d.jsonl"}, 1.0),  # SFT: the demonstrations' likelihood
 ])
 def test_the_trainer_takes_the_rollouts_temperature(env: dict, expected: float):
-    assert logprob_temperature(config.load_settings([], env=env)) == expected
+    assert config.load_settings([], env=env).logprob_temperature == expected
