@@ -76,8 +76,7 @@ class PolicyModel(nn.Module):
         return torch.cat(lps), torch.cat(ents)
 
 
-def _chunk_logprobs(head: nn.Module, hidden: Tensor, targets: Tensor,
-                    temperature: float = 1.0) -> tuple[Tensor, Tensor]:
+def _chunk_logprobs(head: nn.Module, hidden: Tensor, targets: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
     return _pick(head(hidden).float(), targets, temperature)
 
 
