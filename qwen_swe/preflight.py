@@ -3,6 +3,7 @@ instead of a traceback from a trainer rank minutes later."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from qwen_swe.config.settings import Settings
@@ -12,6 +13,10 @@ from qwen_swe.inference.client import InferenceClient
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 SERVER_WAIT = 15.0  # seconds a given VLLM_URL may take to answer before the run refuses to start
+PROBE_PROMPT = "My favourite colour is"  # a next token the model is unsure of, so log-prob gaps are measurable
+PROBE_TEMPERATURE = 0.5
+
+log = logging.getLogger(__name__)
 
 
 def check(settings: Settings) -> None:
@@ -19,6 +24,7 @@ def check(settings: Settings) -> None:
     check_model(settings.model_name)
     if settings.inference.vllm_url:
         check_server(settings.inference.vllm_url)
+        check_logprobs_mode(settings)
 
 
 def check_dataset(settings: Settings) -> None:
@@ -48,3 +54,50 @@ def check_server(url: str) -> None:
     except InferenceError as exc:
         raise ConfigError(f"VLLM_URL={url} does not answer ({exc}); start the server "
                           "(python examples/qwen_swe/start_vllm.py) or fix the URL") from None
+
+
+def check_logprobs_mode(settings: Settings) -> None:
+    """GRPO at T != 1 takes the served log-probs as the behaviour policy's. They must be those of the distribution
+    sampled from (vLLM's ``--logprobs-mode processed_logprobs``, which start_vllm.py and Modal pass); vLLM's default
+    serves the model's own at temperature 1, which would put every importance ratio off 1 and clip it. Under a
+    forced tool call the served log-probs are not used (the trainer recomputes them), so nothing to check."""
+    if (settings.train.train_mode != "grpo" or settings.agent.tool_choice == "required"
+            or settings.logprob_temperature == 1.0):
+        return
+    url = settings.inference.vllm_url
+    client = InferenceClient(url, timeout=60.0)
+    model = settings.inference.served_model_name or settings.model_name
+    try:
+        scale = temperature_scale(_top_logprobs(client, model, 1.0), _top_logprobs(client, model, PROBE_TEMPERATURE))
+    except (InferenceError, KeyError, IndexError, TypeError) as exc:
+        log.warning("VLLM_URL=%s: could not probe which log-probs it serves (%s); the importance ratios assume "
+                    "those of the sampled distribution (--logprobs-mode processed_logprobs)", url, exc)
+        return
+    expected = 1.0 / PROBE_TEMPERATURE
+    if scale is None:
+        log.warning("VLLM_URL=%s: the probe's log-probs were too close to tell which mode it serves", url)
+    elif abs(scale - 1.0) < abs(scale - expected):
+        raise ConfigError(f"VLLM_URL={url} serves temperature-1 log-probs (vLLM's default --logprobs-mode "
+                          f"raw_logprobs; a log-prob gap scaled {scale:.2f}x at temperature {PROBE_TEMPERATURE}, "
+                          f"expected {expected:.2f}x) while TEMPERATURE={settings.agent.temperature} is trained: "
+                          "every importance ratio would be off 1. Restart the server with --logprobs-mode "
+                          "processed_logprobs (start_vllm.py does), or set TEMPERATURE=1")
+
+
+def _top_logprobs(client: InferenceClient, model: str, temperature: float) -> dict[str, float]:
+    body = client.post("/v1/completions", {"model": model, "prompt": PROBE_PROMPT, "max_tokens": 1,
+                                           "temperature": temperature, "seed": 0, "logprobs": 5})
+    return dict(body["choices"][0]["logprobs"]["top_logprobs"][0])
+
+
+def temperature_scale(at_one: dict[str, float], at_t: dict[str, float], min_gap: float = 0.05) -> float | None:
+    """How much wider the served log-prob gap between the most and least likely shared top token is at the probe
+    temperature than at 1: 1/T for the log-probs of the sampled distribution (log-softmax(z / T) scales every
+    difference of logits by 1/T, whatever the normaliser), 1 for the model's own. None when the gap at 1 is too
+    small to measure."""
+    shared = [tok for tok in at_one if tok in at_t]
+    if len(shared) < 2:
+        return None
+    hi, lo = max(shared, key=at_one.__getitem__), min(shared, key=at_one.__getitem__)
+    gap = at_one[hi] - at_one[lo]
+    return (at_t[hi] - at_t[lo]) / gap if gap >= min_gap else None

@@ -126,6 +126,44 @@ def test_served_logprobs_are_the_sampled_distributions_as_the_trainer_computes_t
     assert at_sampling < 0.1 and at_sampling < at_one / 2
 
 
+def _grpo_settings(url: str) -> config.Settings:
+    return config.Settings.build(vllm_url=url, served_model_name=MODEL, temperature=0.7, tool_choice="auto")
+
+
+def test_preflight_measures_the_temperature_in_the_served_logprobs(client: InferenceClient, embedded_vllm: str):
+    """The server started here serves the sampled distribution's log-probs: the probe's log-prob gap doubles at
+    temperature 0.5, and a GRPO run at T 0.7 against it passes the preflight."""
+    from qwen_swe import preflight
+
+    scale = preflight.temperature_scale(preflight._top_logprobs(client, MODEL, 1.0),
+                                        preflight._top_logprobs(client, MODEL, preflight.PROBE_TEMPERATURE))
+    assert scale is not None and abs(scale - 2.0) < 0.1
+    preflight.check_logprobs_mode(_grpo_settings(embedded_vllm))
+
+
+@pytest.mark.slow
+def test_preflight_refuses_a_server_that_serves_temperature_one_logprobs(tmp_path: Path):
+    """vLLM's default ``--logprobs-mode raw_logprobs`` (an external VLLM_URL started by hand): a GRPO run sampling
+    at T 0.7 with its log-probs as the behaviour policy's is refused before it starts, naming the fix."""
+    import dataclasses
+
+    from qwen_swe import preflight
+    from qwen_swe.errors import ConfigError
+    from qwen_swe.inference.launcher import VLLMServer, embedded_serve_config
+
+    serve = dataclasses.replace(embedded_serve_config(config.load_settings([], env={})),
+                                extra_args=("--logprobs-mode", "raw_logprobs"))  # argparse: the last one wins
+    with VLLMServer(serve, tmp_path / "vllm.log") as server:
+        url = server.start(900)
+        client = InferenceClient(url, timeout=300)
+        scale = preflight.temperature_scale(preflight._top_logprobs(client, MODEL, 1.0),
+                                            preflight._top_logprobs(client, MODEL, preflight.PROBE_TEMPERATURE))
+        assert scale is not None and abs(scale - 1.0) < 0.05
+        with pytest.raises(ConfigError, match=r"VLLM_URL=.* serves temperature-1 log-probs.*processed_logprobs"):
+            preflight.check_logprobs_mode(_grpo_settings(url))
+        preflight.check_logprobs_mode(_grpo_settings(url).replace(temperature=1.0))  # T 1: the same log-probs
+
+
 def _probe(client: InferenceClient) -> tuple[list[int], list[float]]:
     body = client.post("/v1/completions", {"model": MODEL, "prompt": "The capital of France is", "max_tokens": 8,
                                            "temperature": 0.0, "return_token_ids": True, "logprobs": 0})

@@ -44,3 +44,35 @@ def test_a_server_that_does_not_answer_is_refused_at_start(monkeypatch, tmp_path
     assert main([]) == 2
     err = capsys.readouterr().err
     assert "VLLM_URL=http://127.0.0.1:9/v1 does not answer" in err and "start_vllm.py" in err
+
+
+def _top5(logits: list[float], temperature: float) -> dict[str, float]:
+    import math
+
+    scaled = [z / temperature for z in logits]
+    norm = math.log(sum(math.exp(z) for z in scaled))
+    return {f"t{i}": z - norm for i, z in enumerate(scaled)}
+
+
+def test_the_temperature_scale_of_served_logprobs_is_one_over_t_or_one():
+    logits = [3.0, 2.1, 1.5, 0.2, -1.0]
+    assert preflight.temperature_scale(_top5(logits, 1.0), _top5(logits, 0.5)) == pytest.approx(2.0)
+    assert preflight.temperature_scale(_top5(logits, 1.0), _top5(logits, 1.0)) == pytest.approx(1.0)  # raw
+    top_k = {k: v for k, v in _top5(logits, 0.5).items() if k != "t4"}  # a token masked out: gaps still scale 1/T
+    assert preflight.temperature_scale(_top5(logits, 1.0), top_k) == pytest.approx(2.0)
+    assert preflight.temperature_scale({"a": -0.01, "b": -0.03}, {"a": -0.01, "b": -0.05}) is None  # gap too small
+    assert preflight.temperature_scale({"a": -0.1}, {"a": -0.05}) is None
+
+
+@pytest.mark.parametrize("changes, probed", [
+    ({}, True),
+    ({"train_mode": "sft"}, False),  # the demonstrations' likelihood: no served log-probs
+    ({"tool_choice": "required"}, False),  # the trainer recomputes them
+    ({"temperature": 1.0}, False),  # raw and processed are the same
+])
+def test_the_logprobs_mode_is_probed_only_when_grpo_uses_the_served_logprobs(changes, probed, caplog):
+    settings = Settings.build(**{"vllm_url": "http://127.0.0.1:9/v1", "temperature": 0.7, "tool_choice": "auto",
+                                 **changes})
+    with caplog.at_level("WARNING", logger="qwen_swe.preflight"):
+        preflight.check_logprobs_mode(settings)  # nothing answers there: a probe is a warning, never a refusal
+    assert ("could not probe which log-probs it serves" in caplog.text) == probed
