@@ -68,7 +68,7 @@ def check_logprobs_mode(settings: Settings) -> None:
     client = InferenceClient(url, timeout=60.0)
     model = settings.inference.served_model_name or settings.model_name
     try:
-        scale = temperature_scale(_top_logprobs(client, model, 1.0), _top_logprobs(client, model, PROBE_TEMPERATURE))
+        scale = served_temperature_scale(client, model)
     except (InferenceError, KeyError, IndexError, TypeError) as exc:
         log.warning("VLLM_URL=%s: could not probe which log-probs it serves (%s); the importance ratios assume "
                     "those of the sampled distribution (--logprobs-mode processed_logprobs)", url, exc)
@@ -82,6 +82,11 @@ def check_logprobs_mode(settings: Settings) -> None:
                           f"expected {expected:.2f}x) while TEMPERATURE={settings.agent.temperature} is trained: "
                           "every importance ratio would be off 1. Restart the server with --logprobs-mode "
                           "processed_logprobs (start_vllm.py does), or set TEMPERATURE=1")
+
+
+def served_temperature_scale(client: InferenceClient, model: str) -> float | None:
+    """``temperature_scale`` of the top log-probs the server gives for one token at temperature 1 and the probe's."""
+    return temperature_scale(_top_logprobs(client, model, 1.0), _top_logprobs(client, model, PROBE_TEMPERATURE))
 
 
 def _top_logprobs(client: InferenceClient, model: str, temperature: float) -> dict[str, float]:

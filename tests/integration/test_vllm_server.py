@@ -135,8 +135,8 @@ def test_preflight_measures_the_temperature_in_the_served_logprobs(client: Infer
     temperature 0.5, and a GRPO run at T 0.7 against it passes the preflight."""
     from qwen_swe import preflight
 
-    scale = preflight.temperature_scale(preflight._top_logprobs(client, MODEL, 1.0),
-                                        preflight._top_logprobs(client, MODEL, preflight.PROBE_TEMPERATURE))
+    scale = preflight.served_temperature_scale(client, MODEL)
+    print(f"processed_logprobs: the probe's log-prob gap scaled {scale} at temperature 0.5")
     assert scale is not None and abs(scale - 2.0) < 0.1
     preflight.check_logprobs_mode(_grpo_settings(embedded_vllm))
 
@@ -156,8 +156,8 @@ def test_preflight_refuses_a_server_that_serves_temperature_one_logprobs(tmp_pat
     with VLLMServer(serve, tmp_path / "vllm.log") as server:
         url = server.start(900)
         client = InferenceClient(url, timeout=300)
-        scale = preflight.temperature_scale(preflight._top_logprobs(client, MODEL, 1.0),
-                                            preflight._top_logprobs(client, MODEL, preflight.PROBE_TEMPERATURE))
+        scale = preflight.served_temperature_scale(client, MODEL)
+        print(f"raw_logprobs: the probe's log-prob gap scaled {scale} at temperature 0.5")
         assert scale is not None and abs(scale - 1.0) < 0.05
         with pytest.raises(ConfigError, match=r"VLLM_URL=.* serves temperature-1 log-probs.*processed_logprobs"):
             preflight.check_logprobs_mode(_grpo_settings(url))
