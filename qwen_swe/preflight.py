@@ -61,7 +61,7 @@ def check_logprobs_mode(settings: Settings) -> None:
     sampled from (vLLM's ``--logprobs-mode processed_logprobs``, which start_vllm.py and Modal pass); vLLM's default
     serves the model's own at temperature 1, which would put every importance ratio off 1 and clip it. Under a
     forced tool call the served log-probs are not used (the trainer recomputes them), so nothing to check."""
-    if settings.agent.tool_choice == "required" or settings.logprob_temperature == 1.0:  # 1.0 also in SFT
+    if not settings.uses_served_logprobs or settings.logprob_temperature == 1.0:  # 1.0 also in SFT
         return
     url = settings.inference.vllm_url
     client = InferenceClient(url, timeout=60.0)

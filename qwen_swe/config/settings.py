@@ -140,6 +140,13 @@ class Settings:
         return 1.0 if self.train.train_mode == "sft" or t <= 0 else t
 
     @property
+    def uses_served_logprobs(self) -> bool:
+        """Whether the trainer takes the server's log-probs as the behaviour policy's. Not under a forced tool
+        call: vLLM reports them after its grammar mask, not the policy's own; with one optimizer step per batch
+        the trainer's recomputation is the behaviour policy (ratio 1)."""
+        return self.agent.tool_choice != "required"
+
+    @property
     def label(self) -> str:
         digest = hashlib.sha1(str(self.output_dir.resolve()).encode()).hexdigest()[:8]
         return self.run_id or f"qwen-swe-{digest}"

@@ -145,9 +145,7 @@ class RolloutEngine:
 
     def _fill(self, sample: Sample, traj: Any, grade: Grade, turns: list, grade_seconds: float) -> Sample:
         to_sample(traj, sample)
-        if self.settings.agent.tool_choice == "required":
-            # Under a forced tool call vLLM reports logprobs after its grammar mask, not the policy's own; with
-            # one optimizer step per batch the trainer's recomputation is the behaviour policy (ratio 1).
+        if not self.settings.uses_served_logprobs:
             sample.rollout_log_probs = None
         sample.reward = float(grade.reward)
         sample.status = Status.TRUNCATED if traj.metadata.get("truncated") else Status.COMPLETED

@@ -9,13 +9,17 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample, Status
 from qwen_swe.errors import DropReason, SandboxError
+from qwen_swe.reward.harness import Grade, GradeStatus
 from qwen_swe.rollout.record import dump_rollouts, not_kept
 from qwen_swe.rollout.sampling import GROUP_DROPPED
 from qwen_swe.rollout.engine import RolloutEngine, batch_metrics, drop
 from qwen_swe.rollout.progress import BatchStats
+from qwen_swe.traffic.trajectory import Trajectory
 
 
 class ScriptedEngine(RolloutEngine):
@@ -127,3 +131,15 @@ def test_a_programming_error_in_the_sample_path_fails_the_batch_loudly():
         assert "a programming error" in str(exc)
     else:
         raise AssertionError("a KeyError in the sample path must propagate, not become a dropped sample")
+
+
+@pytest.mark.parametrize(("tool_choice", "kept"), [("auto", True), ("required", False)])
+def test_served_logprobs_are_kept_unless_a_forced_tool_call_masked_them(tool_choice, kept):
+    settings = Settings.build(tool_choice=tool_choice)
+    engine = RolloutEngine(settings, upstream="http://127.0.0.1:9/v1", model="m")
+    traj = Trajectory([1, 2, 3, 4], 2, [1, 1], [-0.5, -1.5], {"weight_version": 3})
+    grade = Grade(1.0, True, GradeStatus.GRADED, None, 1.0, 1.0)
+    sample = engine._fill(Sample(metadata={"instance_id": "x", "weight_version": 3}), traj, grade, [], 0.1)
+    assert sample.rollout_log_probs == ([-0.5, -1.5] if kept else None)
+    assert settings.uses_served_logprobs is kept
+    assert (sample.tokens, sample.loss_mask, sample.reward) == ([1, 2, 3, 4], [1, 1], 1.0)
