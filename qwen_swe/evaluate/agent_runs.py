@@ -16,9 +16,10 @@ from qwen_swe.data.prompts import build_prompt
 from qwen_swe.data.sample import Sample, Status
 from qwen_swe.evaluate.grade_only import RESULTS, append_line, load_done
 from qwen_swe.evaluate.report import EMPTY, ERROR, RESOLVED, UNRESOLVED, AttemptResult
-from qwen_swe.rollout.engine import RolloutEngine
+from qwen_swe.rollout.engine import ATTEMPT_SEED, RolloutEngine
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.rollout.record import dump_rollouts
+from qwen_swe.traffic.sessions import derive_seed
 
 PREDICTIONS = "predictions.jsonl"
 ROLLOUTS = "rollouts.jsonl"
@@ -58,7 +59,10 @@ async def _attempts(engine: RolloutEngine, rows: list[dict[str, Any]], settings:
                     out: Path) -> list[AttemptResult]:
     out.mkdir(parents=True, exist_ok=True)
     done = load_done(out)
-    samples = [Sample(group_index=g, index=k, prompt=build_prompt(row), metadata=dict(row))
+    # common random numbers: attempt k of a task samples with the same seeds in every evaluation of a run's SEED, so
+    # two checkpoints sample alike wherever their policies agree and a paired comparison sees the policy's change
+    samples = [Sample(group_index=g, index=k, prompt=build_prompt(row),
+                      metadata={**row, ATTEMPT_SEED: derive_seed(settings.seed, row["instance_id"], k)})
                for g, row in enumerate(rows) for k in range(settings.eval_samples)
                if (row["instance_id"], k) not in done]
     stats = BatchStats()

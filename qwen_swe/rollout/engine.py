@@ -97,7 +97,8 @@ class RolloutEngine:
         instance = {k: v for k, v in meta.items() if k not in _RUN_KEYS}
         meta["weight_version"] = self.weight_version
         t0 = time.monotonic()
-        session = self.proxy.open_session({"instance_id": meta["instance_id"], "index": sample.index})
+        session = self.proxy.open_session({"instance_id": meta["instance_id"], "index": sample.index},
+                                          seed=meta.get(ATTEMPT_SEED))
         try:
             async with self._start_sandbox(instance) as sandbox:
                 agent = await self._run_agent(sandbox, session.base_url, str(sample.prompt))
@@ -202,9 +203,10 @@ async def run_batch(run_samples: GroupRunner, groups: list[list[Sample]], stats:
 
 
 NODE_KEY = "rollout_node"  # metadata: the Ray node a sample ran on (ROLLOUT_BACKEND=ray)
+ATTEMPT_SEED = "attempt_seed"  # metadata: the sampling seed of an evaluation attempt
 _RUN_KEYS = {"weight_version", "outcome", "patch", "final_message", "agent_seconds", "tool_calls", "resolved",
              "reward_hack_suspected", "f2p_passed", "p2p_passed", "grade_details", "grade_timings", "trajectory",
-             "turns", "grade_seconds", "drop_reason", "drop_detail", "conversation", NODE_KEY}
+             "turns", "grade_seconds", "drop_reason", "drop_detail", "conversation", NODE_KEY, ATTEMPT_SEED}
 
 
 def _fresh_copy(sample: Sample) -> Sample:

@@ -129,11 +129,13 @@ class RecordingProxy:
         await self.stop()
 
     # --- sessions --------------------------------------------------------------------------------
-    def open_session(self, meta: dict[str, Any] | None = None) -> Session:
+    def open_session(self, meta: dict[str, Any] | None = None, seed: int | None = None) -> Session:
+        """``seed``: every model call of the session samples with a seed derived from it and the turn's index
+        (unless the agent sent its own), so the same weights repeat the same attempt."""
         if self.root is None:
             raise ProxyError("open_session before start(): start the proxy first")
         sid = uuid.uuid4().hex
-        session = Session(id=sid, base_url=f"{self.root}/s/{sid}/v1", meta=dict(meta or {}))
+        session = Session(id=sid, base_url=f"{self.root}/s/{sid}/v1", meta=dict(meta or {}), seed=seed)
         self._sessions[sid] = session
         return session
 
@@ -189,6 +191,8 @@ class RecordingProxy:
                     started_at=time.time(),
                     params={k: body.get(k) for k in ("temperature", "top_p", "max_tokens", "max_completion_tokens",
                                                      "tool_choice", "stream") if k in body})
+        if session.seed is not None and body.get("seed") is None:
+            body["seed"] = session.turn_seed(turn.index)
         t0 = time.perf_counter()
         try:
             if self.mode == "tokens":

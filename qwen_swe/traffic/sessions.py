@@ -10,6 +10,7 @@ drift is recorded.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,10 +41,19 @@ class Session:
     next_index: int = 0
     last_render: tuple[int, str] | None = None  # (turn index, its rendered prompt)
     bug: BaseException | None = None  # a proxy bug met while serving this session; the rollout re-raises it
+    seed: int | None = None  # sampling seed of the attempt: each turn's request gets one derived from it
 
     def take_index(self) -> int:
         self.next_index += 1
         return self.next_index - 1
+
+    def turn_seed(self, index: int) -> int | None:
+        return None if self.seed is None else derive_seed(self.seed, index)
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 31-bit seed from its parts, the same in every process (unlike ``hash``)."""
+    return int.from_bytes(hashlib.sha256(":".join(map(str, parts)).encode()).digest()[:4], "big") >> 1
 
 
 def _key(msg: dict[str, Any]) -> tuple:

@@ -14,6 +14,7 @@ import pytest
 
 from qwen_swe import paths
 from qwen_swe.traffic.proxy import ProxyError, RecordingProxy
+from qwen_swe.traffic.sessions import derive_seed
 from qwen_swe.traffic.trajectory import build_sample
 from tests.scripted_server import APIError, Context, Reply, ScriptedServer, chat, fake_logprob, smollm2_tokenizer
 
@@ -210,6 +211,25 @@ def test_forward_mode_records_ids_and_streams_unchanged(tok, stream):
     assert traj.metadata["drift_count"] >= 1 and traj.metadata["retained_fraction"] < 1.0
 
 
+@pytest.mark.parametrize("mode", ["tokens", "forward"])
+def test_a_seeded_session_sends_each_turn_its_own_derived_seed(tok, mode):
+    async def main():
+        async with ScriptedServer([CALL_LS, FINAL, CALL_LS, FINAL, "Done."], tokenizer=tok) as server, \
+                RecordingProxy(server.url, tokenizer=tok, mode=mode, request_timeout=30) as proxy, \
+                aiohttp.ClientSession() as http:
+            seeded, plain = proxy.open_session(seed=7), proxy.open_session()
+            await agent_loop(http, seeded.base_url, "Fix calc.py", turns=5, tool_choice=None)
+            await agent_loop(http, plain.base_url, "Fix calc.py", turns=5, tool_choice=None)
+            own = proxy.open_session(seed=7)  # an agent's own seed wins
+            await chat(http, own.base_url, {"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                                            "seed": 99, "max_tokens": 8})
+            return [body.get("seed") for _, body in server.requests]
+
+    seeds = run(main())
+    assert seeds == [derive_seed(7, 0), derive_seed(7, 1), None, None, 99]
+    assert len(set(seeds[:2])) == 2 and all(0 <= s < 2**31 for s in seeds[:2])
+
+
 # --- many sessions at once -------------------------------------------------------------------------
 def test_64_concurrent_sessions_keep_their_own_turns(tok):
     def script(ctx: Context) -> str:
@@ -357,3 +377,27 @@ def test_token_mode_against_real_vllm_keeps_every_sampled_token(embedded_vllm):
     kept_lps = [traj.rollout_log_probs[i] for i, m in enumerate(traj.loss_mask) if m]
     assert kept_ids == [i for t in turns for i in t.sampled_ids]
     assert kept_lps == [lp for t in turns for lp in t.logprobs]
+
+
+@pytest.mark.vllm
+def test_real_vllm_repeats_an_attempt_with_the_same_session_seed(embedded_vllm):
+    """Common random numbers for evaluations: the same weights and attempt seed give the same tokens at T = 1."""
+    model_dir = str(paths.embedded_model_dir())
+
+    async def main():
+        async with RecordingProxy(embedded_vllm, model=model_dir, tokenizer_path=model_dir, mode="tokens",
+                                  request_timeout=300) as proxy, aiohttp.ClientSession() as http:
+            sampled = []
+            for seed in (11, 11, 12):
+                session = proxy.open_session(seed=seed)
+                await chat(http, session.base_url, {
+                    "model": "smollm2-135m", "temperature": 1.0, "top_p": 1.0, "max_tokens": 48,
+                    "messages": [{"role": "user", "content": "Write a short poem about the sea."}]})
+                sampled.append(proxy.close_session(session.id)[0].sampled_ids)
+            return sampled
+
+    first, again, other = run(main())
+    print(f"sampled {len(first)} tokens; seed 12 shares a prefix of "
+          f"{next((i for i, (a, b) in enumerate(zip(first, other)) if a != b), len(other))}")
+    assert len(first) > 8 and first == again
+    assert other != first

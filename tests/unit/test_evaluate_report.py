@@ -1,8 +1,9 @@
-"""The evaluation report: pass@k's unbiased estimator, the Wilson interval, the harness's report keys, and a
-predictions file's bad lines named by line and field."""
+"""The evaluation report: pass@k's unbiased estimator, the Wilson interval, the harness's report keys, a
+predictions file's bad lines named by line and field, and the attempts' sampling seeds."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import math
@@ -10,8 +11,12 @@ import math
 import pytest
 from swebench.harness import reporting
 
+from qwen_swe.config.settings import Settings
+from qwen_swe.data.sample import Sample, Status
+from qwen_swe.evaluate.agent_runs import run_attempts
 from qwen_swe.evaluate.predictions import read_predictions
 from qwen_swe.evaluate.report import EMPTY, ERROR, RESOLVED, UNRESOLVED, AttemptResult, build_report, pass_at_k, wilson
+from qwen_swe.rollout.engine import ATTEMPT_SEED
 
 
 def test_pass_at_k_against_hand_values():
@@ -62,3 +67,30 @@ def test_bad_prediction_lines_are_named_and_the_rest_kept(tmp_path):
     assert [e.split(": ", 1)[0] for e in errors] == [f"{path}:2", f"{path}:3", f"{path}:4", f"{path}:6"]
     assert "not JSON" in errors[0] and "'model_name_or_path' is missing" in errors[1]
     assert "JSON object" in errors[2] and "'instance_id' must be a non-empty string" in errors[3]
+
+
+class _SeedRecorder:
+    """An engine that records each attempt's sampling seed and resolves nothing (``run_attempts`` shares it)."""
+
+    def __init__(self) -> None:
+        self.seeds: dict[tuple[str, int], int] = {}
+
+    async def run_sample(self, sample: Sample, stats) -> Sample:
+        self.seeds[(sample.metadata["instance_id"], sample.index)] = sample.metadata[ATTEMPT_SEED]
+        sample.status, sample.reward = Status.COMPLETED, -1.0
+        sample.metadata.update(resolved=False, patch="", outcome="completed")
+        return sample
+
+
+def test_evaluations_of_one_seed_give_each_attempt_the_same_sampling_seed(tmp_path):
+    rows = [{"instance_id": f"t-{i}", "problem_statement": "x", "repo": "r", "base_commit": "c"} for i in range(3)]
+
+    def seeds(seed: int, out: str) -> dict[tuple[str, int], int]:
+        engine = _SeedRecorder()
+        asyncio.run(run_attempts(rows, Settings.build(seed=seed, eval_samples=2), tmp_path / out, engine=engine))
+        return engine.seeds
+
+    first, again, other = seeds(0, "a"), seeds(0, "b"), seeds(1, "c")
+    assert first == again and len(first) == 6
+    assert len(set(first.values())) == 6  # every attempt its own
+    assert not set(first.values()) & set(other.values())
