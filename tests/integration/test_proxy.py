@@ -336,14 +336,18 @@ def test_token_mode_needs_a_tokenizer():
 
 
 # --- the real vLLM CPU server ----------------------------------------------------------------------
+def vllm_proxy(url: str) -> RecordingProxy:
+    """A token-mode proxy in front of the embedded vLLM server, rendering with the embedded model's tokenizer."""
+    model_dir = str(paths.embedded_model_dir())
+    return RecordingProxy(url, model=model_dir, tokenizer_path=model_dir, mode="tokens", request_timeout=300)
+
+
 @pytest.mark.vllm
 def test_token_mode_against_real_vllm_keeps_every_sampled_token(embedded_vllm):
     """SmolLM2 on vLLM CPU, forced to call tools: >= 99% of sampled ids kept with their logprobs, prompts chained."""
-    model_dir = str(paths.embedded_model_dir())
 
     async def main():
-        async with RecordingProxy(embedded_vllm, model=model_dir, tokenizer_path=model_dir, mode="tokens",
-                                  request_timeout=300) as proxy, aiohttp.ClientSession() as http:
+        async with vllm_proxy(embedded_vllm) as proxy, aiohttp.ClientSession() as http:
             session = proxy.open_session()
             messages = [{"role": "system", "content": "You are a coding agent. Call a tool on every turn."},
                         {"role": "user", "content": [{"type": "text", "text": "List the files, then read calc.py."}]}]
@@ -382,11 +386,9 @@ def test_token_mode_against_real_vllm_keeps_every_sampled_token(embedded_vllm):
 @pytest.mark.vllm
 def test_real_vllm_repeats_an_attempt_with_the_same_session_seed(embedded_vllm):
     """Common random numbers for evaluations: the same weights and attempt seed give the same tokens at T = 1."""
-    model_dir = str(paths.embedded_model_dir())
 
     async def main():
-        async with RecordingProxy(embedded_vllm, model=model_dir, tokenizer_path=model_dir, mode="tokens",
-                                  request_timeout=300) as proxy, aiohttp.ClientSession() as http:
+        async with vllm_proxy(embedded_vllm) as proxy, aiohttp.ClientSession() as http:
             sampled = []
             for seed in (11, 11, 12):
                 session = proxy.open_session(seed=seed)
