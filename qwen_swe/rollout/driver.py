@@ -27,7 +27,7 @@ from qwen_swe.inference.client import InferenceClient
 from qwen_swe.inference.weight_sync import ProbedSync, make_weight_sync
 from qwen_swe.rollout.engine import RolloutEngine, batch_metrics
 from qwen_swe.rollout.progress import BatchStats, live_progress
-from qwen_swe.rollout.record import dump_rollouts, not_kept
+from qwen_swe.rollout.record import dump_rollout_data, dump_rollouts, not_kept
 from qwen_swe.rollout.sampling import Batch, fill_batch
 from qwen_swe.warmstart.demos import DemoDriver
 
@@ -108,6 +108,8 @@ class RolloutDriver:
         s = self.settings
         dump_rollouts(Path(s.output_dir) / "rollouts" / f"step_{step:06d}.jsonl", batch.complete,
                       not_kept(batch.drawn, batch.complete))
+        if s.rollout.save_rollout_data:
+            dump_rollout_data(Path(s.output_dir) / "rollout_data" / f"step_{step:06d}.jsonl.gz", batch.complete)
         metrics = batch_metrics(stats, batch.complete, seconds)  # every complete group, trained on or not
         if s.rollout.dynamic_sampling:
             metrics.update(batch.metrics())

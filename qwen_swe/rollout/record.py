@@ -3,6 +3,7 @@ evaluation's ``rollouts.jsonl``), read by the viewer and the benchmarks."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -45,3 +46,18 @@ def dump_rollouts(path: Path, groups: list[list[Sample]], dropped: list[Sample])
                 "rollout_node": m.get(NODE_KEY),
                 "conversation": m.get("conversation"),
             }, default=str) + "\n")
+
+
+def dump_rollout_data(path: Path, groups: list[list[Sample]]) -> None:
+    """What the trainer receives of every complete group, one gzipped JSON line per sample: the token ids, the loss
+    mask and the sampling log-probs with the reward (slime's ``--save-debug-rollout-data``). With the weights a
+    step started from, a step can be replayed or its update measured offline, without rerunning the agent."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as fh:
+        for x in [s for g in groups for s in g]:
+            fh.write(json.dumps({
+                "instance_id": x.metadata.get("instance_id"), "group_index": x.group_index, "index": x.index,
+                "reward": x.reward, "resolved": x.metadata.get("resolved"),
+                "weight_version": x.metadata.get("weight_version"), "tokens": list(x.tokens),
+                "response_length": x.response_length, "loss_mask": x.loss_mask,
+                "rollout_log_probs": x.rollout_log_probs}) + "\n")

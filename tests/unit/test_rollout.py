@@ -7,6 +7,7 @@ here ``_run_sample`` is replaced by a scripted coroutine so the group rules can 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 
 import pytest
@@ -15,7 +16,7 @@ from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample, Status
 from qwen_swe.errors import DropReason, SandboxError
 from qwen_swe.reward.harness import Grade, GradeStatus
-from qwen_swe.rollout.record import dump_rollouts, not_kept
+from qwen_swe.rollout.record import dump_rollout_data, dump_rollouts, not_kept
 from qwen_swe.rollout.sampling import GROUP_DROPPED
 from qwen_swe.rollout.engine import RolloutEngine, batch_metrics, drop
 from qwen_swe.rollout.progress import BatchStats
@@ -111,6 +112,13 @@ def test_metrics_and_dump_cover_kept_and_dropped_samples(tmp_path):
         ("a", "completed", None), ("a", "completed", None), ("b", "aborted", None), ("b", "completed", GROUP_DROPPED)]
     assert rows[2]["drop_reason"] == "agent_error" and rows[2]["drop_detail"] == "upstream 500"
     assert rows[3]["reward"] == -1.0 and rows[3]["drop_reason"] is None
+
+    data = tmp_path / "rollout_data" / "step_000000.jsonl.gz"
+    dump_rollout_data(data, kept)
+    saved = [json.loads(line) for line in gzip.open(data, "rt")]
+    # what the trainer gets of every complete group, enough to recompute the step offline
+    assert [(r["instance_id"], r["reward"], r["tokens"], r["response_length"], r["loss_mask"]) for r in saved] == [
+        (x.metadata["instance_id"], x.reward, x.tokens, x.response_length, x.loss_mask) for g in kept for x in g]
 
 
 def test_an_infrastructure_error_drops_the_sample_with_its_reason_and_detail():

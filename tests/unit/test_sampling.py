@@ -5,6 +5,7 @@ engine whose groups get scripted rewards)."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import threading
 
@@ -144,6 +145,11 @@ def test_the_driver_trains_on_mixed_groups_reports_every_group_and_advances_the_
         (order[1], None, "completed"), (order[1], None, "completed"),
         (order[3], None, "completed"), (order[3], None, "completed"),
         (order[2], None, "aborted"), (order[2], None, "aborted")]
+    with gzip.open(tmp_path / "rollout_data" / "step_000000.jsonl.gz", "rt") as fh:  # every complete group's tokens
+        data = [json.loads(line) for line in fh]
+    assert [(r["instance_id"], r["reward"], r["tokens"]) for r in data] == [
+        (order[0], 1.0, [1, 2, 3]), (order[0], 1.0, [1, 2, 3]), (order[1], 1.0, [1, 2, 3]),
+        (order[1], -1.0, [1, 2, 3]), (order[3], -1.0, [1, 2, 3]), (order[3], 1.0, [1, 2, 3])]
 
 
 @pytest.mark.parametrize("extra", [{"max_staleness": 1}, {"backend": "slime", "slime_dir": "."}])
