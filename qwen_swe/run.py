@@ -92,12 +92,12 @@ def run(settings: Settings) -> int:
     settings.write(settings.output_dir)
     log.info("run %s -> %s (%s)", settings.label, settings.output_dir,
              "embedded default" if settings.embedded else settings.inference.vllm_url)
-    if settings.train.train_mode != "sft":  # the warm start trains on recorded demonstrations: no tasks, no server
+    if not settings.offline:  # demonstrations or replayed rollouts: no tasks, no server
         ensure_task_images(settings)
     preflight.check(settings)
     reap(settings.label)  # leftovers of a runner that was killed with SIGKILL
     try:
-        if settings.train.train_mode == "sft":
+        if settings.offline:
             return run_trainer(settings)
         with serving(settings, log_dir=settings.output_dir / "logs") as resolved:
             return run_trainer(resolved)

@@ -132,6 +132,12 @@ class Settings:
         return self.inference.model_name
 
     @property
+    def offline(self) -> bool:
+        """The trainer reads its samples from disk (the warm start's demonstrations, or replayed rollouts): no
+        server, no task images."""
+        return self.train.train_mode == "sft" or self.train.load_rollout_data is not None
+
+    @property
     def logprob_temperature(self) -> float:
         """The temperature the trainer's log-probs are taken at, the one the trained tokens were sampled at: the
         agent's in GRPO (slime's ``--rollout-temperature``); 1 in SFT, whose loss is the demonstrations'

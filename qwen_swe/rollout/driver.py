@@ -28,6 +28,7 @@ from qwen_swe.inference.weight_sync import ProbedSync, make_weight_sync
 from qwen_swe.rollout.engine import RolloutEngine, batch_metrics
 from qwen_swe.rollout.progress import BatchStats, live_progress
 from qwen_swe.rollout.record import dump_rollout_data, dump_rollouts, not_kept
+from qwen_swe.rollout.replay import ReplayDriver
 from qwen_swe.rollout.sampling import Batch, fill_batch
 from qwen_swe.warmstart.demos import DemoDriver
 
@@ -184,6 +185,8 @@ def make_driver(settings: Settings) -> RolloutDriver:
     """The driver the trainer builds on rank 0."""
     if settings.train.train_mode == "sft":
         return DemoDriver(settings)  # type: ignore[return-value]  # the warm start: demonstrations, no rollouts
+    if settings.train.load_rollout_data:
+        return ReplayDriver(settings)  # type: ignore[return-value]  # a saved run's rollouts, no server
     upstream = settings.inference.url
     if not upstream:
         raise ConfigError("no inference server: set VLLM_URL, or start the run with run_grpo.sh "

@@ -15,6 +15,9 @@ class TrainSettings:
     train_mode: str = opt("grpo", "grpo = reinforcement learning on rollouts; sft = supervised warm start on SFT_DATA",
                           choices=("grpo", "sft"))
     sft_data: str | None = opt(None, "expert demonstrations for TRAIN_MODE=sft (python -m qwen_swe.warmstart collect)")
+    load_rollout_data: str | None = opt(None, "replay a run's saved rollouts (its OUTPUT_DIR/rollout_data, from "
+                                        "SAVE_ROLLOUT_DATA) instead of running rollouts: step N trains on step N's "
+                                        "groups, no server (slime's --load-debug-rollout-data)")
     lr: float = opt(1e-6, "AdamW learning rate", minimum=0.0)
     lr_warmup_steps: int = opt(0, "updates over which the learning rate rises linearly to LR: update k (from 1) uses "
                                "LR * k / LR_WARMUP_STEPS; 0 = LR from the first update", minimum=0)
@@ -46,6 +49,9 @@ class TrainSettings:
 
     def __post_init__(self) -> None:
         validate(self)
+        if self.load_rollout_data and self.train_mode != "grpo":
+            raise ConfigError(f"LOAD_ROLLOUT_DATA={self.load_rollout_data} replays GRPO steps, not TRAIN_MODE="
+                              f"{self.train_mode}; unset one of them")
         if self.kl_loss_coef and self.train_mode != "grpo":
             raise ConfigError(f"KL_LOSS_COEF={self.kl_loss_coef} needs TRAIN_MODE=grpo: the warm start has no "
                               "reference to stay near; unset KL_LOSS_COEF")

@@ -1,0 +1,66 @@
+"""The trainer's driver for ``LOAD_ROLLOUT_DATA``: step N trains on the groups a run saved as
+``rollout_data/step_N.jsonl.gz`` (``SAVE_ROLLOUT_DATA``), as slime's ``--load-debug-rollout-data`` does. No
+server, no containers: a step's update can be rerun from the same weights with other trainer settings (learning
+rate, loss, LoRA) and measured with ``python -m qwen_swe.train.probe``."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+from qwen_swe.config.settings import Settings
+from qwen_swe.data.sample import Sample, Status
+from qwen_swe.errors import DataError
+
+FIELDS = ("group_index", "reward", "tokens", "response_length", "loss_mask", "rollout_log_probs")
+
+
+def load_step(path: Path) -> list[Sample]:
+    """A saved step's samples, groups renumbered from 0 in the order they were saved."""
+    if not path.is_file():
+        raise DataError(f"{path} does not exist: LOAD_ROLLOUT_DATA must be a run's rollout_data folder with a file "
+                        "for every step replayed (set NUM_ROLLOUTS to at most the steps it holds)")
+    samples: list[Sample] = []
+    groups: dict[tuple[Any, Any], int] = {}
+    with gzip.open(path, "rt") as fh:
+        for number, line in enumerate(fh, start=1):
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise DataError(f"{path}:{number} is not JSON ({exc})") from None
+            missing = [f for f in FIELDS if f not in row]
+            if missing:
+                raise DataError(f"{path}:{number} lacks {', '.join(missing)}; it was not written by SAVE_ROLLOUT_DATA")
+            group = groups.setdefault((row["group_index"], row.get("instance_id")), len(groups))
+            samples.append(Sample(group_index=group, index=row.get("index"), tokens=row["tokens"],
+                                  response_length=row["response_length"], loss_mask=row["loss_mask"],
+                                  rollout_log_probs=row["rollout_log_probs"], reward=float(row["reward"]),
+                                  status=Status.COMPLETED,
+                                  metadata={"instance_id": row.get("instance_id"), "resolved": row.get("resolved")}))
+    return samples
+
+
+class ReplayDriver:
+    """Step N's samples from ``step_N.jsonl.gz``, stamped with the trainer's weight version."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.folder = Path(settings.train.load_rollout_data or "")
+        if not self.folder.is_dir():
+            raise DataError(f"LOAD_ROLLOUT_DATA={self.folder} is not a folder: pass a run's OUTPUT_DIR/rollout_data")
+
+    def generate(self, step: int, weight_version: int) -> tuple[list[Sample], dict[str, Any]]:
+        samples = load_step(self.folder / f"step_{step:06d}.jsonl.gz")
+        for x in samples:
+            x.metadata["weight_version"] = weight_version
+        return samples, {}
+
+    def sync_weights(self, hf_dir: Path, version: int) -> None:
+        """Nothing serves a replay: the exported folder is the result."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
