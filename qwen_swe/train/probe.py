@@ -4,6 +4,9 @@ under two sets of weights, summarised by what GRPO pushes on.
     python -m qwen_swe.train.probe --data RUN/rollout_data --before START_WEIGHTS --after END_WEIGHTS \\
         [--temperature 0.7] [--out probe.json]
 
+With ``--data`` naming steps the weights were *not* trained on (a replay of the others, ``LOAD_ROLLOUT_DATA``), it
+measures transfer: whether an update moves other tasks' trajectories toward their successes.
+
 In a group with both outcomes GRPO raises the successes and lowers the failures, and since a group's
 trajectories share their prompt and often a prefix, its signal sits where they part. So per such group:
 the change of the successes' and the failures' log-probs (summed over their trained tokens), the change of their
@@ -47,11 +50,12 @@ class Trajectory:
         return sum(lp for lp, m in zip(self.logp[name], self.loss_mask) if m)
 
 
-def load(data: Path) -> list[Trajectory]:
-    """Every sample of every ``step_*.jsonl.gz`` under ``data`` (or that one file)."""
-    files = [data] if data.is_file() else sorted(data.glob("step_*.jsonl.gz"))
+def load(*data: Path) -> list[Trajectory]:
+    """Every sample of these ``step_*.jsonl.gz`` files, or of every one in these folders."""
+    files = [f for d in data for f in ([d] if d.is_file() else sorted(d.glob("step_*.jsonl.gz")))]
     if not files:
-        raise ConfigError(f"--data {data}: no step_*.jsonl.gz files; the run needs SAVE_ROLLOUT_DATA=true")
+        raise ConfigError(f"--data {' '.join(map(str, data))}: no step_*.jsonl.gz files; the run needs "
+                          "SAVE_ROLLOUT_DATA=true")
     out = []
     for f in files:
         with gzip.open(f, "rt") as fh:
@@ -133,19 +137,20 @@ def report(s: dict[str, Any]) -> str:
         return "-" if x is None else format(x, spec)
 
     return "\n".join([
-        f"groups with both outcomes: {s['mixed_groups']} (GRPO trains on them); "
+        f"groups with both outcomes: {s['mixed_groups']} (the kind GRPO trains on); "
         f"with equal rewards: {s['equal_groups']}",
         f"  log-prob of a trajectory's trained tokens, after - before: successes {f(s['success_delta'])}, "
         f"failures {f(s['failure_delta'])}; margin {f(s['margin_delta'])} nats a group "
         f"({s['margins_up']} of {s['mixed_groups']} groups moved toward their successes)",
         f"  at the {s['forks']} forks (where a failure leaves a success): the success's token "
         f"p {f(s['fork_p_before'], '.3f')} -> {f(s['fork_p_after'], '.3f')}",
-        f"  groups not trained on (equal rewards): {f(s['equal_delta'])} nats a trajectory"])
+        f"  groups with equal rewards (no GRPO signal): {f(s['equal_delta'])} nats a trajectory"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m qwen_swe.train.probe", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, required=True, help="a run's rollout_data folder or one step's file")
+    ap.add_argument("--data", type=Path, nargs="+", required=True,
+                    help="a run's rollout_data folder, or step files of it (say, steps a replay did not train on)")
     ap.add_argument("--before", required=True, help="the weights the run started from (an HF folder)")
     ap.add_argument("--after", required=True, help="the weights to compare (an HF folder)")
     ap.add_argument("--temperature", type=float, default=1.0, help="the run's sampling temperature")
@@ -154,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("before", "after"):
         if not (Path(getattr(args, name)) / "config.json").is_file():
             raise SystemExit(f"--{name} {getattr(args, name)}: no config.json there; pass an HF weights folder")
-    groups = groups_of(load(args.data))
+    groups = groups_of(load(*args.data))
     wanted = [t for g in groups for t in g]
     score(wanted, args.before, "before", args.temperature)
     score(wanted, args.after, "after", args.temperature)
