@@ -74,7 +74,10 @@ def test_the_probe_scores_saved_rollouts_at_the_sampling_temperature_and_compare
                        "--temperature", "0.7", "--out", str(out)]) == 0
     s = json.loads(out.read_text())
     assert s["mixed_groups"] == 1 and s["forks"] == 1 and s["success_delta"] != 0.0
-    assert probe.main(["--data", str(data), "--before", str(first), "--after", str(first)]) == 0  # one file
+    assert probe.main(["--data", str(data), "--before", str(first), "--after", str(first), "--bf16", "--skip-equal",
+                       "--out", str(out)]) == 0  # one file; the same weights move nothing
+    s = json.loads(out.read_text())
+    assert s["mixed_groups"] == 1 and s["equal_groups"] == 0 and s["margin_delta"] == 0.0
 
 
 def test_the_probe_names_what_is_missing():
