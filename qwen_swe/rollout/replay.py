@@ -6,11 +6,11 @@ rate, loss, LoRA) and measured with ``python -m qwen_swe.train.probe``."""
 from __future__ import annotations
 
 import gzip
-import json
 from pathlib import Path
 from typing import Any
 
 from qwen_swe.config.settings import Settings
+from qwen_swe.data.records import read_records
 from qwen_swe.data.sample import Sample, Status
 from qwen_swe.errors import DataError
 
@@ -25,14 +25,7 @@ def load_step(path: Path) -> list[Sample]:
     samples: list[Sample] = []
     groups: dict[tuple[Any, Any], int] = {}
     with gzip.open(path, "rt") as fh:
-        for number, line in enumerate(fh, start=1):
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise DataError(f"{path}:{number} is not JSON ({exc})") from None
-            missing = [f for f in FIELDS if f not in row]
-            if missing:
-                raise DataError(f"{path}:{number} lacks {', '.join(missing)}; it was not written by SAVE_ROLLOUT_DATA")
+        for row in read_records(fh, path, FIELDS, "it was not written by SAVE_ROLLOUT_DATA"):
             group = groups.setdefault((row["group_index"], row.get("instance_id")), len(groups))
             samples.append(Sample(group_index=group, index=row.get("index"), tokens=row["tokens"],
                                   response_length=row["response_length"], loss_mask=row["loss_mask"],

@@ -29,8 +29,11 @@ from typing import Any, Sequence
 
 import torch
 
+from qwen_swe.data.records import read_records
 from qwen_swe.errors import ConfigError
 from qwen_swe.train.policy import PolicyModel, make_micro_batch
+
+FIELDS = ("group_index", "reward", "tokens", "response_length", "loss_mask")
 
 
 @dataclass
@@ -59,8 +62,7 @@ def load(*data: Path) -> list[Trajectory]:
     out = []
     for f in files:
         with gzip.open(f, "rt") as fh:
-            for line in fh:
-                r = json.loads(line)
+            for r in read_records(fh, f, FIELDS, "it was not written by SAVE_ROLLOUT_DATA"):
                 out.append(Trajectory((f.name, int(r["group_index"])), float(r["reward"]), r["tokens"],
                                       int(r["response_length"]), r["loss_mask"]))
     return out

@@ -9,12 +9,12 @@ reinforcement learning will see.
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 from typing import Any
 
 from qwen_swe.config.settings import Settings
+from qwen_swe.data.records import read_records
 from qwen_swe.data.sample import Sample, Status
 from qwen_swe.errors import DataError
 
@@ -32,18 +32,7 @@ def load_demos(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise DataError(f"SFT_DATA={path} does not exist: collect demonstrations with "
                         "`python -m qwen_swe.warmstart collect`")
-    demos = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            demo = json.loads(line)
-        except ValueError as exc:
-            raise DataError(f"{path}:{number} is not JSON ({exc})") from None
-        missing = [f for f in FIELDS if f not in demo]
-        if missing:
-            raise DataError(f"{path}:{number} lacks {', '.join(missing)}; re-collect the demonstrations")
-        demos.append(demo)
+    demos = list(read_records(path.read_text().splitlines(), path, FIELDS, "re-collect the demonstrations"))
     if not demos:
         raise DataError(f"{path} holds no demonstrations")
     return demos
