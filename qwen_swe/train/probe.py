@@ -38,7 +38,7 @@ FIELDS = ("group_index", "reward", "tokens", "response_length", "loss_mask")
 
 @dataclass
 class Trajectory:
-    group: tuple[str, int]  # (step file, group index)
+    group: tuple[str, int, str]  # (step file, group index, instance): one group
     reward: float
     tokens: list[int]
     response_length: int
@@ -63,13 +63,14 @@ def load(*data: Path) -> list[Trajectory]:
     for f in files:
         with gzip.open(f, "rt") as fh:
             for r in read_records(fh, f, FIELDS, "it was not written by SAVE_ROLLOUT_DATA"):
-                out.append(Trajectory((f.name, int(r["group_index"])), float(r["reward"]), r["tokens"],
-                                      int(r["response_length"]), r["loss_mask"]))
+                group = (f.name, int(r["group_index"]), str(r.get("instance_id")))
+                out.append(Trajectory(group, float(r["reward"]), r["tokens"], int(r["response_length"]),
+                                      r["loss_mask"]))
     return out
 
 
 def groups_of(trajectories: Sequence[Trajectory]) -> list[list[Trajectory]]:
-    by: dict[tuple[str, int], list[Trajectory]] = {}
+    by: dict[tuple[str, int, str], list[Trajectory]] = {}
     for t in trajectories:
         by.setdefault(t.group, []).append(t)
     return list(by.values())
@@ -158,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--after", required=True, help="the weights to compare (an HF folder)")
     ap.add_argument("--temperature", type=float, default=1.0, help="the run's sampling temperature")
     ap.add_argument("--bf16", action="store_true",
-                    help="compute in bf16 (about 3 times faster on a CPU; the trainer's MIXED_PRECISION computes so)")
+                    help="compute in bf16, as the trainer does with MIXED_PRECISION (faster on most CPUs)")
     ap.add_argument("--skip-equal", action="store_true",
                     help="score only the groups with both outcomes (most groups have equal rewards)")
     ap.add_argument("--out", type=Path, help="write the summary here as JSON")

@@ -19,7 +19,7 @@ PROMPT = [11, 12, 13]
 
 def _t(group: int, reward: float, response: list[int], mask: list[int], before: list[float],
        after: list[float]) -> probe.Trajectory:
-    t = probe.Trajectory(("step_000000.jsonl.gz", group), reward, PROMPT + response, len(response), mask)
+    t = probe.Trajectory(("step_000000.jsonl.gz", group, "a"), reward, PROMPT + response, len(response), mask)
     t.logp = {"before": before, "after": after}
     return t
 
