@@ -31,6 +31,7 @@ import torch
 
 from qwen_swe.data.records import read_records
 from qwen_swe.errors import ConfigError
+from qwen_swe.train.grpo import zero_variance_mask
 from qwen_swe.train.policy import PolicyModel, make_micro_batch
 
 FIELDS = ("group_index", "reward", "tokens", "response_length", "loss_mask")
@@ -69,6 +70,11 @@ def load(*data: Path) -> list[Trajectory]:
     return out
 
 
+def has_signal(group: Sequence[Trajectory]) -> bool:
+    """GRPO trains on the group: its rewards differ (the trainer's own test)."""
+    return not bool(zero_variance_mask(torch.tensor([[t.reward for t in group]]))[0])
+
+
 def groups_of(trajectories: Sequence[Trajectory]) -> list[list[Trajectory]]:
     by: dict[tuple[str, int, str], list[Trajectory]] = {}
     for t in trajectories:
@@ -103,8 +109,8 @@ def fork(success: Trajectory, failure: Trajectory) -> int | None:
 
 def summarise(groups: Sequence[list[Trajectory]], before: str = "before", after: str = "after") -> dict[str, Any]:
     """The changes from ``before`` to ``after`` of the groups GRPO trains on and of those it does not."""
-    mixed = [g for g in groups if len({t.reward for t in g}) > 1]
-    equal = [g for g in groups if len({t.reward for t in g}) == 1]
+    mixed = [g for g in groups if has_signal(g)]
+    equal = [g for g in groups if not has_signal(g)]
 
     def delta(t: Trajectory) -> float:
         return t.trained_sum(after) - t.trained_sum(before)
@@ -169,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SystemExit(f"--{name} {getattr(args, name)}: no config.json there; pass an HF weights folder")
     groups = groups_of(load(*args.data))
     if args.skip_equal:
-        groups = [g for g in groups if len({t.reward for t in g}) > 1]
+        groups = [g for g in groups if has_signal(g)]
     wanted = [t for g in groups for t in g]
     dtype = torch.bfloat16 if args.bf16 else torch.float32
     score(wanted, args.before, "before", args.temperature, dtype)
