@@ -220,7 +220,8 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     t = time.monotonic()
     common = {**AGENT, "SEED": str(args.seed), "MIXED_PRECISION": str(args.mixed_precision).lower()}
     if not (work / "demos" / "demos_report.json").is_file():
-        _run([sys.executable, "-m", "qwen_swe.warmstart", "collect", "--out", str(work / "demos")],
+        _run([sys.executable, "-m", "qwen_swe.warmstart", "collect", "--out", str(work / "demos"),
+              "--recover", str(args.demo_recover)],
              {**common, "DATASET": str(demo_rows), "OUTPUT_DIR": str(work / "demos"), "REWARD_MODE": "binary",
               "RUN_ID": "qwen-swe-bench-demos"}, work / "collect.log")
     demos = json.loads((work / "demos" / "demos_report.json").read_text())
@@ -325,7 +326,8 @@ def _report(r: dict[str, Any], work: Path) -> None:
 
     print(f"command: {' '.join(sys.argv)}  (seed {r['seed']}, work {work})")
     print(f"warm start: {r['demos']['demonstrations']} expert demonstrations of {r['demos']['tasks']} train tasks, "
-          f"{r['args']['sft_steps']} SFT steps of {r['args']['sft_batch']}")
+          f"{r['args']['sft_steps']} SFT steps of {r['args']['sft_batch']}"
+          + (f"; recovering from a stumble: {r['demos']['stumbles']}" if r["demos"].get("stumbles") else ""))
     if r["temperature_on_train"]:
         print(f"sampling temperature {r['temperature']:g}, chosen on {r['args']['pick_tasks']} train tasks "
               f"(resolved per temperature: {r['temperature_on_train']})")
@@ -361,6 +363,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--localized", action="store_true",
                     help="generate only bugs whose failure's traceback passes through the faulty line")
     ap.add_argument("--demos", type=int, default=0, help="train tasks the expert demonstrates (0 = all)")
+    ap.add_argument("--demo-recover", type=float, default=0.0,
+                    help="fraction of demonstrations that stumble on an edit first and recover (the stumble untrained)")
     ap.add_argument("--sft-steps", type=int, default=16)
     ap.add_argument("--sft-batch", type=int, default=4)
     ap.add_argument("--sft-lr", type=float, default=5e-5)

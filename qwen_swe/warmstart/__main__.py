@@ -27,6 +27,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m qwen_swe.warmstart", description=__doc__)
     parser.add_argument("command", choices=("collect",))
     parser.add_argument("--out", type=Path, required=True, help="folder for demos.jsonl and demos_report.json")
+    parser.add_argument("--recover", type=float, default=0.0,
+                        help="fraction of tasks whose demonstration stumbles on an edit first and recovers")
     own, rest = parser.parse_known_args(argv)
     install()
     settings = None
@@ -34,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings(rest)
         rows = load_instances(settings.dataset_source, settings.instance_list)
         start = time.monotonic()
-        report = asyncio.run(collect(rows, settings, own.out))
+        report = asyncio.run(collect(rows, settings, own.out, own.recover))
         print(json.dumps({**report, "seconds": round(time.monotonic() - start, 1)}))
         return 0 if report["demonstrations"] else 1
     except SetupError as exc:

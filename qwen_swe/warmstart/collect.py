@@ -17,7 +17,7 @@ from qwen_swe.data.prompts import build_prompt
 from qwen_swe.data.sample import Sample, Status
 from qwen_swe.rollout.engine import RolloutEngine
 from qwen_swe.rollout.progress import BatchStats
-from qwen_swe.warmstart.demos import demo_line
+from qwen_swe.warmstart.demos import demo_line, mask_out
 from qwen_swe.warmstart.expert import ExpertServer, one_line_fix
 
 DEMOS = "demos.jsonl"
@@ -39,12 +39,14 @@ def usable(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     return keep, len(rows) - len(keep)
 
 
-async def collect(rows: list[dict[str, Any]], settings: Settings, out: Path) -> dict[str, Any]:
-    """Run the expert on ``rows``; write ``out/demos.jsonl`` (resolved rollouts) and return the counts."""
+async def collect(rows: list[dict[str, Any]], settings: Settings, out: Path, recover: float = 0.0) -> dict[str, Any]:
+    """Run the expert on ``rows``; write ``out/demos.jsonl`` (resolved rollouts) and return the counts.
+    ``recover``: the fraction of tasks whose demonstration recovers from a stumble (``expert.py``)."""
     from transformers import AutoTokenizer  # late: heavy
 
     rows, skipped = usable(rows)
-    expert = ExpertServer(rows, await asyncio.to_thread(AutoTokenizer.from_pretrained, settings.model_name))
+    expert = ExpertServer(rows, await asyncio.to_thread(AutoTokenizer.from_pretrained, settings.model_name),
+                          recover=recover)
     engine = RolloutEngine(settings, upstream=await expert.start(), model=settings.model_name, served_model="expert")
     samples = [Sample(group_index=i, index=0, prompt=build_prompt(row), metadata=dict(row))
                for i, row in enumerate(rows)]
@@ -57,13 +59,19 @@ async def collect(rows: list[dict[str, Any]], settings: Settings, out: Path) -> 
         await expert.stop()
     out.mkdir(parents=True, exist_ok=True)
     resolved = [s for s in samples if s.status != Status.ABORTED and s.metadata.get("resolved")]
+    stumbles: dict[str, int] = {}
     with (out / DEMOS).open("w") as f:
         for sample in resolved:
-            f.write(json.dumps(demo_line(sample)) + "\n")
+            stumble, span = expert.mistake_ids(sample.metadata)
+            if stumble is not None:
+                sample.loss_mask = mask_out(list(sample.tokens), sample.response_length, list(sample.loss_mask), span)
+                stumbles[stumble] = stumbles.get(stumble, 0) + 1
+            f.write(json.dumps(demo_line(sample, stumble)) + "\n")
     report = {"tasks": len(rows), "skipped": skipped, "demonstrations": len(resolved),
               "dropped": sum(s.status == Status.ABORTED for s in samples),
               "unresolved": sum(s.status != Status.ABORTED and not s.metadata.get("resolved") for s in samples),
               "tokens": sum(len(s.tokens) for s in resolved),
-              "trained_tokens": sum(sum(s.loss_mask or []) for s in resolved)}
+              "trained_tokens": sum(sum(s.loss_mask or []) for s in resolved), "recover": recover,
+              "stumbles": stumbles}
     (out / "demos_report.json").write_text(json.dumps(report, indent=1) + "\n")
     return report

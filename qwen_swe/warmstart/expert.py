@@ -11,10 +11,19 @@ output, a line from the file), so a policy can learn it for tasks it has not see
 fix, the expert gives up and the rollout, unresolved, is no demonstration. It recognises the task by its problem
 statement in the prompt, and the turn by the assistant turns already in it. Its completions are the tokenizer's ids
 of the text plus the end-of-turn id, with log-probability 0 (the supervised loss does not read them).
+
+With ``recover`` > 0, that fraction of the tasks (chosen from a digest of the statement) gets a *stumble* first, one
+of the two edit errors a warm-started policy makes most on the train side and never recovers from: an edit that
+changes nothing (``noop``: qwen-code answers "No changes to apply") after which it stops, and an edit whose
+``old_string`` is not in the file (``swap``: old and new exchanged; "0 occurrences found") after which it reads the
+file again and again. The expert then recovers: after a ``noop`` it writes the real fix, after a ``swap`` it reads
+the file and writes it. The stumble's own completion is kept out of the loss (``mistake``), so a policy learns what
+to do after such an error and never to make it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -29,6 +38,7 @@ from qwen_swe.paths import TESTBED
 
 DONE = "I fixed the bug."
 GIVE_UP = "I could not find the code."
+NOOP, SWAP = "noop", "swap"  # the stumbles
 END_OF_TURN = "<|im_end|>"
 ASSISTANT = "<|im_start|>assistant"
 
@@ -73,9 +83,28 @@ def search_command(names: Sequence[str]) -> str:
     return f'grep -rnE "(def|class) ({"|".join(names)})\\b" {TESTBED} --include=*.py'
 
 
-def expert_turn(fix: Fix, turn: int, names: Sequence[str] | None = None, last_output: str = "") -> str:
+def stumble_for(statement: str, recover: float) -> str | None:
+    """The stumble a task gets (None for most when ``recover`` is small): a fixed choice from the statement's digest,
+    the same on every machine and every run."""
+    digest = hashlib.sha256(statement.strip().encode()).digest()
+    if int.from_bytes(digest[:8], "big") / 2 ** 64 >= recover:
+        return None
+    return (NOOP, SWAP)[digest[8] % 2]
+
+
+def mistake(fix: Fix, stumble: str) -> str:
+    """The stumble's completion: an edit that changes nothing, or one with old and new exchanged."""
+    target = f"{TESTBED}/{fix.path}"
+    if stumble == NOOP:
+        return tool_call("edit", file_path=target, old_string=fix.buggy.strip(), new_string=fix.buggy.strip())
+    return tool_call("edit", file_path=target, old_string=fix.fixed.strip(), new_string=fix.buggy.strip())
+
+
+def expert_turn(fix: Fix, turn: int, names: Sequence[str] | None = None, last_output: str = "",
+                stumble: str | None = None) -> str:
     """The completion for ``turn``; ``names`` (the statement's imports) turns on the search step, an empty list
-    means there is nothing to search for; ``names=None`` reads the file at once (the traceback shows it)."""
+    means there is nothing to search for; ``names=None`` reads the file at once (the traceback shows it);
+    ``stumble`` puts a mistaken edit and the recovery from it before the fix."""
     target = f"{TESTBED}/{fix.path}"
     if names is not None:
         if not names:
@@ -87,6 +116,12 @@ def expert_turn(fix: Fix, turn: int, names: Sequence[str] | None = None, last_ou
             return GIVE_UP  # the search did not show the file: not a demonstration a policy could follow
     if turn == 0:
         return tool_call("read_file", file_path=target)  # qwen-code refuses to edit a file it has not read
+    if stumble is not None:
+        if turn == 1:
+            return mistake(fix, stumble)
+        if stumble == SWAP and turn == 2:
+            return tool_call("read_file", file_path=target)  # what the error asks for
+        turn -= 2 if stumble == SWAP else 1
     if turn == 1:
         # the line without its indentation: what a traceback prints, and fewer spaces to count; the edit keeps the
         # file's indentation because it replaces only the text after it
@@ -98,8 +133,10 @@ class ExpertServer:
     """An OpenAI-compatible ``/v1/completions`` upstream that plays the expert for the given rows."""
 
     def __init__(self, rows: Sequence[dict[str, Any]], tokenizer: Any, model: str = "expert",
-                 search: bool = True) -> None:
-        self.tokenizer, self.model, self.search = tokenizer, model, search
+                 search: bool = True, recover: float = 0.0) -> None:
+        if not 0.0 <= recover <= 1.0:
+            raise DataError(f"recover={recover}: the fraction of tasks with a stumble must be in [0, 1]")
+        self.tokenizer, self.model, self.search, self.recover = tokenizer, model, search, recover
         self.fixes: dict[str, Fix] = {}
         for row in rows:
             fix = one_line_fix(row.get("patch", ""))
@@ -121,7 +158,17 @@ class ExpertServer:
         traced = fix.path in traceback_paths(statement)
         names = imported_names(statement) if self.search and not traced else None
         last_output = prompt_text.rsplit(ASSISTANT, 1)[0].rsplit("<tool_response>", 1)[-1]
-        return expert_turn(fix, max(prompt_text.count(ASSISTANT) - 1, 0), names, last_output)
+        return expert_turn(fix, max(prompt_text.count(ASSISTANT) - 1, 0), names, last_output,
+                           stumble_for(statement, self.recover))
+
+    def mistake_ids(self, row: dict[str, Any]) -> tuple[str | None, list[int]]:
+        """A task's stumble and the token ids of its completion (to keep out of the loss); (None, []) without."""
+        statement = row["problem_statement"].strip()
+        stumble = stumble_for(statement, self.recover)
+        if stumble is None:
+            return None, []
+        text = mistake(self.fixes[statement], stumble)
+        return stumble, list(self.tokenizer.encode(text, add_special_tokens=False)) + [self.end_id]
 
     async def _completions(self, request: web.Request) -> web.Response:
         body = await request.json()

@@ -12,9 +12,9 @@ from qwen_swe.config.settings import Settings
 from qwen_swe.errors import DataError
 from qwen_swe.train.trainer import prepare_batch
 from qwen_swe.warmstart.collect import usable
-from qwen_swe.warmstart.demos import DemoDriver
-from qwen_swe.warmstart.expert import (DONE, GIVE_UP, ExpertServer, expert_turn, imported_names,
-                                       one_line_fix, search_command, traceback_paths)
+from qwen_swe.warmstart.demos import DemoDriver, mask_out
+from qwen_swe.warmstart.expert import (DONE, GIVE_UP, NOOP, SWAP, ExpertServer, expert_turn, imported_names,
+                                       one_line_fix, search_command, stumble_for, traceback_paths)
 
 PATCH = ("diff --git a/pkg/mod.py b/pkg/mod.py\nindex 1..2 100644\n--- a/pkg/mod.py\n+++ b/pkg/mod.py\n"
          "@@ -3,3 +3,3 @@ def f(x):\n     a = 1\n-    return x - a\n+    return x + a\n \n")
@@ -212,3 +212,30 @@ def test_split_train_keeps_grpo_sites_away_from_the_demonstrations():
     assert split_train(train, 0, 0.5) == (demo, rl) and split_train(train, 1, 0.5) != (demo, rl)
     with pytest.raises(ValueError, match="rl-sites"):
         split_train(train, 0, 1.0)
+
+
+def test_expert_stumbles_on_a_fixed_fraction_of_tasks_and_recovers():
+    statements = [f"bug {i}" for i in range(400)]
+    kinds = [stumble_for(s, 0.5) for s in statements]
+    assert 150 < sum(k is not None for k in kinds) < 250 and {NOOP, SWAP} <= set(kinds)
+    assert kinds == [stumble_for(s, 0.5) for s in statements]  # from the statement alone: same on every run
+    assert all(stumble_for(s, 0.0) is None for s in statements) and None not in {stumble_for(s, 1.0) for s in statements}
+    fix = one_line_fix(PATCH)
+    calls = [expert_turn(fix, t, stumble=NOOP) for t in range(4)]
+    noop = json.loads(calls[1].split("\n")[1])["arguments"]
+    assert noop["old_string"] == noop["new_string"] == "return x - a"  # changes nothing
+    assert calls[2] == expert_turn(fix, 1) and calls[3] == DONE  # then the real fix
+    calls = [expert_turn(fix, t, stumble=SWAP) for t in range(5)]
+    swap = json.loads(calls[1].split("\n")[1])["arguments"]
+    assert (swap["old_string"], swap["new_string"]) == ("return x + a", "return x - a")  # not in the file
+    assert calls[2] == calls[0] and calls[3] == expert_turn(fix, 1) and calls[4] == DONE  # read again, then fix
+    with pytest.raises(DataError, match="recover"):
+        ExpertServer([_row("a", "bug")], _Tok(), recover=1.5)
+
+
+def test_a_stumble_is_kept_out_of_the_loss_and_only_there():
+    tokens = [9, 9, 5, 6, 7, 2, 8, 8, 5, 6, 7, 2]  # prompt 9 9 | stumble 5 6 7 2 | tool 8 8 | fix 5 6 7 2
+    mask = [1, 1, 1, 1, 0, 0, 1, 1, 1, 1]
+    assert mask_out(tokens, 10, mask, [5, 6, 7, 2]) == [0, 0, 0, 0, 0, 0, 1, 1, 1, 1]
+    with pytest.raises(DataError, match="stumble"):
+        mask_out(tokens, 10, [1, 1, 1, 0, 0, 0, 1, 1, 1, 0], [5, 6, 7, 2])  # never fully trained: not the stumble
