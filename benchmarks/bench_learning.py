@@ -42,6 +42,7 @@ from qwen_swe.warmstart.expert import one_line_fix
 # Its sampling temperature is --temperature, or the one --pick-temperature chooses on train tasks.
 AGENT = {"TOOL_CHOICE": "auto", "MAX_TURNS": "5", "AGENT_MAX_TOKENS": "256", "AGENT_TIMEOUT": "180"}
 PHASE_TIMEOUT = 3 * 3600
+EDIT_ERRORS = ("No changes to apply", "0 occurrences found")  # qwen-code's edit tool: a no-op, old text not found
 
 
 def _run(cmd: list[str], env: dict[str, str], log: Path) -> None:
@@ -141,11 +142,18 @@ def _calls(rollout: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def _edit_error(rollout: dict[str, Any]) -> bool:
+    """Whether an edit was refused: qwen-code's answers to an edit that changes nothing or whose text is not there."""
+    messages = (rollout.get("conversation") or {}).get("messages") or []
+    return any(m.get("role") == "tool" and any(e in str(m.get("content")) for e in EDIT_ERRORS) for m in messages)
+
+
 def funnel(rollouts: list[dict[str, Any]], rows: dict[str, dict[str, Any]]) -> dict[str, int]:
     """How far attempts get, counted against each task's gold patch: a tool call, reading the file to fix, an edit
-    whose ``old_string`` holds the buggy line, the gold fix exactly, a patch, resolved."""
+    whose ``old_string`` holds the buggy line, the gold fix exactly, a patch, resolved; and on the side, the
+    attempts with a refused edit (``EDIT_ERRORS``) and those of them resolved all the same (recovered)."""
     out = dict.fromkeys(("attempts", "tool_call", "read_target", "edit_buggy_line", "exact_fix", "patch",
-                         "resolved"), 0)
+                         "resolved", "edit_error", "recovered"), 0)
     for r in rollouts:
         if r.get("status") == "aborted":
             continue
@@ -160,7 +168,8 @@ def funnel(rollouts: list[dict[str, Any]], rows: dict[str, dict[str, Any]]) -> d
                 "exact_fix": bool(fix) and any(str(e.get("old_string", "")).strip() == buggy
                                                and str(e.get("new_string", "")).strip() == fix.fixed.strip()
                                                for e in edits),
-                "patch": bool((r.get("patch") or "").strip()), "resolved": bool(r.get("resolved"))}
+                "patch": bool((r.get("patch") or "").strip()), "resolved": bool(r.get("resolved")),
+                "edit_error": _edit_error(r), "recovered": _edit_error(r) and bool(r.get("resolved"))}
         for key, hit in hits.items():
             out[key] += bool(hit)
     return out

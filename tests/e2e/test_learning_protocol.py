@@ -11,16 +11,16 @@ import json
 import pytest
 from safetensors.torch import load_file
 
-from benchmarks.bench_learning import parser, run_protocol
+from benchmarks.bench_learning import AGENT, parser, run_protocol
 from qwen_swe.paths import embedded_model_dir
-from qwen_swe.warmstart.expert import one_line_fix, traceback_paths
+from qwen_swe.warmstart.expert import NOOP, SWAP, one_line_fix, traceback_paths
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.vllm, pytest.mark.agent]
 
 
 @pytest.mark.timeout(2700)
 def test_small_protocol(tmp_path):
-    args = parser().parse_args(["--seed", "5", "--demos", "8", "--sft-steps", "1", "--sft-batch", "2",
+    args = parser().parse_args(["--seed", "5", "--demos", "8", "--demo-recover", "0.5", "--sft-steps", "1", "--sft-batch", "2",
                                 "--sft-lr", "1e-4", "--heldout-tasks", "1", "--k", "1", "--rl-steps", "1",
                                 "--rl-batch", "1", "--n-samples", "2", "--dynamic-sampling", "--sampling-rounds", "2",
                                 "--work", str(tmp_path)])
@@ -36,12 +36,20 @@ def test_small_protocol(tmp_path):
     demos = result["demos"]  # the expert resolves what its search finds, through the real stack, and gives up on
     assert demos["demonstrations"] == len(demo_ids) >= 1 and not demos["dropped"], demos  # the rest: no demo
     assert demos["demonstrations"] + demos["unresolved"] == demos["tasks"], demos
+    stumbles = {}
     for line in (tmp_path / "demos" / "demos.jsonl").read_text().splitlines():
         demo = json.loads(line)
         row = next(r for r in train if r["instance_id"] == demo["instance_id"])
         traced = one_line_fix(row["patch"]).path in traceback_paths(row["problem_statement"])
-        # search (unless the statement's traceback names the file), read, edit, then the final answer
-        assert (demo["tool_calls"], demo["turns"]) == ((2, 3) if traced else (3, 4)), demo
+        # search (unless the statement's traceback names the file), read, [stumble, [read again,]] edit, final answer
+        calls = 2 + (not traced) + {None: 0, NOOP: 1, SWAP: 2}[demo["stumble"]]
+        turns = min(calls + 1, int(AGENT["MAX_TURNS"]))  # the turn limit may come before the final answer
+        assert (demo["tool_calls"], demo["turns"]) == (min(calls, turns), turns), demo
+        mask = demo["loss_mask"]
+        trained_turns = sum(1 for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1]))
+        assert trained_turns == demo["turns"] - bool(demo["stumble"]), demo  # every turn trained but the stumble
+        stumbles[demo["stumble"]] = stumbles.get(demo["stumble"], 0) + 1
+    assert {k: v for k, v in stumbles.items() if k} == demos["stumbles"], (stumbles, demos)
 
     sft = json.loads((tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()[0])
     assert not sft["skipped_update"] and sft["nll"] > 0 and sft["trainable_samples"] == 2  # epochs wrap around

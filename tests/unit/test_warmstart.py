@@ -183,7 +183,12 @@ def test_funnel_counts_how_far_attempts_get_against_the_gold_patch():
                          patch="diff", resolved=True),
                 {**_attempt("t", read), "status": "aborted"}]
     assert funnel(attempts, rows) == {"attempts": 4, "tool_call": 3, "read_target": 2, "edit_buggy_line": 2,
-                                      "exact_fix": 1, "patch": 2, "resolved": 1}
+                                      "exact_fix": 1, "patch": 2, "resolved": 1, "edit_error": 0, "recovered": 0}
+    refused = {"role": "tool", "content": "Failed to edit, 0 occurrences found for old_string in /testbed/pkg/mod.py"}
+    for attempt in attempts[2:4]:
+        attempt["conversation"]["messages"].insert(1, refused)
+    counts = funnel(attempts, rows)
+    assert (counts["edit_error"], counts["recovered"]) == (2, 1)
 
 
 def test_a_checkpoint_folder_keeps_its_base_models_tool_call_format(tmp_path):
