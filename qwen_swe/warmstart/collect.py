@@ -1,7 +1,8 @@
 """Collect expert demonstrations: the expert (``expert.py``) through the real agent, proxy and grader.
 
-Every task gets one rollout from the expert; a rollout the grader resolves becomes a demonstration (rejection
-sampling, as SWE-smith's trajectories are filtered), any other is counted and left out. Only the rows given are
+Every task gets one rollout from the expert (and, with ``recover``, some a second one that stumbles and recovers); a
+rollout the grader resolves becomes a demonstration (rejection sampling, as SWE-smith's trajectories are filtered),
+any other is counted and left out. Only the rows given are
 used: pass the *train* split, never the held-out one.
 """
 
@@ -39,14 +40,8 @@ def usable(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     return keep, len(rows) - len(keep)
 
 
-async def collect(rows: list[dict[str, Any]], settings: Settings, out: Path, recover: float = 0.0) -> dict[str, Any]:
-    """Run the expert on ``rows``; write ``out/demos.jsonl`` (resolved rollouts) and return the counts.
-    ``recover``: the fraction of tasks whose demonstration recovers from a stumble (``expert.py``)."""
-    from transformers import AutoTokenizer  # late: heavy
-
-    rows, skipped = usable(rows)
-    expert = ExpertServer(rows, await asyncio.to_thread(AutoTokenizer.from_pretrained, settings.model_name),
-                          recover=recover)
+async def _play(expert: ExpertServer, rows: list[dict[str, Any]], settings: Settings) -> list[Sample]:
+    """One expert rollout per row through the real agent, proxy and grader."""
     engine = RolloutEngine(settings, upstream=await expert.start(), model=settings.model_name, served_model="expert")
     samples = [Sample(group_index=i, index=0, prompt=build_prompt(row), metadata=dict(row))
                for i, row in enumerate(rows)]
@@ -57,17 +52,34 @@ async def collect(rows: list[dict[str, Any]], settings: Settings, out: Path, rec
     finally:
         await engine.stop()
         await expert.stop()
+    return samples
+
+
+async def collect(rows: list[dict[str, Any]], settings: Settings, out: Path, recover: float = 0.0) -> dict[str, Any]:
+    """Run the expert on ``rows``; write ``out/demos.jsonl`` (resolved rollouts) and return the counts.
+    ``recover``: the fraction of tasks that get a second demonstration, one that recovers from a stumble
+    (``expert.py``); every task keeps its straight one, so the path without errors is taught as often as without."""
+    from transformers import AutoTokenizer  # late: heavy
+
+    rows, skipped = usable(rows)
+    tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, settings.model_name)
+    straight = await _play(ExpertServer(rows, tokenizer), rows, settings)
+    stumbler = ExpertServer(rows, tokenizer, recover=recover)
+    stumbling = [row for row in rows if stumbler.mistake_ids(row)[0] is not None]
+    stumbled = await _play(stumbler, stumbling, settings) if stumbling else []
+    samples = straight + stumbled
     out.mkdir(parents=True, exist_ok=True)
     resolved = [s for s in samples if s.status != Status.ABORTED and s.metadata.get("resolved")]
     stumbles: dict[str, int] = {}
+    second = {id(s) for s in stumbled}
     with (out / DEMOS).open("w") as f:
         for sample in resolved:
-            stumble, span = expert.mistake_ids(sample.metadata)
+            stumble, span = stumbler.mistake_ids(sample.metadata) if id(sample) in second else (None, [])
             if stumble is not None:
                 sample.loss_mask = mask_out(list(sample.tokens), sample.response_length, list(sample.loss_mask), span)
                 stumbles[stumble] = stumbles.get(stumble, 0) + 1
             f.write(json.dumps(demo_line(sample, stumble)) + "\n")
-    report = {"tasks": len(rows), "skipped": skipped, "demonstrations": len(resolved),
+    report = {"tasks": len(rows), "skipped": skipped, "attempts": len(samples), "demonstrations": len(resolved),
               "dropped": sum(s.status == Status.ABORTED for s in samples),
               "unresolved": sum(s.status != Status.ABORTED and not s.metadata.get("resolved") for s in samples),
               "tokens": sum(len(s.tokens) for s in resolved),

@@ -31,14 +31,16 @@ def test_small_protocol(tmp_path):
     heldout = [json.loads(x) for x in (tasks / "heldout.jsonl").read_text().splitlines()]
     assert len(train) + len(heldout) >= 100 and heldout
     assert not {r["bug_site"] for r in train} & {r["bug_site"] for r in heldout}
-    demo_ids = {json.loads(x)["instance_id"] for x in (tmp_path / "demos" / "demos.jsonl").read_text().splitlines()}
+    lines = [json.loads(x) for x in (tmp_path / "demos" / "demos.jsonl").read_text().splitlines()]
+    demo_ids = {demo["instance_id"] for demo in lines}
     assert demo_ids and demo_ids <= {r["instance_id"] for r in train}  # never a held-out task
     demos = result["demos"]  # the expert resolves what its search finds, through the real stack, and gives up on
-    assert demos["demonstrations"] == len(demo_ids) >= 1 and not demos["dropped"], demos  # the rest: no demo
-    assert demos["demonstrations"] + demos["unresolved"] == demos["tasks"], demos
+    assert demos["demonstrations"] == len(lines) >= 1 and not demos["dropped"], demos  # the rest: no demo
+    assert demos["demonstrations"] + demos["unresolved"] == demos["attempts"] > demos["tasks"], demos
+    straight = {demo["instance_id"] for demo in lines if not demo["stumble"]}
+    assert demo_ids == straight and len(straight) < len(lines), lines  # a recovery adds to a task's straight demo
     stumbles = {}
-    for line in (tmp_path / "demos" / "demos.jsonl").read_text().splitlines():
-        demo = json.loads(line)
+    for demo in lines:
         row = next(r for r in train if r["instance_id"] == demo["instance_id"])
         traced = one_line_fix(row["patch"]).path in traceback_paths(row["problem_statement"])
         # search (unless the statement's traceback names the file), read, [stumble, [read again,]] edit, final answer
