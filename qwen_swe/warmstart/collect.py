@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,8 @@ async def collect(rows: list[dict[str, Any]], settings: Settings, out: Path, rec
             f.write(json.dumps(demo_line(sample, stumble)) + "\n")
     report = {"tasks": len(rows), "skipped": skipped, "attempts": len(samples), "demonstrations": len(resolved),
               "dropped": sum(s.status == Status.ABORTED for s in samples),
+              "drop_reasons": dict(Counter(str(s.metadata.get("drop_reason")) for s in samples
+                                           if s.status == Status.ABORTED)),
               "unresolved": sum(s.status != Status.ABORTED and not s.metadata.get("resolved") for s in samples),
               "tokens": sum(len(s.tokens) for s in resolved),
               "trained_tokens": sum(sum(s.loss_mask or []) for s in resolved), "recover": recover,
