@@ -373,7 +373,8 @@ def parser() -> argparse.ArgumentParser:
                     help="generate only bugs whose failure's traceback passes through the faulty line")
     ap.add_argument("--demos", type=int, default=0, help="train tasks the expert demonstrates (0 = all)")
     ap.add_argument("--demo-recover", type=float, default=0.0,
-                    help="fraction of demonstrations that stumble on an edit first and recover (the stumble untrained)")
+                    help="fraction of demonstrated tasks with a second demonstration that stumbles on an edit "
+                    "first and recovers (the stumble untrained)")
     ap.add_argument("--sft-steps", type=int, default=16)
     ap.add_argument("--sft-batch", type=int, default=4)
     ap.add_argument("--sft-lr", type=float, default=5e-5)

@@ -28,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("command", choices=("collect",))
     parser.add_argument("--out", type=Path, required=True, help="folder for demos.jsonl and demos_report.json")
     parser.add_argument("--recover", type=float, default=0.0,
-                        help="fraction of tasks whose demonstration stumbles on an edit first and recovers")
+                        help="fraction of tasks with a second demonstration that stumbles on an edit, then recovers")
     own, rest = parser.parse_known_args(argv)
     install()
     settings = None

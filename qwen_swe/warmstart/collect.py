@@ -2,8 +2,7 @@
 
 Every task gets one rollout from the expert (and, with ``recover``, some a second one that stumbles and recovers); a
 rollout the grader resolves becomes a demonstration (rejection sampling, as SWE-smith's trajectories are filtered),
-any other is counted and left out. Only the rows given are
-used: pass the *train* split, never the held-out one.
+any other is counted and left out. Only the rows given are used: pass the *train* split, never the held-out one.
 """
 
 from __future__ import annotations
@@ -59,7 +58,7 @@ async def _play(expert: ExpertServer, rows: list[dict[str, Any]], settings: Sett
 async def collect(rows: list[dict[str, Any]], settings: Settings, out: Path, recover: float = 0.0) -> dict[str, Any]:
     """Run the expert on ``rows``; write ``out/demos.jsonl`` (resolved rollouts) and return the counts.
     ``recover``: the fraction of tasks that get a second demonstration, one that recovers from a stumble
-    (``expert.py``); every task keeps its straight one, so the path without errors is taught as often as without."""
+    (``expert.py``); every task keeps its straight one, so the straight path is taught as often as without them."""
     from transformers import AutoTokenizer  # late: heavy
 
     rows, skipped = usable(rows)

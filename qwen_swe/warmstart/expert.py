@@ -17,8 +17,8 @@ of the two edit errors a warm-started policy makes most on the train side and ne
 changes nothing (``noop``: qwen-code answers "No changes to apply") after which it stops, and an edit whose
 ``old_string`` is not in the file (``swap``: old and new exchanged; "0 occurrences found") after which it reads the
 file again and again. The expert then recovers: after a ``noop`` it writes the real fix, after a ``swap`` it reads
-the file and writes it. The stumble's own completion is kept out of the loss (``mistake``), so a policy learns what
-to do after such an error and never to make it.
+the file and writes it. The stumble's own completion (``mistake_ids``) is kept out of the loss by ``collect``, so a
+policy learns what to do after such an error and never to make it.
 """
 
 from __future__ import annotations
