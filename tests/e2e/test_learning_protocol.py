@@ -22,8 +22,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.vllm, pytest.mar
 def test_small_protocol(tmp_path):
     args = parser().parse_args(["--seed", "5", "--demos", "8", "--demo-recover", "0.5", "--sft-steps", "1",
                                 "--sft-batch", "2", "--sft-lr", "1e-4", "--heldout-tasks", "1", "--k", "1",
-                                "--rl-steps", "1", "--rl-batch", "1", "--n-samples", "2", "--dynamic-sampling", "--sampling-rounds", "2",
-                                "--work", str(tmp_path)])
+                                "--rl-steps", "1", "--rl-batch", "1", "--n-samples", "2", "--dynamic-sampling",
+                                "--sampling-rounds", "2", "--work", str(tmp_path)])
     result = run_protocol(args)
 
     tasks = tmp_path / "tasks"
