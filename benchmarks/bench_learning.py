@@ -161,6 +161,7 @@ def funnel(rollouts: list[dict[str, Any]], rows: dict[str, dict[str, Any]]) -> d
         calls = _calls(r)
         edits = [a for name, a in calls if name == "edit"]
         buggy = fix.buggy.strip() if fix else None
+        refused = _edit_error(r)
         hits = {"attempts": True, "tool_call": bool(calls),
                 "read_target": bool(fix) and any(name == "read_file" and str(a.get("file_path", "")).endswith(
                     "/" + fix.path) for name, a in calls),
@@ -169,7 +170,7 @@ def funnel(rollouts: list[dict[str, Any]], rows: dict[str, dict[str, Any]]) -> d
                                                and str(e.get("new_string", "")).strip() == fix.fixed.strip()
                                                for e in edits),
                 "patch": bool((r.get("patch") or "").strip()), "resolved": bool(r.get("resolved")),
-                "edit_error": _edit_error(r), "recovered": _edit_error(r) and bool(r.get("resolved"))}
+                "edit_error": refused, "recovered": refused and bool(r.get("resolved"))}
         for key, hit in hits.items():
             out[key] += bool(hit)
     return out

@@ -19,7 +19,7 @@ from qwen_swe.data.sample import Sample, Status
 from qwen_swe.rollout.engine import RolloutEngine
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.warmstart.demos import demo_line, mask_out
-from qwen_swe.warmstart.expert import ExpertServer, one_line_fix
+from qwen_swe.warmstart.expert import ExpertServer, one_line_fix, stumble_for
 
 DEMOS = "demos.jsonl"
 
@@ -65,19 +65,19 @@ async def collect(rows: list[dict[str, Any]], settings: Settings, out: Path, rec
     tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, settings.model_name)
     straight = await _play(ExpertServer(rows, tokenizer), rows, settings)
     stumbler = ExpertServer(rows, tokenizer, recover=recover)
-    stumbling = [row for row in rows if stumbler.mistake_ids(row)[0] is not None]
+    stumbling = [row for row in rows if stumble_for(row["problem_statement"], recover) is not None]
     stumbled = await _play(stumbler, stumbling, settings) if stumbling else []
     samples = straight + stumbled
     out.mkdir(parents=True, exist_ok=True)
     resolved = [s for s in samples if s.status != Status.ABORTED and s.metadata.get("resolved")]
-    stumbles: dict[str, int] = {}
+    stumbles: Counter[str] = Counter()
     second = {id(s) for s in stumbled}
     with (out / DEMOS).open("w") as f:
         for sample in resolved:
             stumble, span = stumbler.mistake_ids(sample.metadata) if id(sample) in second else (None, [])
             if stumble is not None:
                 sample.loss_mask = mask_out(list(sample.tokens), sample.response_length, list(sample.loss_mask), span)
-                stumbles[stumble] = stumbles.get(stumble, 0) + 1
+                stumbles[stumble] += 1
             f.write(json.dumps(demo_line(sample, stumble)) + "\n")
     report = {"tasks": len(rows), "skipped": skipped, "attempts": len(samples), "demonstrations": len(resolved),
               "dropped": sum(s.status == Status.ABORTED for s in samples),
@@ -86,6 +86,6 @@ async def collect(rows: list[dict[str, Any]], settings: Settings, out: Path, rec
               "unresolved": sum(s.status != Status.ABORTED and not s.metadata.get("resolved") for s in samples),
               "tokens": sum(len(s.tokens) for s in resolved),
               "trained_tokens": sum(sum(s.loss_mask or []) for s in resolved), "recover": recover,
-              "stumbles": stumbles}
+              "stumbles": dict(stumbles)}
     (out / "demos_report.json").write_text(json.dumps(report, indent=1) + "\n")
     return report

@@ -167,15 +167,18 @@ class ExpertServer:
         stumble = stumble_for(statement, self.recover)
         if stumble is None:
             return None, []
-        text = mistake(self.fixes[statement], stumble)
-        return stumble, list(self.tokenizer.encode(text, add_special_tokens=False)) + [self.end_id]
+        return stumble, self.completion_ids(mistake(self.fixes[statement], stumble))
+
+    def completion_ids(self, text: str) -> list[int]:
+        """The token ids the expert serves for ``text``: its tokens and the end of the turn."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False)) + [self.end_id]
 
     async def _completions(self, request: web.Request) -> web.Response:
         body = await request.json()
         prompt = body["prompt"]
         text = prompt if isinstance(prompt, str) else self.tokenizer.decode(prompt, skip_special_tokens=False)
         out = self.reply(text)
-        ids = list(self.tokenizer.encode(out, add_special_tokens=False)) + [self.end_id]
+        ids = self.completion_ids(out)
         prompt_ids = prompt if isinstance(prompt, list) else self.tokenizer.encode(prompt, add_special_tokens=False)
         pieces = [self.tokenizer.decode([t], skip_special_tokens=False) for t in ids]
         return web.json_response({
