@@ -168,12 +168,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="compute in bf16, as the trainer does with MIXED_PRECISION (faster on most CPUs)")
     ap.add_argument("--skip-equal", action="store_true",
                     help="score only the groups with both outcomes (most groups have equal rewards)")
+    ap.add_argument("--exclude", type=Path, nargs="+", default=[],
+                    help="leave out the groups of tasks these step files or folders hold (the tasks the weights "
+                         "were trained on), so what is left measures transfer")
     ap.add_argument("--out", type=Path, help="write the summary here as JSON")
     args = ap.parse_args(argv)
     for name in ("before", "after"):
         if not (Path(getattr(args, name)) / "config.json").is_file():
             raise SystemExit(f"--{name} {getattr(args, name)}: no config.json there; pass an HF weights folder")
     groups = groups_of(load(*args.data))
+    if args.exclude:
+        trained = {t.group[2] for t in load(*args.exclude)}
+        groups = [g for g in groups if g[0].group[2] not in trained]
     if args.skip_equal:
         groups = [g for g in groups if has_signal(g)]
     wanted = [t for g in groups for t in g]

@@ -78,6 +78,9 @@ def test_the_probe_scores_saved_rollouts_at_the_sampling_temperature_and_compare
                        "--out", str(out)]) == 0  # one file; the same weights move nothing
     s = json.loads(out.read_text())
     assert s["mixed_groups"] == 1 and s["equal_groups"] == 0 and s["margin_delta"] == 0.0
+    assert probe.main(["--data", str(data), "--before", str(first), "--after", str(first), "--exclude", str(data),
+                       "--out", str(out)]) == 0  # the trained tasks left out: nothing to measure here
+    assert json.loads(out.read_text())["mixed_groups"] == 0
 
 
 def test_the_probe_names_what_is_missing():

@@ -48,3 +48,21 @@ def test_replay_names_a_bad_folder_file_or_mode(tmp_path):
         ReplayDriver(Settings.build(load_rollout_data=str(tmp_path))).generate(0, 0)
     with pytest.raises(ConfigError, match="LOAD_ROLLOUT_DATA=.* replays GRPO steps, not TRAIN_MODE=sft"):
         Settings.build(load_rollout_data=str(tmp_path), train_mode="sft", sft_data="d.jsonl")
+
+
+def test_pool_writes_several_steps_as_one_with_every_group_apart(tmp_path, capsys):
+    from qwen_swe.rollout.replay import main
+
+    # the same group index and instance in two steps are two groups: each step drew its own
+    dump_rollout_data(tmp_path / "step_000000.jsonl.gz", [[_sample("a", 0, 1.0), _sample("a", 0, -1.0)]])
+    dump_rollout_data(tmp_path / "step_000001.jsonl.gz", [[_sample("a", 0, -1.0), _sample("a", 0, -1.0)],
+                                                          [_sample("b", 1, 1.0), _sample("b", 1, -1.0)]])
+    out = tmp_path / "pooled"
+    assert main(["pool", "--out", str(out), str(tmp_path / "step_000000.jsonl.gz"),
+                 str(tmp_path / "step_000001.jsonl.gz")]) == 0
+    assert "pooled 2 steps: 3 groups (2 with both outcomes" in capsys.readouterr().out
+    samples, _ = ReplayDriver(Settings.build(load_rollout_data=str(out))).generate(0, 1)
+    assert [(x.metadata["instance_id"], x.group_index, x.reward) for x in samples] == [
+        ("a", 0, 1.0), ("a", 0, -1.0), ("a", 1, -1.0), ("a", 1, -1.0), ("b", 2, 1.0), ("b", 2, -1.0)]
+    with pytest.raises(SystemExit, match="step_000000.jsonl.gz exists: pass a new --out folder"):
+        main(["pool", "--out", str(out), str(tmp_path / "step_000000.jsonl.gz")])
