@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("steps", type=Path, nargs="+", help="step_N.jsonl.gz files written by SAVE_ROLLOUT_DATA")
     p.add_argument("--out", type=Path, required=True, help="a folder to pass as LOAD_ROLLOUT_DATA")
     args = ap.parse_args(argv)
+    missing = [str(f) for f in args.steps if not f.is_file()]
+    if missing:
+        raise SystemExit(f"{', '.join(missing)}: no such file; pass step_N.jsonl.gz files of a run's rollout_data")
     out = args.out / "step_000000.jsonl.gz"
     if out.exists():
         raise SystemExit(f"{out} exists: pass a new --out folder")

@@ -66,3 +66,5 @@ def test_pool_writes_several_steps_as_one_with_every_group_apart(tmp_path, capsy
         ("a", 0, 1.0), ("a", 0, -1.0), ("a", 1, -1.0), ("a", 1, -1.0), ("b", 2, 1.0), ("b", 2, -1.0)]
     with pytest.raises(SystemExit, match="step_000000.jsonl.gz exists: pass a new --out folder"):
         main(["pool", "--out", str(out), str(tmp_path / "step_000000.jsonl.gz")])
+    with pytest.raises(SystemExit, match="step_000009.jsonl.gz: no such file; pass step_N.jsonl.gz files"):
+        main(["pool", "--out", str(tmp_path / "other"), str(tmp_path / "step_000009.jsonl.gz")])
