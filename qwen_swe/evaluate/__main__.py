@@ -22,7 +22,7 @@ from qwen_swe.config.settings import Settings, load_settings
 from qwen_swe.data.source import load_instances
 from qwen_swe.errors import SETUP_EXIT_CODE, SetupError
 from qwen_swe.evaluate.agent_runs import run_attempts
-from qwen_swe.evaluate.grade_only import grade_predictions
+from qwen_swe.evaluate.grade_only import grade_predictions, load_done
 from qwen_swe.evaluate.predictions import read_predictions
 from qwen_swe.evaluate.report import build_report
 from qwen_swe.inference.launcher import serving
@@ -66,8 +66,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _agent(settings: Settings, rows: dict[str, dict], out: Path) -> dict:
     preflight.check_model(settings.model_name)
-    with serving(settings, log_dir=out / "logs") as served:
-        results = asyncio.run(run_attempts(list(rows.values()), served, out))
+    done = load_done(out)
+    if all((iid, k) in done for iid in rows for k in range(settings.eval_samples)):
+        results = list(done.values())  # a re-run of a finished evaluation: its report, without starting a server
+    else:
+        with serving(settings, log_dir=out / "logs") as served:
+            results = asyncio.run(run_attempts(list(rows.values()), served, out))
     return build_report(results, dataset_ids=rows, submitted_ids=rows)
 
 

@@ -1,5 +1,6 @@
 """The evaluation report: pass@k's unbiased estimator, the Wilson interval, the harness's report keys, a
-predictions file's bad lines named by line and field, and the attempts' sampling seeds."""
+predictions file's bad lines named by line and field, the attempts' sampling seeds, and a finished
+evaluation's re-run, which needs no server."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import asyncio
 import inspect
 import json
 import math
+from dataclasses import asdict
 
 import pytest
 from swebench.harness import reporting
 
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample, Status
+from qwen_swe.evaluate import __main__ as evaluate_main
 from qwen_swe.evaluate.agent_runs import run_attempts
+from qwen_swe.evaluate.grade_only import RESULTS, append_line
 from qwen_swe.evaluate.predictions import read_predictions
 from qwen_swe.evaluate.report import EMPTY, ERROR, RESOLVED, UNRESOLVED, AttemptResult, build_report, pass_at_k, wilson
 from qwen_swe.rollout.engine import ATTEMPT_SEED
@@ -94,3 +98,22 @@ def test_evaluations_of_one_seed_give_each_attempt_the_same_sampling_seed(tmp_pa
     assert first == again and len(first) == 6
     assert len(set(first.values())) == 6  # every attempt its own
     assert not set(first.values()) & set(other.values())
+
+
+def test_a_finished_evaluation_rerun_reports_without_starting_a_server(tmp_path, monkeypatch):
+    class Served(Exception):
+        pass
+
+    def serving(*args, **kwargs):
+        raise Served
+
+    monkeypatch.setattr(evaluate_main, "serving", serving)
+    rows = {f"t-{i}": {"instance_id": f"t-{i}"} for i in range(2)}
+    settings = Settings.build(eval_samples=2)
+    for iid, k in [("t-0", 0), ("t-0", 1), ("t-1", 0)]:
+        append_line(tmp_path / RESULTS, asdict(AttemptResult(iid, k, RESOLVED if iid == "t-0" else EMPTY, None)))
+    with pytest.raises(Served):  # one attempt missing: the server is needed
+        evaluate_main._agent(settings, rows, tmp_path)
+    append_line(tmp_path / RESULTS, asdict(AttemptResult("t-1", 1, UNRESOLVED, "tests failed")))
+    report = evaluate_main._agent(settings, rows, tmp_path)
+    assert report["resolved_instances"] == 1 and report["submitted_instances"] == 2
