@@ -79,13 +79,19 @@ async def collect(rows: list[dict[str, Any]], settings: Settings, out: Path, rec
                 sample.loss_mask = mask_out(list(sample.tokens), sample.response_length, list(sample.loss_mask), span)
                 stumbles[stumble] += 1
             f.write(json.dumps(demo_line(sample, stumble)) + "\n")
+    dropped = drops(samples)
     report = {"tasks": len(rows), "skipped": skipped, "attempts": len(samples), "demonstrations": len(resolved),
-              "dropped": sum(s.status == Status.ABORTED for s in samples),
-              "drop_reasons": dict(Counter(str(s.metadata.get("drop_reason")) for s in samples
-                                           if s.status == Status.ABORTED)),
+              "dropped": len(dropped), "drop_reasons": dict(Counter(d["reason"] for d in dropped)), "drops": dropped,
               "unresolved": sum(s.status != Status.ABORTED and not s.metadata.get("resolved") for s in samples),
               "tokens": sum(len(s.tokens) for s in resolved),
               "trained_tokens": sum(sum(s.loss_mask or []) for s in resolved), "recover": recover,
               "stumbles": dict(stumbles)}
     (out / "demos_report.json").write_text(json.dumps(report, indent=1) + "\n")
     return report
+
+
+def drops(samples: list[Sample]) -> list[dict[str, str]]:
+    """The rollouts an infrastructure failure dropped, each with its task, reason and detail, so none is lost."""
+    return [{"instance_id": str(s.metadata.get("instance_id")), "reason": str(s.metadata.get("drop_reason")),
+             "detail": str(s.metadata.get("drop_detail") or "")[:500]}
+            for s in samples if s.status == Status.ABORTED]

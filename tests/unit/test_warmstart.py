@@ -11,7 +11,8 @@ from benchmarks.bench_learning import PhaseClock, funnel, one_sided_z, paired_si
 from qwen_swe.config.settings import Settings
 from qwen_swe.errors import DataError
 from qwen_swe.train.trainer import prepare_batch
-from qwen_swe.warmstart.collect import usable
+from qwen_swe.data.sample import Sample, Status
+from qwen_swe.warmstart.collect import drops, usable
 from qwen_swe.warmstart.demos import DemoDriver, mask_out
 from qwen_swe.warmstart.expert import (DONE, GIVE_UP, NOOP, SWAP, ExpertServer, expert_turn, imported_names,
                                        one_line_fix, search_command, stumble_for, traceback_paths)
@@ -108,6 +109,16 @@ def test_demo_driver_walks_epochs_in_a_seeded_order_and_resumes(tmp_path):
     assert [s.metadata["instance_id"] for s in again.generate(2, 2)[0]] == seen[4:6]
     samples, _ = driver.generate(9, 7)
     assert all(s.metadata["weight_version"] == 7 and s.reward == 1.0 for s in samples)
+
+
+def test_a_dropped_demonstration_is_reported_with_its_task_and_detail():
+    ok = Sample(group_index=0, index=0, prompt="p", metadata={"instance_id": "t0"})
+    gone = Sample(group_index=1, index=0, prompt="p", metadata={"instance_id": "t1", "drop_reason": "agent_error",
+                                                                 "drop_detail": "qwen-code exited 1: " + "x" * 900})
+    ok.status, gone.status = Status.COMPLETED, Status.ABORTED
+    [d] = drops([ok, gone])
+    assert d["instance_id"] == "t1" and d["reason"] == "agent_error"
+    assert d["detail"].startswith("qwen-code exited 1") and len(d["detail"]) == 500
 
 
 def test_demo_driver_rejects_bad_files(tmp_path):
