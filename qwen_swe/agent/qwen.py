@@ -147,6 +147,16 @@ def agent_env(base_url: str, model: str, profile: Profile, marker: str) -> dict[
     return env
 
 
+def escape_at(prompt: str) -> str:
+    """The prompt with every ``@`` escaped as ``\\@``, the one form the CLI's ``@path`` expansion passes unchanged.
+
+    Unescaped, the CLI reads ``@word`` as a file reference, in every mode and also in stream-json messages: it puts a
+    space before each ``@`` and appends the contents of any path that exists (a statement's ``see @pkg/mod.py``
+    would hand the agent the file). One SWE-bench statement in ten holds an ``@`` (decorators, mentions, e-mail).
+    """
+    return prompt.replace("@", "\\@")
+
+
 def agent_command(agent: AgentSettings, bundle: str = AGENT_MOUNT) -> str:
     """The shell line: ``node cli.js`` directly (no relaunch child to orphan), its group killed past the budget.
 
@@ -236,7 +246,7 @@ async def run_agent(sandbox: Sandbox, *, base_url: str, model: str, prompt: str,
     await sandbox.write_file(f"{QWEN_HOME}/output-language.md", OUTPUT_LANGUAGE_MARKER)
     if profile == "compact":
         await sandbox.write_file(f"{QWEN_HOME}/system.md", SYSTEM_PROMPT_COMPACT)
-    await sandbox.write_file(f"{RUN_DIR}/prompt.txt", prompt)
+    await sandbox.write_file(f"{RUN_DIR}/prompt.txt", escape_at(prompt))
 
     start = time.monotonic()
     budget = max(1, int(agent.agent_timeout))

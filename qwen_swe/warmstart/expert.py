@@ -33,6 +33,7 @@ from typing import Any, Sequence
 
 from aiohttp import web
 
+from qwen_swe.agent.qwen import escape_at
 from qwen_swe.errors import DataError
 from qwen_swe.paths import TESTBED
 
@@ -152,7 +153,7 @@ class ExpertServer:
         self.url = ""
 
     def reply(self, prompt_text: str) -> str:
-        statement, fix = next(((s, f) for s, f in self.fixes.items() if s in prompt_text), (None, None))
+        statement, fix = next(((s, f) for s, f in self.fixes.items() if escape_at(s) in prompt_text), (None, None))
         if fix is None:
             raise web.HTTPBadRequest(text="the expert does not know this task")
         traced = fix.path in traceback_paths(statement)

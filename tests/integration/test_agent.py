@@ -1,10 +1,10 @@
 """The real qwen-code (from the runtime bundle) in a real container of a local task, through the real recording
 proxy, against a scripted OpenAI-compatible server that stands in for the model's choices only.
 
-Checked: the edit happens and the diff is captured without agent state; the proxy's turns and the trajectory's
-loss mask cover exactly the scripted-sampled tokens; a repository's own .qwen/settings.json cannot override
-ours; the turn limit maps to ``turn_limit``; a hung server hits the time budget and leaves no process and no
-container; a 500 ends as an infrastructure ``agent_error``.
+Checked: the edit happens and the diff is captured without agent state; the proxy's turns and the trajectory's loss
+mask cover exactly the scripted-sampled tokens; a statement's `@`s reach the model whole, with no file appended; a
+repository's own .qwen/settings.json cannot override ours; the turn limit maps to ``turn_limit``; a hung server hits
+the time budget and leaves no process and no container; a 500 ends as an infrastructure ``agent_error``.
 """
 
 from __future__ import annotations
@@ -260,3 +260,21 @@ def test_a_prompt_lost_to_a_late_stdin_is_run_again(task, run_id):
     assert result.final_message == "Nothing to change."
     assert len(turns) == 1 and "Resolve the following issue" in json.dumps(turns[0].request_messages)
 
+
+@pytest.mark.docker
+@pytest.mark.agent
+def test_a_statement_with_at_signs_reaches_the_model_whole_and_alone(task, run_id):
+    """SWE-bench statements hold decorators, e-mail addresses and mentions. Unescaped, qwen-code's ``@path``
+    expansion put a space before each ``@`` and appended the contents of any path that exists."""
+    path, _, _ = gold_edit(task["patch"])
+    statement = (f"`parse(\"https://bob:secret@host/p@th\")` fails; see @{path} and @property, "
+                 "reported by @someone (a@b.c).")
+    row = {**task, "problem_statement": statement}
+    settings = load_settings([], env={}).replace(max_turns=4, agent_timeout=300.0)
+    result, turns, _, _, _ = asyncio.run(_rollout(row, run_id, ["Nothing to change."], settings))
+    assert result.outcome == "completed" and not result.infra, result.log_tail
+    [user] = [m for m in turns[0].request_messages if m["role"] == "user"]
+    content = user["content"] if isinstance(user["content"], str) else "".join(
+        part.get("text", "") for part in user["content"])
+    assert qa.escape_at(build_prompt(row)) in content  # every @ where it was, none with a space put before it
+    assert "Content from" not in content and "def " not in content  # no file appended

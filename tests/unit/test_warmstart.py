@@ -8,6 +8,7 @@ import random
 import pytest
 
 from benchmarks.bench_learning import PhaseClock, funnel, one_sided_z, paired_sign_flip, split_train
+from qwen_swe.agent.qwen import escape_at
 from qwen_swe.config.settings import Settings
 from qwen_swe.errors import DataError
 from qwen_swe.train.trainer import prepare_batch
@@ -69,6 +70,9 @@ def test_expert_finds_the_task_and_turn_from_the_prompt():
     assert "other.py" in server.reply(prompt) and "read_file" in server.reply(prompt)
     assert "edit" in server.reply(prompt.replace("<|im_start|>assistant\n", "<|im_start|>assistant\nx\n" * 1)
                                   + "<|im_start|>assistant\n")
+    at = ExpertServer([_row("c", "bug at user@host")], _Tok(), search=False)  # the agent sees @ escaped
+    seen = f"<|im_start|>user\n{escape_at('bug at user@host')}<|im_end|>\n<|im_start|>assistant\n"
+    assert "read_file" in at.reply(seen)
     with pytest.raises(DataError, match="same problem statement"):
         ExpertServer([_row("a", "same"), _row("b", "same", PATCH.replace("mod.py", "x.py"))], _Tok())
     other_fix = PATCH.replace("x + a", "x * a")
