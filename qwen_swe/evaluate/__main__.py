@@ -21,7 +21,7 @@ from qwen_swe import preflight
 from qwen_swe.config.settings import Settings, load_settings
 from qwen_swe.data.source import load_instances
 from qwen_swe.errors import SETUP_EXIT_CODE, SetupError
-from qwen_swe.evaluate.agent_runs import run_attempts
+from qwen_swe.evaluate.agent_runs import missing, run_attempts
 from qwen_swe.evaluate.grade_only import grade_predictions, load_done
 from qwen_swe.evaluate.predictions import read_predictions
 from qwen_swe.evaluate.report import build_report
@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _agent(settings: Settings, rows: dict[str, dict], out: Path) -> dict:
     preflight.check_model(settings.model_name)
     done = load_done(out)
-    if all((iid, k) in done for iid in rows for k in range(settings.eval_samples)):
+    if not missing(list(rows.values()), settings.eval_samples, done):
         results = list(done.values())  # a re-run of a finished evaluation: its report, without starting a server
     else:
         with serving(settings, log_dir=out / "logs") as served:

@@ -37,6 +37,13 @@ def outcome_of(sample: Sample) -> AttemptResult:
                          round(seconds, 3))
 
 
+def missing(rows: list[dict[str, Any]], eval_samples: int,
+            done: dict[tuple[str, int], AttemptResult]) -> list[tuple[int, dict[str, Any], int]]:
+    """(group, row, attempt) of every attempt ``done`` does not record yet: what a re-run still has to run."""
+    return [(g, row, k) for g, row in enumerate(rows) for k in range(eval_samples)
+            if (row["instance_id"], k) not in done]
+
+
 async def run_attempts(rows: list[dict[str, Any]], settings: Settings, out: Path,
                        engine: RolloutEngine | None = None) -> list[AttemptResult]:
     """Run the missing attempts (``settings.eval_samples`` per row) and return every result, old and new.
@@ -63,8 +70,7 @@ async def _attempts(engine: RolloutEngine, rows: list[dict[str, Any]], settings:
     # two checkpoints sample alike wherever their policies agree and a paired comparison sees the policy's change
     samples = [Sample(group_index=g, index=k, prompt=build_prompt(row),
                       metadata={**row, ATTEMPT_SEED: derive_seed(settings.seed, row["instance_id"], k)})
-               for g, row in enumerate(rows) for k in range(settings.eval_samples)
-               if (row["instance_id"], k) not in done]
+               for g, row, k in missing(rows, settings.eval_samples, done)]
     stats = BatchStats()
 
     async def one(sample: Sample) -> None:
