@@ -259,8 +259,9 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
 
     t = time.monotonic()
     rl = work / "rl"
+    rl_temperature = temperature if args.rl_temperature is None else args.rl_temperature
     _run(["bash", "examples/qwen_swe/run_grpo.sh"],
-         {**common, "TEMPERATURE": str(temperature), "MODEL": str(start_model), "DATASET": str(train_rows),
+         {**common, "TEMPERATURE": str(rl_temperature), "MODEL": str(start_model), "DATASET": str(train_rows),
           "REWARD_MODE": "binary",
           "NUM_ROLLOUTS": str(args.rl_steps), "ROLLOUT_BATCH_SIZE": str(args.rl_batch),
           "N_SAMPLES": str(args.n_samples), "LR": str(args.rl_lr), "OUTPUT_DIR": str(rl),
@@ -281,6 +282,7 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
 
     z, p = one_sided_z(before["resolved"], before["attempts"], after["resolved"], after["attempts"])
     result = {"seed": args.seed, "args": vars(args), "demos": demos, "temperature": temperature,
+              "rl_temperature": rl_temperature,
               "temperature_on_train": {f"{v:g}": r["resolved"] for v, r in picked.items()},
               "before": before, "after": after,
               "difference": (after["resolved"] / max(after["attempts"], 1)
@@ -341,6 +343,8 @@ def _report(r: dict[str, Any], work: Path) -> None:
     if r["temperature_on_train"]:
         print(f"sampling temperature {r['temperature']:g}, chosen on {r['args']['pick_tasks']} train tasks "
               f"(resolved per temperature: {r['temperature_on_train']})")
+    if r["rl_temperature"] != r["temperature"]:
+        print(f"GRPO rollouts sampled at temperature {r['rl_temperature']:g}, every evaluation at {r['temperature']:g}")
     print(f"held-out start: {rate(r['before'])}")
     print(f"held-out end:   {rate(r['after'])}")
     print(f"difference {r['difference']:+.3f}, z {r['z']:.2f}, one-sided p {r['p_one_sided']:.4f} "
@@ -399,6 +403,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--rl-sites", type=float, default=0.0,
                     help="fraction of train bug sites kept for GRPO and never demonstrated (0: GRPO on all train)")
     ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of every attempt")
+    ap.add_argument("--rl-temperature", type=float, default=None,
+                    help="sampling temperature of the GRPO rollouts, and the trainer's log-probs (TEMPERATURE); "
+                    "default: the evaluations' temperature")
     ap.add_argument("--pick-temperature", type=lambda v: [float(x) for x in v.split(",")], default=[],
                     metavar="T1,T2,...", help="choose the temperature among these on train tasks (after the warm "
                     "start, before any held-out attempt); the most resolved wins, ties go to the higher")
