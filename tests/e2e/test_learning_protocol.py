@@ -23,7 +23,7 @@ def test_small_protocol(tmp_path):
     args = parser().parse_args(["--seed", "5", "--demos", "8", "--demo-recover", "0.5", "--sft-steps", "1",
                                 "--sft-batch", "2", "--sft-lr", "1e-4", "--heldout-tasks", "1", "--k", "1",
                                 "--rl-steps", "1", "--rl-batch", "1", "--n-samples", "2", "--dynamic-sampling",
-                                "--sampling-rounds", "2", "--work", str(tmp_path)])
+                                "--sampling-rounds", "2", "--rl-temperature", "0.9", "--work", str(tmp_path)])
     result = run_protocol(args)
 
     tasks = tmp_path / "tasks"
@@ -65,6 +65,9 @@ def test_small_protocol(tmp_path):
     assert result["before"]["per_task"].keys() == result["after"]["per_task"].keys()
     assert 0.0 < result["paired"]["p_one_sided"] <= 1.0
     # dynamic sampling: a group with equal rewards is set aside and another drawn, at most once more
+    # GRPO samples (and scores its log-probs) at --rl-temperature; both evaluations at --temperature (default 1)
+    assert json.loads((tmp_path / "rl" / "settings.json").read_text())["agent"]["temperature"] == 0.9
+    assert (result["temperature"], result["rl_temperature"]) == (1.0, 0.9)
     rl = json.loads((tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()[0])
     trained = rl["sampling/groups_trained"]
     assert rl["sampling/groups_drawn"] == rl["sampling/rounds"] and trained <= 1, rl
