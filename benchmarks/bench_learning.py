@@ -229,15 +229,16 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
 
     t = time.monotonic()
     common = {**AGENT, "SEED": str(args.seed), "MIXED_PRECISION": str(args.mixed_precision).lower()}
+    base = {"MODEL": args.model} if args.model else {}  # its tokenizer and chat template shape the demonstrations
     if not (work / "demos" / "demos_report.json").is_file():
         _run([sys.executable, "-m", "qwen_swe.warmstart", "collect", "--out", str(work / "demos"),
               "--recover", str(args.demo_recover)],
-             {**common, "DATASET": str(demo_rows), "OUTPUT_DIR": str(work / "demos"), "REWARD_MODE": "binary",
-              "RUN_ID": "qwen-swe-bench-demos"}, work / "collect.log")
+             {**common, **base, "DATASET": str(demo_rows), "OUTPUT_DIR": str(work / "demos"),
+              "REWARD_MODE": "binary", "RUN_ID": "qwen-swe-bench-demos"}, work / "collect.log")
     demos = json.loads((work / "demos" / "demos_report.json").read_text())
     if not (work / "sft" / "weights" / f"v{args.sft_steps:06d}").is_dir():  # the warm start's last weights
         _run(["bash", "examples/qwen_swe/run_grpo.sh"],
-             {**common, "TRAIN_MODE": "sft", "SFT_DATA": str(work / "demos" / "demos.jsonl"),
+             {**common, **base, "TRAIN_MODE": "sft", "SFT_DATA": str(work / "demos" / "demos.jsonl"),
               "NUM_ROLLOUTS": str(args.sft_steps), "ROLLOUT_BATCH_SIZE": str(args.sft_batch),
               "LR": str(args.sft_lr), "OUTPUT_DIR": str(work / "sft"), "KEEP_CHECKPOINTS": "1",
               "SAVE_INTERVAL": str(args.sft_steps)}, work / "sft.log")
@@ -373,6 +374,9 @@ def _report(r: dict[str, Any], work: Path) -> None:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model", default=None,
+                    help="the base model the warm start trains (MODEL: a local HF folder or a hub name); default "
+                    "the embedded SmolLM2-135M-Instruct folder")
     ap.add_argument("--count", type=int, default=1000, help="tasks generated (all valid ones by default)")
     ap.add_argument("--localized", action="store_true",
                     help="generate only bugs whose failure's traceback passes through the faulty line")

@@ -23,7 +23,8 @@ def test_small_protocol(tmp_path):
     args = parser().parse_args(["--seed", "5", "--demos", "8", "--demo-recover", "0.5", "--sft-steps", "1",
                                 "--sft-batch", "2", "--sft-lr", "1e-4", "--heldout-tasks", "1", "--k", "1",
                                 "--rl-steps", "1", "--rl-batch", "1", "--n-samples", "2", "--dynamic-sampling",
-                                "--sampling-rounds", "2", "--rl-temperature", "0.9", "--work", str(tmp_path)])
+                                "--sampling-rounds", "2", "--rl-temperature", "0.9",
+                                "--model", str(embedded_model_dir()), "--work", str(tmp_path)])
     result = run_protocol(args)
 
     tasks = tmp_path / "tasks"
@@ -53,6 +54,8 @@ def test_small_protocol(tmp_path):
         stumbles[demo["stumble"]] = stumbles.get(demo["stumble"], 0) + 1
     assert {k: v for k, v in stumbles.items() if k} == demos["stumbles"], (stumbles, demos)
 
+    settings = json.loads((tmp_path / "sft" / "settings.json").read_text())
+    assert settings["inference"]["model"] == str(embedded_model_dir())  # --model: the base the warm start trains
     sft = json.loads((tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()[0])
     assert not sft["skipped_update"] and sft["nll"] > 0 and sft["trainable_samples"] == 2  # epochs wrap around
     start = load_file(str(tmp_path / "sft" / "weights" / "v000001" / "model.safetensors"))
