@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from qwen_swe.evaluate.report import wilson
-from qwen_swe.paths import REPO_ROOT
+from qwen_swe.paths import REPO_ROOT, embedded_model_dir
 from qwen_swe.warmstart.expert import one_line_fix
 
 # The agent profile a small model can act in, the same in every phase (warm start, evaluation, training).
@@ -257,6 +257,12 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     t = time.monotonic()
     before = _evaluate("eval_start", start_model, heldout_rows, args.k, work, args.seed, temperature)
     clock.add("eval_start", time.monotonic() - t)
+    base = None
+    if args.eval_base:  # what the warm start itself did on the held-out tasks: the same attempts on the base model
+        t = time.monotonic()
+        base = _evaluate("eval_base", Path(args.model or embedded_model_dir()), heldout_rows, args.k, work,
+                         args.seed, temperature)
+        clock.add("eval_base", time.monotonic() - t)
 
     t = time.monotonic()
     rl = work / "rl"
@@ -282,6 +288,10 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     times_all = {**clock.all, "total": sum(clock.all.values())}
 
     z, p = one_sided_z(before["resolved"], before["attempts"], after["resolved"], after["attempts"])
+    if base:  # base -> start: the warm start's own change, tested as GRPO's start -> end is
+        base["z"], base["p_one_sided"] = one_sided_z(base["resolved"], base["attempts"], before["resolved"],
+                                                     before["attempts"])
+        base["paired"] = paired_sign_flip(base["per_task"], before["per_task"])
     result = {"seed": args.seed, "args": vars(args), "demos": demos, "temperature": temperature,
               "rl_temperature": rl_temperature,
               "temperature_on_train": {f"{v:g}": r["resolved"] for v, r in picked.items()},
@@ -289,6 +299,7 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
               "difference": (after["resolved"] / max(after["attempts"], 1)
                              - before["resolved"] / max(before["attempts"], 1)),
               "z": z, "p_one_sided": p, "paired": paired_sign_flip(before["per_task"], after["per_task"]),
+              "base": base,
               "times": times, "times_all_invocations": times_all,
               "reward_curve": [s.get("reward_mean") for s in steps],
               "resolve_curve": [s.get("resolve_rate") for s in steps],
@@ -346,6 +357,12 @@ def _report(r: dict[str, Any], work: Path) -> None:
               f"(resolved per temperature: {r['temperature_on_train']})")
     if r["rl_temperature"] != r["temperature"]:
         print(f"GRPO rollouts sampled at temperature {r['rl_temperature']:g}, every evaluation at {r['temperature']:g}")
+    if r["base"]:
+        b = r["base"]
+        print(f"held-out base:  {rate(b)}  (the base model, before the warm start)")
+        print(f"  warm start: z {b['z']:.2f}, one-sided p {b['p_one_sided']:.4f}; paired by task "
+              f"{len(b['paired']['gained'])} tasks gained, {len(b['paired']['lost'])} lost, "
+              f"sign-flip p {b['paired']['p_one_sided']:.4f}")
     print(f"held-out start: {rate(r['before'])}")
     print(f"held-out end:   {rate(r['after'])}")
     print(f"difference {r['difference']:+.3f}, z {r['z']:.2f}, one-sided p {r['p_one_sided']:.4f} "
@@ -389,6 +406,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--sft-lr", type=float, default=5e-5)
     ap.add_argument("--heldout-tasks", type=int, default=32)
     ap.add_argument("--k", type=int, default=2, help="attempts per held-out task")
+    ap.add_argument("--eval-base", action="store_true",
+                    help="also evaluate the base model on the same held-out attempts, to measure the warm start")
     ap.add_argument("--rl-steps", type=int, default=8)
     ap.add_argument("--rl-batch", type=int, default=4, help="groups per GRPO step")
     ap.add_argument("--n-samples", type=int, default=4, help="samples per group")

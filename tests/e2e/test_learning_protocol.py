@@ -24,7 +24,7 @@ def test_small_protocol(tmp_path):
                                 "--sft-batch", "2", "--sft-lr", "1e-4", "--heldout-tasks", "1", "--k", "1",
                                 "--rl-steps", "1", "--rl-batch", "1", "--n-samples", "2", "--dynamic-sampling",
                                 "--sampling-rounds", "2", "--rl-temperature", "0.9",
-                                "--model", str(embedded_model_dir()), "--work", str(tmp_path)])
+                                "--model", str(embedded_model_dir()), "--eval-base", "--work", str(tmp_path)])
     result = run_protocol(args)
 
     tasks = tmp_path / "tasks"
@@ -62,10 +62,12 @@ def test_small_protocol(tmp_path):
     base = load_file(str(embedded_model_dir() / "model.safetensors"))
     assert any(not (start[k].float() == base[k].float()).all() for k in base if k in start), "SFT changed nothing"
 
-    for phase in ("before", "after"):
+    for phase in ("base", "before", "after"):
         assert result[phase]["attempts"] == 1 and result[phase]["errors"] == 0, result[phase]
         assert sum(result[phase]["per_task"].values()) == result[phase]["resolved"]  # paired by the one task
-    assert result["before"]["per_task"].keys() == result["after"]["per_task"].keys()
+    tasks_evaluated = {phase: result[phase]["per_task"].keys() for phase in ("base", "before", "after")}
+    assert tasks_evaluated["base"] == tasks_evaluated["before"] == tasks_evaluated["after"], tasks_evaluated
+    assert 0.0 < result["base"]["paired"]["p_one_sided"] <= 1.0 and 0.0 <= result["base"]["p_one_sided"] <= 1.0
     assert 0.0 < result["paired"]["p_one_sided"] <= 1.0
     # dynamic sampling: a group with equal rewards is set aside and another drawn, at most once more
     # GRPO samples (and scores its log-probs) at --rl-temperature; both evaluations at --temperature (default 1)
