@@ -229,16 +229,16 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
 
     t = time.monotonic()
     common = {**AGENT, "SEED": str(args.seed), "MIXED_PRECISION": str(args.mixed_precision).lower()}
-    base = {"MODEL": args.model} if args.model else {}  # its tokenizer and chat template shape the demonstrations
+    base_model = {"MODEL": args.model} if args.model else {}  # its tokenizer and chat template shape the demos
     if not (work / "demos" / "demos_report.json").is_file():
         _run([sys.executable, "-m", "qwen_swe.warmstart", "collect", "--out", str(work / "demos"),
               "--recover", str(args.demo_recover)],
-             {**common, **base, "DATASET": str(demo_rows), "OUTPUT_DIR": str(work / "demos"),
+             {**common, **base_model, "DATASET": str(demo_rows), "OUTPUT_DIR": str(work / "demos"),
               "REWARD_MODE": "binary", "RUN_ID": "qwen-swe-bench-demos"}, work / "collect.log")
     demos = json.loads((work / "demos" / "demos_report.json").read_text())
     if not (work / "sft" / "weights" / f"v{args.sft_steps:06d}").is_dir():  # the warm start's last weights
         _run(["bash", "examples/qwen_swe/run_grpo.sh"],
-             {**common, **base, "TRAIN_MODE": "sft", "SFT_DATA": str(work / "demos" / "demos.jsonl"),
+             {**common, **base_model, "TRAIN_MODE": "sft", "SFT_DATA": str(work / "demos" / "demos.jsonl"),
               "NUM_ROLLOUTS": str(args.sft_steps), "ROLLOUT_BATCH_SIZE": str(args.sft_batch),
               "LR": str(args.sft_lr), "OUTPUT_DIR": str(work / "sft"), "KEEP_CHECKPOINTS": "1",
               "SAVE_INTERVAL": str(args.sft_steps)}, work / "sft.log")

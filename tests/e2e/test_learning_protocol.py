@@ -69,10 +69,10 @@ def test_small_protocol(tmp_path):
     assert tasks_evaluated["base"] == tasks_evaluated["before"] == tasks_evaluated["after"], tasks_evaluated
     assert 0.0 < result["base"]["paired"]["p_one_sided"] <= 1.0 and 0.0 <= result["base"]["p_one_sided"] <= 1.0
     assert 0.0 < result["paired"]["p_one_sided"] <= 1.0
-    # dynamic sampling: a group with equal rewards is set aside and another drawn, at most once more
     # GRPO samples (and scores its log-probs) at --rl-temperature; both evaluations at --temperature (default 1)
     assert json.loads((tmp_path / "rl" / "settings.json").read_text())["agent"]["temperature"] == 0.9
     assert (result["temperature"], result["rl_temperature"]) == (1.0, 0.9)
+    # dynamic sampling: a group with equal rewards is set aside and another drawn, at most once more
     rl = json.loads((tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()[0])
     trained = rl["sampling/groups_trained"]
     assert rl["sampling/groups_drawn"] == rl["sampling/rounds"] and trained <= 1, rl
