@@ -112,6 +112,12 @@ def paired_sign_flip(before: dict[str, int], after: dict[str, int]) -> dict[str,
             "p_one_sided": p}
 
 
+def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two evaluations of the same attempts: the one-sided z-test of b's rate over a's, and the paired sign-flip."""
+    z, p = one_sided_z(a["resolved"], a["attempts"], b["resolved"], b["attempts"])
+    return {"z": z, "p_one_sided": p, "paired": paired_sign_flip(a["per_task"], b["per_task"])}
+
+
 def split_train(train: list[dict[str, Any]], seed: int, rl_sites: float) -> tuple[list[dict], list[dict]]:
     """(tasks the expert may demonstrate, tasks GRPO trains on): with ``rl_sites`` > 0 that fraction of the train
     bug sites (a seeded shuffle) is kept for GRPO and never demonstrated, so a reward there needs the skill the warm
@@ -287,19 +293,15 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     times = {**clock.now, "total": time.monotonic() - t0}
     times_all = {**clock.all, "total": sum(clock.all.values())}
 
-    z, p = one_sided_z(before["resolved"], before["attempts"], after["resolved"], after["attempts"])
     if base:  # base -> start: the warm start's own change, tested as GRPO's start -> end is
-        base["z"], base["p_one_sided"] = one_sided_z(base["resolved"], base["attempts"], before["resolved"],
-                                                     before["attempts"])
-        base["paired"] = paired_sign_flip(base["per_task"], before["per_task"])
+        base = {**base, **compare(base, before)}
     result = {"seed": args.seed, "args": vars(args), "demos": demos, "temperature": temperature,
               "rl_temperature": rl_temperature,
               "temperature_on_train": {f"{v:g}": r["resolved"] for v, r in picked.items()},
               "before": before, "after": after,
               "difference": (after["resolved"] / max(after["attempts"], 1)
                              - before["resolved"] / max(before["attempts"], 1)),
-              "z": z, "p_one_sided": p, "paired": paired_sign_flip(before["per_task"], after["per_task"]),
-              "base": base,
+              **compare(before, after), "base": base,
               "times": times, "times_all_invocations": times_all,
               "reward_curve": [s.get("reward_mean") for s in steps],
               "resolve_curve": [s.get("resolve_rate") for s in steps],
