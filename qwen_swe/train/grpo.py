@@ -14,6 +14,9 @@ Why these choices:
   denominator (``loss_denominator`` over the whole batch) and returns a loss that sums correctly.
 - The KL penalty to a reference policy (slime's ``--use-kl-loss``) is an estimate on the sampled tokens, with
   slime's estimators and their exact formulas (``kl_to_reference``), normalised like the policy term.
+- The inference server and the trainer compute log-probs of the same tokens with different kernels, dtypes and,
+  with MAX_STALENESS >= 1, different weights; ``logprob_mismatch`` measures that gap before the update, so a drift
+  is seen as a number per step rather than guessed from clipping.
 """
 
 from __future__ import annotations
@@ -83,6 +86,24 @@ def kl_to_reference(logprobs: Tensor, ref_logprobs: Tensor, kind: str = "low_var
         return d * d / 2.0
     kl = torch.exp(-d) - 1.0 + d
     return kl.clamp(-10.0, 10.0) if kind == "low_var_kl" else kl
+
+
+def logprob_mismatch(logprobs: Tensor, rollout_logprobs: Tensor, mask: Tensor) -> dict[str, float]:
+    """Trainer vs inference server on the sampled tokens, over the masked tokens: ``logprob_diff_abs`` (mean
+    ``|d|``), ``logprob_kl_k3`` (mean k3) and ``tokens``, with ``d = logprobs - rollout_logprobs``.
+
+    Pass the trainer's log-probs from *before* the update, and a mask that leaves out samples without rollout
+    log-probs (their gap is unknown, not zero)."""
+    with torch.no_grad():
+        m = mask.float()
+        d = torch.where(m > 0, logprobs.float() - rollout_logprobs.float(), 0.0)  # padding may hold anything
+        # the tokens were sampled by the server, so exp(d) - 1 - d is the unbiased k3 estimate of
+        # KL(server || trainer); exp(-d) - 1 + d would estimate the reverse only on tokens the trainer sampled
+        k3 = (torch.exp(d) - 1.0 - d) * m
+        count = float(m.sum())
+        safe = max(count, 1.0)
+        return {"logprob_diff_abs": float((d.abs() * m).sum()) / safe, "logprob_kl_k3": float(k3.sum()) / safe,
+                "tokens": count}
 
 
 def _reduce(per_token: Tensor, mask: Tensor, norm: str, denominator: float) -> Tensor:

@@ -41,7 +41,13 @@ from qwen_swe.errors import DropReason, TrainerError
 from qwen_swe.rollout.driver import make_driver
 from qwen_swe.supervise import die_with_parent, run_rank
 from qwen_swe.train import checkpoint as ckpt
-from qwen_swe.train.grpo import group_advantages, loss_denominator, policy_loss, zero_variance_mask
+from qwen_swe.train.grpo import (
+    group_advantages,
+    logprob_mismatch,
+    loss_denominator,
+    policy_loss,
+    zero_variance_mask,
+)
 from qwen_swe.train.metrics import MetricsLog
 from qwen_swe.train.offpolicy import Prefetch, drop_stale
 from qwen_swe.train.policy import (
@@ -144,7 +150,8 @@ def train_on_batch(policy: PolicyModel, items: Sequence[dict], settings: Setting
     full_mask = torch.nn.utils.rnn.pad_sequence(masks, batch_first=True)
     denom = loss_denominator(full_mask, settings.train.loss_norm)
     tr = settings.train
-    sums = torch.zeros(8, dtype=torch.float64)  # loss, tokens, clip, kl, ratio, entropy, nll, kl_ref (token-weighted)
+    # loss, tokens, clip, kl, ratio, entropy, nll, kl_ref, |logp - rollout|, its k3, tokens with rollout log-probs
+    sums = torch.zeros(11, dtype=torch.float64)  # token-weighted, so the all-reduce gives global means
     for mb_items in shard_batch(items, dist.get_rank(), world, tr.micro_batch_size):
         mb = make_micro_batch(mb_items, device, pad_id)
         ref = reference.logprobs(mb) if reference is not None else None
@@ -160,8 +167,11 @@ def train_on_batch(policy: PolicyModel, items: Sequence[dict], settings: Setting
         (loss * world).backward()  # FSDP averages gradients over ranks; the loss is already a global mean
         t = m["tokens"]
         nll = float(-(logp.detach() * mask).sum())  # the supervised loss of the trained tokens, for both modes
+        gap = logprob_mismatch(logp, rollout, mask * known.unsqueeze(1))  # logp: this step's weights, not yet updated
+        g = gap["tokens"]
         sums += torch.tensor([loss.item(), t, m["clip_fraction"] * t, m["approx_kl"] * t, m["ratio_mean"] * t,
-                              m["entropy"] * t, nll, m.get("kl_ref", 0.0) * t], dtype=torch.float64)
+                              m["entropy"] * t, nll, m.get("kl_ref", 0.0) * t, gap["logprob_diff_abs"] * g,
+                              gap["logprob_kl_k3"] * g, g], dtype=torch.float64)
     sums = sums.to(device)  # NCCL reduces device tensors only
     dist.all_reduce(sums)
     sums = sums.cpu()
@@ -171,6 +181,9 @@ def train_on_batch(policy: PolicyModel, items: Sequence[dict], settings: Setting
            "entropy": float(sums[5]) / tokens, "nll": float(sums[6]) / tokens}
     if reference is not None:
         out["kl_ref"] = float(sums[7]) / tokens  # before this step's update: how far the policy has moved so far
+    if sums[10] > 0:  # absent, not 0, when no sample carries rollout log-probs (SFT)
+        out["logprob_diff_abs"] = float(sums[8]) / float(sums[10])
+        out["logprob_kl_k3"] = float(sums[9]) / float(sums[10])
     return out
 
 

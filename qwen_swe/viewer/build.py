@@ -17,7 +17,8 @@ SAMPLE_KEYS = ("instance_id", "group_index", "index", "status", "reward", "resol
                "filtered", "outcome", "patch", "turns", "response_length", "sampled_tokens", "trained_tokens",
                "weight_version", "agent_seconds", "grade_seconds", "reward_components", "reward_hack_suspected",
                "conversation")
-CURVE_KEYS = ("reward_mean", "resolve_rate", "response_length_mean", "dropped_samples", "eval/resolve_rate")
+CURVE_KEYS = ("reward_mean", "resolve_rate", "response_length_mean", "dropped_samples", "eval/resolve_rate",
+              "clip_fraction", "approx_kl", "logprob_diff_abs", "logprob_kl_k3")
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:

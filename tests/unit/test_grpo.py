@@ -7,7 +7,14 @@ import math
 import pytest
 import torch
 
-from qwen_swe.train.grpo import group_advantages, kl_to_reference, loss_denominator, policy_loss, zero_variance_mask
+from qwen_swe.train.grpo import (
+    group_advantages,
+    kl_to_reference,
+    logprob_mismatch,
+    loss_denominator,
+    policy_loss,
+    zero_variance_mask,
+)
 
 
 def test_mean_mode_subtracts_group_mean():
@@ -169,6 +176,20 @@ def test_kl_penalty_pulls_the_policy_back_to_the_reference():
     assert logp.grad[0, 0] > 0 and logp.grad[0, 1] < 0 and logp.grad[0, 2] == 0
     _, no_coef = policy_loss(logp, logp.detach(), zero, mask, ref_logprobs=ref, kl_coef=0.0)
     assert no_coef["kl_ref"] == pytest.approx(metrics["kl_ref"])  # measured even when not penalised
+
+
+def test_logprob_mismatch_on_hand_computed_values():
+    trainer = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, -3.0, -1.0]])
+    server = torch.tensor([[-1.5, -2.0, -math.inf], [-0.5, -2.0, -7.0]])  # -inf: padding; -7.0: a masked token
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    got = logprob_mismatch(trainer, server, mask)
+    # d = trainer - server on the four masked tokens: 0.5, 0, 0, -1; k3 = exp(d) - 1 - d
+    assert got["tokens"] == 4.0
+    assert got["logprob_diff_abs"] == pytest.approx(1.5 / 4)
+    assert got["logprob_kl_k3"] == pytest.approx(((math.exp(0.5) - 1.5) + math.exp(-1.0)) / 4)
+    same = logprob_mismatch(trainer, trainer, mask)
+    assert same["logprob_diff_abs"] == 0.0 and same["logprob_kl_k3"] == 0.0
+    assert logprob_mismatch(trainer, server, torch.zeros(2, 3))["tokens"] == 0.0
 
 
 def test_warmup_rises_linearly_then_holds_and_slime_gets_the_same_schedule(tmp_path):
