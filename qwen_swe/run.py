@@ -1,5 +1,6 @@
 """The run's entry point: settings, leftovers reaped, the embedded server started if no VLLM_URL, then the
-trainer under torchrun (rank 0 drives the rollouts). Re-running with the same OUTPUT_DIR resumes."""
+trainer under torchrun (rank 0 drives the rollouts). Re-running with the same OUTPUT_DIR resumes, with the
+settings saved there."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from qwen_swe import preflight
 from qwen_swe.backends.slime.launcher import launch as launch_slime
-from qwen_swe.config.settings import Settings, load_settings
+from qwen_swe.backends.slime.weights import TRACKER as SLIME_TRACKER
+from qwen_swe.config.resume import resumed_settings, run_folder
+from qwen_swe.config.settings import Settings, given_settings, with_profile
 from qwen_swe.errors import SETUP_EXIT_CODE, SetupError, TaskPackError
 from qwen_swe.evaluate.__main__ import main as evaluate_main
 from qwen_swe.inference.launcher import serving
@@ -19,9 +22,31 @@ from qwen_swe.paths import REPO_ROOT
 from qwen_swe.sandbox.docker import reap, reap_until_quiet
 from qwen_swe.supervise import SUPERVISOR, Interrupted
 from qwen_swe.supervise import install as install_supervisor
+from qwen_swe.train.checkpoint import complete_checkpoints
 from qwen_swe.viewer.build import write_viewer
 
 log = logging.getLogger("qwen_swe")
+
+
+def has_checkpoint(output_dir: Path) -> bool:
+    """What a trainer resumes from: a complete checkpoint of the built-in one, or slime's tracker file."""
+    return bool(complete_checkpoints(output_dir, warn=False)) or (output_dir / SLIME_TRACKER).is_file()
+
+
+def load_run_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings:
+    """A new run's settings come from the environment (and flags); a resumed run's from its settings.json, with
+    only what the environment may change on resume (``config/resume.py``)."""
+    given = given_settings(argv, env)
+    folder = run_folder(given)
+    saved = folder / "settings.json"
+    if not has_checkpoint(folder):
+        return Settings.build(**with_profile(given))
+    if not saved.is_file():
+        log.warning("%s holds a checkpoint but no settings.json: resuming with this environment's settings", folder)
+        return Settings.build(**with_profile(given))
+    settings, note = resumed_settings(saved, given)
+    log.info("%s", note)
+    return settings
 
 
 def trainer_command(settings: Settings, settings_file: Path) -> list[str]:
@@ -73,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     install_supervisor()
     settings = None
     try:
-        settings = load_settings(args)
+        settings = load_run_settings(args)
         if settings.backend == "slime":
             return launch_slime(settings)
         return run(settings)

@@ -12,9 +12,19 @@ from typing import Any, Sequence
 from qwen_swe.errors import ConfigError
 
 
+# What a re-run into a folder with a checkpoint does with a setting (config/resume.py): "keep" its saved value (a
+# different one is refused unless RESUME_OVERRIDE names it); "free": a given value wins, as the setting changes
+# neither what is learned nor what the results mean (the run's length, what it writes out); "new": this invocation's
+# value, never the saved one (where the run is, the override itself).
+RESUME = ("keep", "free", "new")
+
+
 def opt(default: Any, help: str, choices: Sequence[str] | None = None, minimum: float | None = None,
-        maximum: float | None = None) -> Any:
-    return field(default=default, metadata={"help": help, "choices": choices, "min": minimum, "max": maximum})
+        maximum: float | None = None, resume: str = "keep", by_run: bool = False) -> Any:
+    """A setting; ``by_run`` marks one the run fills in itself (never the user's, never carried over on resume)."""
+    assert resume in RESUME, resume
+    return field(default=default, metadata={"help": help, "choices": choices, "min": minimum, "max": maximum,
+                                            "resume": "new" if by_run else resume, "by_run": by_run})
 
 
 def env_name(name: str) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from qwen_swe.agent.settings import AgentSettings
+from qwen_swe.config.environment import check_environment
 from qwen_swe.config.fields import convert, env_name, from_json_value, opt, to_json_value, validate
 from qwen_swe.errors import ConfigError
 from qwen_swe.inference.settings import InferenceSettings
@@ -36,10 +37,13 @@ SECTIONS: dict[str, type] = {"inference": InferenceSettings, "sandbox": SandboxS
 @dataclass(frozen=True)
 class Settings:
     # --- the seed's settings (the rest of them live in the sections) ---------------------------
-    num_rollouts: int = opt(10, "number of GRPO steps (rollout + train)", minimum=1)
+    num_rollouts: int = opt(10, "number of GRPO steps (rollout + train); raise it on resume to extend a run",
+                             minimum=1, resume="free")
     rollout_batch_size: int = opt(4, "groups (instances) per rollout", minimum=1)
     n_samples: int = opt(2, "samples per group (GRPO needs at least 2)", minimum=2)
-    output_dir: Path = opt(Path(tempfile.gettempdir()) / "qwen_swe_grpo", "run folder: checkpoints, metrics, dumps")
+    output_dir: Path = opt(Path(tempfile.gettempdir()) / "qwen_swe_grpo", "run folder: checkpoints, metrics, dumps; "
+                            "re-running into one that holds a checkpoint resumes with its settings.json",
+                            resume="new")
     dataset: str | None = opt(None, f"HF dataset name or local .json/.jsonl/.parquet; default {DEFAULT_DATASET} "
                                     "with VLLM_URL, the local task pack without")
     instance_list: Path | None = opt(None, "file of instance ids, one a line")
@@ -55,11 +59,15 @@ class Settings:
                                            "(trains against a frozen policy)")
     run_id: str | None = opt(None, "label for containers and logs; default derived from OUTPUT_DIR")
     eval_samples: int = opt(1, "evaluation: attempts per instance (pass@k up to this k)", minimum=1)
-    eval_interval: int = opt(0, "training: evaluate every N steps on EVAL_DATASET (0 = never)", minimum=0)
+    eval_interval: int = opt(0, "training: evaluate every N steps on EVAL_DATASET (0 = never)", minimum=0,
+                             resume="free")
     eval_dataset: str | None = opt(None, "training: the evaluation rows (HF name or local file); default DATASET")
     eval_instance_list: Path | None = opt(None, "training: file of evaluation instance ids, one a line")
     stop_timeout: float = opt(30.0, "on SIGTERM/SIGINT, seconds the trainer and the server get to stop before "
-                                    "SIGKILL (a second signal kills at once)", minimum=1.0)
+                                    "SIGKILL (a second signal kills at once)", minimum=1.0, resume="free")
+    resume_override: str | None = opt(None, "resuming (OUTPUT_DIR holds a checkpoint): settings, comma-separated env "
+                                            "names (LR,VLLM_URL), that may differ from the run's settings.json; any "
+                                            "other given differently is refused", resume="new")
 
     # --- the components' sections ------------------------------------------------------------
     inference: InferenceSettings = field(default_factory=InferenceSettings)
@@ -230,13 +238,12 @@ EMBEDDED_PROFILE: dict[str, Any] = {
 }
 
 
-def load_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
-                  profile: bool = True) -> Settings:
-    """Settings from ``env`` (default ``os.environ``) overridden by ``argv`` flags. Call it once, in an entry point.
-
-    With ``profile`` and no VLLM_URL, unset fields take the embedded profile's values (``EMBEDDED_PROFILE``).
-    """
+def given_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The settings the user gave, by flat name: ``argv`` flags over ``env`` (default ``os.environ``) variables. A
+    variable that looks like a setting but is not one (``ROLLOUT_BATCHSIZE``) is an error naming the nearest."""
     env = os.environ if env is None else env
+    check_environment(env, [env_name(f.name) for f in all_fields() if not f.metadata["by_run"]],
+                      internal=[env_name(f.name) for f in all_fields() if f.metadata["by_run"]])
     flags = vars(build_parser().parse_args(list(argv or [])))
     values: dict[str, Any] = {}
     for f in all_fields():
@@ -245,6 +252,19 @@ def load_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | No
             raw = env.get(env_name(f.name))
         if raw is not None:
             values[f.name] = convert(f, raw)
-    if profile and not values.get("vllm_url"):
-        values = {**EMBEDDED_PROFILE, **values}
-    return Settings.build(**values)
+    return values
+
+
+def with_profile(values: Mapping[str, Any]) -> dict[str, Any]:
+    """With no VLLM_URL, the embedded profile's values (``EMBEDDED_PROFILE``) where ``values`` set nothing."""
+    return dict(values) if values.get("vllm_url") else {**EMBEDDED_PROFILE, **values}
+
+
+def load_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
+                  profile: bool = True) -> Settings:
+    """Settings from ``env`` (default ``os.environ``) overridden by ``argv`` flags. Call it once, in an entry point.
+
+    With ``profile`` and no VLLM_URL, unset fields take the embedded profile's values (``EMBEDDED_PROFILE``).
+    """
+    values = given_settings(argv, env)
+    return Settings.build(**(with_profile(values) if profile else values))

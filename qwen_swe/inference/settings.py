@@ -19,7 +19,8 @@ class InferenceSettings:
     served_model_name: str | None = opt(None, "model name the server exposes; default MODEL")
     max_model_len: int | None = opt(None, "vLLM context length")
     request_timeout: float = opt(600.0, "timeout of one inference request, seconds", minimum=1.0)
-    served_url: str | None = opt(None, "URL of the server the launcher started (embedded); not set by users")
+    served_url: str | None = opt(None, "URL of the server the launcher started (embedded); not set by users",
+                                 by_run=True)
     weight_sync: str = opt("auto", "how new weights reach the server: reload a shared path, upload to the Modal "
                            "weights Volume, or broadcast them into the vLLM workers (no disk); auto = modal for a "
                            "*.modal.run VLLM_URL, else path", choices=("auto", "path", "modal", "broadcast"))

@@ -17,7 +17,8 @@ class RolloutSettings:
     max_response_len: int = opt(16384, "response tokens kept per trajectory", minimum=1)
     mask_truncated: bool = opt(False, "zero the loss mask of truncated trajectories")
     save_rollout_data: bool = opt(True, "write every complete group's token ids, loss masks, sampling log-probs and "
-                                        "rewards to OUTPUT_DIR/rollout_data/step_N.jsonl.gz (about 2 KB a sample)")
+                                        "rewards to OUTPUT_DIR/rollout_data/step_N.jsonl.gz (about 2 KB a sample)",
+                                     resume="free")
     dynamic_sampling: bool = opt(False, "train only on groups whose rewards differ (DAPO's dynamic sampling): groups "
                                         "of equal rewards are replaced by newly drawn ones, for up to SAMPLING_ROUNDS "
                                         "rounds a step; needs MAX_STALENESS=0 and BACKEND=fsdp")

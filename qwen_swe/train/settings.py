@@ -41,8 +41,8 @@ class TrainSettings:
     weight_loading: str = opt("full", "how each trainer rank loads the model: full = the whole model on every rank, "
                               "then shard; meta = build on the meta device, shard, read only the rank's rows from the "
                               "safetensors files", choices=("full", "meta"))
-    save_interval: int = opt(1, "checkpoint every N steps", minimum=1)
-    keep_checkpoints: int = opt(3, "checkpoints kept", minimum=1)
+    save_interval: int = opt(1, "checkpoint every N steps", minimum=1, resume="free")
+    keep_checkpoints: int = opt(3, "checkpoints kept", minimum=1, resume="free")
     max_staleness: int = opt(0, "0 = strictly on-policy (each rollout waits for the previous update); N >= 1 = the "
                              "next N rollouts run while a step trains, and samples more than N weight versions "
                              "behind the trainer are dropped", minimum=0)
