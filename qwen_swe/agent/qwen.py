@@ -20,7 +20,7 @@ import secrets
 import shlex
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from qwen_swe.agent.settings import AgentSettings
 from qwen_swe.data.prompts import SYSTEM_PROMPT_COMPACT
@@ -63,7 +63,8 @@ _GIT = "git -c safe.directory='*'"
 _API_ERROR = re.compile(r"\[API Error|Request timeout after|Connection error|ECONNREFUSED|fetch failed", re.I)
 _LOOP_GUARD = re.compile(r"Loop detection halted the run", re.I)
 # qwen-code waits 500 ms for piped stdin, then runs with no input and exits 1 before any model call: a CPU starved
-# for that long (2 busy cores) loses the prompt. Nothing ran, so the run is started again, at most this many times.
+# for that long (2 busy cores) loses the prompt. The run is started again, in a fresh proxy session, at most this
+# many times.
 STDIN_RACE = "No input provided via stdin"
 STDIN_RETRIES = 2
 
@@ -227,9 +228,14 @@ def classify(exit_code: int | None, timed_out: bool, summary: StreamSummary, std
 
 # --- the run ----------------------------------------------------------------------------------------------------
 async def run_agent(sandbox: Sandbox, *, base_url: str, model: str, prompt: str, agent: AgentSettings,
-                    inference: InferenceSettings, profile: Profile = "full", bundle: str = AGENT_MOUNT) -> AgentResult:
+                    inference: InferenceSettings, profile: Profile = "full", bundle: str = AGENT_MOUNT,
+                    fresh_session: Callable[[], str] | None = None) -> AgentResult:
     """Run qwen-code once on the task in ``sandbox`` (/testbed) and collect its outcome (``take_diff`` then reads
     its change).
+
+    A run that lost its prompt (``STDIN_RACE``) is run again only where ``fresh_session`` is given: it returns the
+    base URL of a new, empty proxy session, so nothing the discarded run sent or received stays in the rollout.
+    The discarded run's processes are killed first, so none of them can reach the model afterwards.
 
     Never raises for the agent's own failures: they come back as an outcome. Sandbox failures (the container
     died, exec broke) propagate as the sandbox's exception, for the caller to drop the sample.
@@ -250,10 +256,14 @@ async def run_agent(sandbox: Sandbox, *, base_url: str, model: str, prompt: str,
 
     start = time.monotonic()
     budget = max(1, int(agent.agent_timeout))
-    for _ in range(1 + STDIN_RETRIES):
+    for attempt in range(1 + STDIN_RETRIES):
+        if attempt:
+            await sandbox.exec(sweep_command(marker), timeout=120)
+            base_url = fresh_session()
         done = await sandbox.exec(agent_command(agent, bundle), timeout=budget + 2 * KILL_GRACE + EXEC_SLACK,
                                   workdir=REPO_DIR, env=agent_env(base_url, model, profile, marker))
-        if done.timed_out or done.exit_code != 1 or STDIN_RACE not in await _read_text(sandbox, STDERR_FILE):
+        if (fresh_session is None or done.timed_out or done.exit_code != 1
+                or STDIN_RACE not in await _read_text(sandbox, STDERR_FILE)):
             break
     seconds = time.monotonic() - start
     # then undo any commit or staging of the agent's, so the diff below is against the starting commit

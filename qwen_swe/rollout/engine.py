@@ -99,9 +99,15 @@ class RolloutEngine:
         t0 = time.monotonic()
         session = self.proxy.open_session({"instance_id": meta["instance_id"], "index": sample.index},
                                           seed=meta.get(ATTEMPT_SEED))
+
+        def fresh_session() -> str:  # a re-run of the agent starts from an empty session
+            nonlocal session
+            session = self.proxy.restart_session(session.id)
+            return session.base_url
+
         try:
             async with self._start_sandbox(instance) as sandbox:
-                agent = await self._run_agent(sandbox, session.base_url, str(sample.prompt))
+                agent = await self._run_agent(sandbox, session.base_url, str(sample.prompt), fresh_session)
                 patch = await take_diff(sandbox)
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise SandboxError(f"the Docker engine failed during the rollout: {exc}") from exc
@@ -124,10 +130,12 @@ class RolloutEngine:
             mounts={str(agent_bundle_dir()): AGENT_MOUNT}, base_commit=instance.get("base_commit"), hide_future=True,
             boot_limit=self._boot)
 
-    async def _run_agent(self, sandbox: DockerSandbox, base_url: str, prompt: str) -> AgentResult:
+    async def _run_agent(self, sandbox: DockerSandbox, base_url: str, prompt: str,
+                         fresh_session: Callable[[], str]) -> AgentResult:
         s = self.settings
         return await run_agent(sandbox, base_url=base_url, model=self.served_model, prompt=prompt, agent=s.agent,
-                               inference=s.inference, profile="compact" if s.embedded else "full")
+                               inference=s.inference, profile="compact" if s.embedded else "full",
+                               fresh_session=fresh_session)
 
     def _build_trajectory(self, turns: list) -> Any:
         s = self.settings

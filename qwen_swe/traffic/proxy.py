@@ -147,6 +147,17 @@ class RecordingProxy:
         self._closed.add(sid)
         return sorted(session.turns, key=lambda t: t.index)
 
+    def restart_session(self, sid: str) -> Session:
+        """Close ``sid``, dropping its turns (later requests to it get 410), and open an empty session with the same
+        meta and seed: an agent run that is started again begins from nothing the discarded run sent or received."""
+        old = self._sessions.get(sid)
+        if old is None:
+            raise ProxyError(f"session {sid} is not open (unknown or already closed)")
+        if old.bug is not None:  # a proxy bug is never discarded with the run it hit
+            raise old.bug
+        self.close_session(sid)
+        return self.open_session(old.meta, seed=old.seed)
+
     def session(self, sid: str) -> Session:
         return self._sessions[sid]
 

@@ -77,12 +77,19 @@ async def _rollout(task: dict, run_id: str, script: list, settings, *, before=No
     async with ScriptedServer(script, tokenizer=tokenizer, max_model_len=max_model_len) as server:
         async with RecordingProxy(server.url, model="scripted", tokenizer=tokenizer, mode="tokens") as proxy:
             session = proxy.open_session({"test": run_id})
+
+            def fresh_session() -> str:  # as the rollout engine does
+                nonlocal session
+                session = proxy.restart_session(session.id)
+                return session.base_url
+
             async with _box(task, run_id) as box:
                 if before:
                     await before(box)
                 result = await qa.run_agent(box, base_url=session.base_url, model="smollm2-135m",
                                             prompt=build_prompt(task), agent=settings.agent,
-                                            inference=settings.inference, profile=profile, bundle=bundle)
+                                            inference=settings.inference, profile=profile, bundle=bundle,
+                                            fresh_session=fresh_session)
                 result = SimpleNamespace(**dataclasses.asdict(result), patch=await qa.take_diff(box))
                 extra = await after(box) if after else None
             turns = proxy.close_session(session.id)
@@ -229,12 +236,18 @@ def test_server_error_is_an_infrastructure_failure(task, run_id):
     assert result.patch == ""
 
 
-# The real qwen-code given its prompt 2 s late, as a CPU starved past its 500 ms stdin wait gives it: the first run
-# exits 1 with no input and no model call, and the agent runs it again on the same prompt.
-_LATE_STDIN = f"""#!/bin/sh
+# The lost-prompt condition, forced without racing a clock: the first run talks to the model (as a discarded run may
+# have before it died), then the real qwen-code starts with its stdin already at EOF, which it answers with
+# "No input provided via stdin" and exit 1, the same as a prompt that arrived after its 500 ms wait.
+_DISCARDED_CALL = ("fetch(process.env.OPENAI_BASE_URL + '/chat/completions', {method: 'POST', "
+                   "headers: {'content-type': 'application/json'}, body: JSON.stringify({model: "
+                   "process.env.OPENAI_MODEL, messages: [{role: 'user', content: 'from the discarded run'}]})})"
+                   ".then(r => r.text()).then(t => console.error('discarded run got: ' + t.slice(0, 60)))")
+_LOST_PROMPT = f"""#!/bin/sh
 if [ ! -e /tmp/late/first ]; then
   : > /tmp/late/first
-  {{ sleep 2; cat; }} | exec {AGENT_MOUNT}/node/bin/node "$@"
+  {AGENT_MOUNT}/node/bin/node -e "{_DISCARDED_CALL}" >&2
+  exec {AGENT_MOUNT}/node/bin/node "$@" < /dev/null
 fi
 exec {AGENT_MOUNT}/node/bin/node "$@"
 """
@@ -242,23 +255,29 @@ exec {AGENT_MOUNT}/node/bin/node "$@"
 
 @pytest.mark.docker
 @pytest.mark.agent
-def test_a_prompt_lost_to_a_late_stdin_is_run_again(task, run_id):
+def test_a_run_that_lost_its_prompt_is_run_again_from_a_clean_session(task, run_id):
     settings = load_settings([], env={}).replace(max_turns=8, agent_timeout=300.0)
 
-    async def late_bundle(box):  # the real bundle, its node reached through the wrapper above
-        await box.write_file("/tmp/late/node/bin/node", _LATE_STDIN, mode=0o755)
+    async def wrapped_bundle(box):  # the real bundle, its node reached through the wrapper above
+        await box.write_file("/tmp/late/node/bin/node", _LOST_PROMPT, mode=0o755)
         await box.exec(f"ln -s {AGENT_MOUNT}/qwen-code /tmp/late/qwen-code", timeout=60)
 
     async def first_run_happened(box):
         return (await box.exec("test -e /tmp/late/first", timeout=60)).exit_code == 0
 
-    result, turns, _, _, raced = asyncio.run(_rollout(task, run_id, ["Nothing to change."], settings,
-                                                      before=late_bundle, after=first_run_happened,
-                                                      bundle="/tmp/late"))
-    assert raced, "the wrapper's first, late-stdin run did not happen"
+    result, turns, tok, server, raced = asyncio.run(_rollout(task, run_id, ["Nothing to change."], settings,
+                                                             before=wrapped_bundle, after=first_run_happened,
+                                                             bundle="/tmp/late"))
+    assert raced, "the wrapper's first run did not happen"
     assert result.outcome == "completed" and not result.infra and result.exit_code == 0, result.log_tail
     assert result.final_message == "Nothing to change."
+    sent = [tok.decode(body["prompt"]) for _, body in server.requests]  # the proxy sends token ids upstream
+    assert len(sent) == 2 and "from the discarded run" in sent[0], sent  # the discarded run did reach the model
+    # ...and nothing of it is in the rollout: one turn, the real prompt, a trajectory without drift
     assert len(turns) == 1 and "Resolve the following issue" in json.dumps(turns[0].request_messages)
+    assert "from the discarded run" not in json.dumps([t.request_messages for t in turns])
+    traj = build_sample(turns, max_response_len=settings.rollout.max_response_len, mask_truncated=False, tokenizer=tok)
+    assert traj.metadata["drift_count"] == 0 and traj.metadata["retained_fraction"] == 1.0
 
 
 @pytest.mark.docker

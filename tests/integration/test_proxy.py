@@ -403,3 +403,24 @@ def test_real_vllm_repeats_an_attempt_with_the_same_session_seed(embedded_vllm):
           f"{next((i for i, (a, b) in enumerate(zip(first, other)) if a != b), len(other))}")
     assert len(first) > 8 and first == again
     assert other != first
+
+
+def test_a_restarted_session_keeps_nothing_of_the_discarded_one(tok):
+    """An agent run that is started again gets a new, empty session: same meta and seed, the old route closed."""
+    async def main():
+        async with ScriptedServer([FINAL], tokenizer=tok) as server, \
+                RecordingProxy(server.url, tokenizer=tok, request_timeout=30) as proxy, \
+                aiohttp.ClientSession() as http:
+            old = proxy.open_session({"instance_id": "demo"}, seed=7)
+            body = {"messages": [{"role": "user", "content": "first try"}]}
+            await chat(http, old.base_url, body)
+            new = proxy.restart_session(old.id)
+            with pytest.raises(APIError) as late:  # a late call of the discarded run
+                await chat(http, old.base_url, body)
+            await chat(http, new.base_url, {"messages": [{"role": "user", "content": "second try"}]})
+            return old, new, late.value, proxy.close_session(new.id)
+
+    old, new, late, turns = run(main())
+    assert new.id != old.id and (new.meta, new.seed) == ({"instance_id": "demo"}, 7)
+    assert late.status == 410
+    assert [t.index for t in turns] == [0] and turns[0].request_messages[0]["content"] == "second try"
