@@ -33,7 +33,9 @@ PARENT = textwrap.dedent("""
     sys.exit(code)
 """)
 SLEEPER = "import time\nwhile True: time.sleep(0.1)"
-STUBBORN = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(0.1)"
+# says "ignoring" on the shared stdout once its handler is in place, so the test signals it only then
+STUBBORN = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ignoring', flush=True)\n"
+            "while True: time.sleep(0.1)")
 
 
 def alive(pid: int) -> bool:
@@ -75,7 +77,7 @@ def test_a_stop_signal_stops_the_children_and_says_so_in_the_exit_code(sig):
 def test_a_second_signal_does_not_wait_for_a_child_that_ignores_the_first():
     proc, child = _parent(STUBBORN, grace=120.0)
     try:
-        time.sleep(0.5)  # let the child install its handler
+        assert proc.stdout.readline().strip() == "ignoring"
         proc.send_signal(signal.SIGTERM)
         time.sleep(1.0)
         assert proc.poll() is None and alive(child), "the first signal waits for the child (grace 120 s)"
