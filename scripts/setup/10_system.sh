@@ -2,15 +2,15 @@
 # Debian packages and a running Docker engine (no bridge: containers use host or no network).
 # Storage: overlay2 shares an image's files among its containers; vfs copies the whole image into every new
 # container (for a 271 MB task image, about 6 s of dockerd CPU per container on this kind of machine, against
-# 0.05 s with overlay2: benchmarks/bench_storage.py). CI starts vfs, as its contract says; elsewhere overlay2 when
-# the kernel has it, and vfs when it has not or overlay2 does not start. DOCKER_STORAGE_DRIVER=vfs|overlay2 chooses.
+# 0.05 s with overlay2: benchmarks/bench_storage.py). So overlay2 where the kernel has it, and vfs where it has not or
+# overlay2 does not start; CI starts it the same way. DOCKER_STORAGE_DRIVER=vfs|overlay2 chooses.
 set -euo pipefail
 
 storage_driver() {  # storage_driver [FILESYSTEMS]: the storage driver a new dockerd gets
   local fs="${1:-/proc/filesystems}"
   case "${DOCKER_STORAGE_DRIVER:-}" in
     vfs|overlay2) echo "$DOCKER_STORAGE_DRIVER" ;;
-    "") if [[ "${CI:-}" != "true" ]] && grep -qw overlay "$fs" 2>/dev/null; then echo overlay2; else echo vfs; fi ;;
+    "") if grep -qw overlay "$fs" 2>/dev/null; then echo overlay2; else echo vfs; fi ;;
     *) echo "DOCKER_STORAGE_DRIVER=$DOCKER_STORAGE_DRIVER: use vfs or overlay2 (or leave it unset)" >&2; return 1 ;;
   esac
 }
