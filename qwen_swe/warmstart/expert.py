@@ -37,6 +37,9 @@ from qwen_swe.agent.qwen import escape_at
 from qwen_swe.errors import DataError
 from qwen_swe.paths import TESTBED
 
+# The warm start's cache key holds this, not a hash of this file: bump it whenever a change here changes what the
+# expert writes (a turn, a completion's text, which tasks it plays or gives up on); a cosmetic edit must not rebuild.
+EXPERT_VERSION = 1
 DONE = "I fixed the bug."
 GIVE_UP = "I could not find the code."
 NOOP, SWAP = "noop", "swap"  # the stumbles

@@ -1,0 +1,145 @@
+"""The warm start's two phases as commands: demonstrations (``python -m qwen_swe.warmstart collect``), then SFT
+(``run_grpo.sh`` with ``TRAIN_MODE=sft``), each through the entry point a user would run.
+
+One home for the commands, so the cached warm start (``stage.py``) and the learning benchmark build the same
+thing the same way; a runner that gives each command a log, a timeout and a clean stop; and the progress lines a
+build of minutes prints while a phase runs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+from qwen_swe.config.fields import env_name
+from qwen_swe.config.settings import all_fields
+from qwen_swe.errors import SetupError
+from qwen_swe.paths import REPO_ROOT
+from qwen_swe.supervise import SUPERVISOR
+
+# The agent profile a small model can act in, the same when the demonstrations are recorded as when the
+# warm-started policy is evaluated or trained (the learning benchmark measured the warm start with it).
+AGENT_PROFILE: Mapping[str, str] = MappingProxyType(
+    {"TOOL_CHOICE": "auto", "MAX_TURNS": "5", "AGENT_MAX_TOKENS": "256", "AGENT_TIMEOUT": "180"})
+PHASE_TIMEOUT = 3 * 3600.0  # seconds; the longest warm start measured here took about half an hour
+PROGRESS_INTERVAL = 30.0  # seconds between progress lines within a phase
+STOP_GRACE = 60.0  # seconds a stopped phase has to remove its containers and its trainer
+# Settings that say where and with what a phase runs, not what it computes: the user's values pass through.
+# Every other setting in the caller's environment is removed, so a phase computes what its command says and
+# nothing an exported LORA_RANK or MAX_TURNS adds; a setting added later is removed until it is listed here.
+RESOURCE_SETTINGS = frozenset({
+    "SANDBOX_CPUS", "SANDBOX_MEMORY", "SANDBOX_NETWORK", "BOOT_CONCURRENCY", "ROLLOUT_CONCURRENCY", "ROLLOUT_TIMEOUT",
+    "EVAL_TIMEOUT", "REQUEST_TIMEOUT", "STOP_TIMEOUT", "IMAGE_NAMESPACE", "ROLLOUT_BACKEND", "RAY_ADDRESS",
+    "RAY_WORKERS_PER_NODE", "TRAIN_PROCS", "MICRO_BATCH_SIZE", "ACTIVATION_CHECKPOINTING", "WEIGHT_LOADING"})
+
+Command = tuple[list[str], dict[str, str]]  # argv, and the settings it runs with (over the caller's environment)
+
+
+def _common(model: str, seed: int, mixed_precision: bool) -> dict[str, str]:
+    return {**AGENT_PROFILE, "MODEL": model, "SEED": str(seed), "MIXED_PRECISION": str(mixed_precision).lower()}
+
+
+def collect_command(out: Path, dataset: Path, model: str, recover: float, seed: int, mixed_precision: bool,
+                    run_id: str) -> Command:
+    """Demonstrations of the tasks in ``dataset`` into ``out`` (``demos.jsonl``, ``demos_report.json``).
+    ``model``'s tokenizer and chat template shape the demonstrations' token ids, so it is the model SFT trains;
+    ``run_id`` labels the containers, which the phase removes by that label when it ends."""
+    return ([sys.executable, "-m", "qwen_swe.warmstart", "collect", "--out", str(out), "--recover", str(recover)],
+            {**_common(model, seed, mixed_precision), "DATASET": str(dataset), "OUTPUT_DIR": str(out),
+             "REWARD_MODE": "binary", "RUN_ID": run_id})
+
+
+def sft_command(demos: Path, out: Path, model: str, steps: int, batch: int, lr: float, seed: int,
+                mixed_precision: bool, run_id: str) -> Command:
+    """``steps`` supervised steps of ``batch`` demonstrations from ``demos`` on ``model``, in the run folder ``out``;
+    one checkpoint, at the end, so the run's last ``weights/v*`` folder is the result (``latest_weights``)."""
+    return (["bash", str(REPO_ROOT / "examples" / "qwen_swe" / "run_grpo.sh")],
+            {**_common(model, seed, mixed_precision), "TRAIN_MODE": "sft", "SFT_DATA": str(demos),
+             "NUM_ROLLOUTS": str(steps), "ROLLOUT_BATCH_SIZE": str(batch), "LR": str(lr), "OUTPUT_DIR": str(out),
+             "KEEP_CHECKPOINTS": "1", "SAVE_INTERVAL": str(steps), "RUN_ID": run_id})
+
+
+def latest_weights(run: Path) -> Path:
+    """The newest exported HF folder of a training run (``OUTPUT_DIR/weights/v{version:06d}``)."""
+    versions = sorted(p for p in (run / "weights").glob("v*") if p.is_dir() and p.name[1:].isdigit())
+    if not versions:
+        raise SetupError(f"{run} has no weights/v*: the SFT run made no update; see its log")
+    return versions[-1]
+
+
+def child_env(env: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default ``os.environ``) without its run settings (``RESOURCE_SETTINGS`` excepted), then ``env``."""
+    base = os.environ if base is None else base
+    settings = {env_name(f.name) for f in all_fields()} - RESOURCE_SETTINGS
+    return {**{k: v for k, v in base.items() if k not in settings}, **env}
+
+
+def run_logged(cmd: list[str], env: dict[str, str], log: Path, timeout: float = PHASE_TIMEOUT) -> None:
+    """Run one phase from the repository root, its output in ``log``; stopped (its process group: SIGTERM, then
+    SIGKILL after ``STOP_GRACE``) on a timeout, a failure or an interrupt, so nothing it started outlives it."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        proc = SUPERVISOR.spawn(cmd, cwd=REPO_ROOT, env=child_env(env), stdout=out, stderr=subprocess.STDOUT)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise SetupError(f"{' '.join(cmd)} did not finish in {timeout:.0f} s; see {log}") from None
+        finally:
+            SUPERVISOR.stop(proc, STOP_GRACE)
+    if code != 0:
+        raise SetupError(f"{' '.join(cmd)} exited {code}; see {log}:\n{log.read_text()[-3000:]}")
+
+
+def format_seconds(seconds: float) -> str:
+    """``12m05s``: a build's phases last minutes; seconds alone are hard to read."""
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class Progress:
+    """A phase's start, a line every ``interval`` seconds while it runs (with the SFT steps done and an ETA when
+    ``metrics`` counts them) and its end; flushed, as a build runs for minutes behind a pipe."""
+
+    def __init__(self, phase: str, interval: float, metrics: Path | None = None, steps: int = 0) -> None:
+        self.phase, self.interval, self.metrics, self.steps = phase, interval, metrics, steps
+        self.start, self.stop = time.monotonic(), threading.Event()
+        self.thread = threading.Thread(target=self._tick, name=f"warmstart-{phase}", daemon=True)
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self.start
+        text = f"warm start: {self.phase}, {format_seconds(elapsed)} elapsed"
+        done = self._steps_done()
+        if done:
+            eta = elapsed / done * (self.steps - done)
+            text += f", step {done}/{self.steps}, ETA {format_seconds(eta)}"
+        return text
+
+    def _steps_done(self) -> int:
+        if self.metrics is None:
+            return 0
+        try:
+            return min(sum(1 for line in self.metrics.read_text().splitlines() if line.strip()), self.steps)
+        except OSError:  # not written yet
+            return 0
+
+    def _tick(self) -> None:
+        while not self.stop.wait(self.interval):
+            print(self.line(), flush=True)
+
+    def __enter__(self) -> "Progress":
+        self.start = time.monotonic()
+        print(f"warm start: {self.phase} ...", flush=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        print(f"warm start: {self.phase} {'done' if exc[0] is None else 'failed'} in "
+              f"{format_seconds(time.monotonic() - self.start)}", flush=True)
