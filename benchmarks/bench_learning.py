@@ -37,10 +37,11 @@ from typing import Any
 from qwen_swe.evaluate.report import wilson
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir
 from qwen_swe.warmstart.expert import one_line_fix
+from qwen_swe.warmstart.phases import AGENT_PROFILE, latest_weights
 
 # The agent profile a small model can act in, the same in every phase (warm start, evaluation, training).
 # Its sampling temperature is --temperature, or the one --pick-temperature chooses on train tasks.
-AGENT = {"TOOL_CHOICE": "auto", "MAX_TURNS": "5", "AGENT_MAX_TOKENS": "256", "AGENT_TIMEOUT": "180"}
+AGENT = dict(AGENT_PROFILE)  # the warm start's agent profile, so its demonstrations and every phase agree
 PHASE_TIMEOUT = 3 * 3600
 EDIT_ERRORS = ("No changes to apply", "0 occurrences found")  # qwen-code's edit tool: a no-op, old text not found
 
@@ -75,13 +76,6 @@ class PhaseClock:
         self.now[phase] = seconds
         self.all[phase] = self.all.get(phase, 0.0) + seconds
         self.path.write_text(json.dumps(self.all, indent=1) + "\n")  # after each phase: a crash keeps the rest
-
-
-def _latest_weights(run: Path) -> Path:
-    versions = sorted(p for p in (run / "weights").glob("v*") if p.is_dir())
-    if not versions:
-        raise RuntimeError(f"{run} has no weights/v*: the run made no update")
-    return versions[-1]
 
 
 def one_sided_z(success_a: int, n_a: int, success_b: int, n_b: int) -> tuple[float, float]:
@@ -248,7 +242,7 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
               "NUM_ROLLOUTS": str(args.sft_steps), "ROLLOUT_BATCH_SIZE": str(args.sft_batch),
               "LR": str(args.sft_lr), "OUTPUT_DIR": str(work / "sft"), "KEEP_CHECKPOINTS": "1",
               "SAVE_INTERVAL": str(args.sft_steps)}, work / "sft.log")
-    start_model = _latest_weights(work / "sft")
+    start_model = latest_weights(work / "sft")
     clock.add("warm_start", time.monotonic() - t)
 
     t = time.monotonic()
@@ -284,7 +278,7 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
           "RUN_ID": "qwen-swe-bench-rl"},
          work / "rl.log")
     steps = _rows(rl / "metrics.jsonl")
-    end_model = _latest_weights(rl) if any(not s.get("skipped_update") for s in steps) else start_model
+    end_model = latest_weights(rl) if any(not s.get("skipped_update") for s in steps) else start_model
     clock.add("rl", time.monotonic() - t)
 
     t = time.monotonic()

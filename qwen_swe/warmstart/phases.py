@@ -69,7 +69,7 @@ def latest_weights(run: Path) -> Path:
     """The newest exported HF folder of a training run (``OUTPUT_DIR/weights/v{version:06d}``)."""
     versions = sorted(p for p in (run / "weights").glob("v*") if p.is_dir() and p.name[1:].isdigit())
     if not versions:
-        raise SetupError(f"{run} has no weights/v*: the SFT run made no update; see its log")
+        raise SetupError(f"{run} has no weights/v*: the run made no update; see its log")
     return versions[-1]
 
 
