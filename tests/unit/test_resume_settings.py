@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from qwen_swe.config.settings import ConfigError, Settings, all_fields, load_settings
+from qwen_swe.config.settings import EMBEDDED_PROFILE, ConfigError, Settings, all_fields, load_settings
 from qwen_swe.run import load_run_settings
 
 SERVER = "http://gpu-box:8000/v1"
@@ -46,14 +46,15 @@ def test_an_embedded_run_resumes_as_it_was_saved(tmp_path, caplog):
     saved = started(tmp_path, {"MAX_TURNS": "6"})
     with caplog.at_level(logging.INFO, logger="qwen_swe"):
         assert resume(tmp_path) == saved
-    assert resume(tmp_path, VLLM_URL="", LR="1e-5", MAX_TURNS="6") == saved  # given as saved: no difference
+    profile_lr = str(EMBEDDED_PROFILE["lr"])
+    assert resume(tmp_path, VLLM_URL="", LR=profile_lr, MAX_TURNS="6") == saved  # given as saved: no difference
     assert any("kept: MAX_TURNS=6" in r.getMessage() for r in caplog.records)
 
 
 def test_a_setting_given_differently_is_refused_with_every_difference(tmp_path):
     started(tmp_path, {"LR": "3e-6"})
     with pytest.raises(ConfigError) as caught:
-        resume(tmp_path, VLLM_URL=SERVER, LR="1e-4", MAX_TURNS="4")  # MAX_TURNS=4 is the saved profile value
+        resume(tmp_path, VLLM_URL=SERVER, LR="1e-4", MAX_TURNS=str(EMBEDDED_PROFILE["max_turns"]))  # as saved
     message = str(caught.value)
     assert f"VLLM_URL: saved unset, given {SERVER}" in message and "LR: saved 3e-06, given 0.0001" in message
     assert "MAX_TURNS" not in message and "RESUME_OVERRIDE=VLLM_URL,LR" in message
