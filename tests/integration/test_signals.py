@@ -83,9 +83,9 @@ def test_a_second_signal_does_not_wait_for_a_child_that_ignores_the_first():
         assert proc.poll() is None and alive(child), "the first signal waits for the child (grace 120 s)"
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 143
-        wait_gone([child], 5)
-        assert time.monotonic() - t0 < 10
+        assert proc.wait(timeout=60) == 143
+        wait_gone([child], 30)
+        assert time.monotonic() - t0 < 60  # far below the child's 120 s grace, however busy the machine
     finally:
         proc.kill()
 
