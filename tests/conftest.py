@@ -13,6 +13,9 @@ import pytest
 from qwen_swe import paths
 
 SHARED_DATA = paths.REPO_ROOT.parent / "shared" / "data" / "swebench"
+SLIME_VENDOR = paths.REPO_ROOT.parent / "shared" / "vendor"  # slime releases, unmodified (shared/vendor/README.md)
+SLIME_RELEASES = ("slime-v0.2.2", "slime-v0.3.1")
+SLIME_PYTHON = paths.REPO_ROOT / ".venv-slime" / "bin" / "python"  # scripts/setup/35_slime.sh
 
 # 1 intra-op thread per process: on 2 cores, OpenMP threads spinning at barriers cost 4-10x
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -60,15 +63,29 @@ def _slime() -> str | None:
     return None if os.environ.get("SLIME_PATH") else "SLIME_PATH does not point at a slime checkout"
 
 
+def _slime_env() -> str | None:
+    if not SLIME_PYTHON.exists():
+        return f"no slime contract environment at {SLIME_PYTHON}; run scripts/setup.sh (35_slime.sh)"
+    missing = [r for r in SLIME_RELEASES if not (SLIME_VENDOR / r / "slime").is_dir()]
+    if missing:
+        return f"{', '.join(missing)} not vendored in {SLIME_VENDOR}; put a copy of shared/ beside the repository"
+    return None
+
+
 def _browser() -> str | None:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     return None if found else "no headless chromium; run scripts/setup.sh (Debian's chromium)"
 
 
 CHECKS = {"docker": _docker, "vllm": _vllm, "agent": _agent, "browser": _browser, "gpu": _gpu, "modal": _modal,
-          "slime": _slime}
-# Resources CI provides itself; the rest (GPU, Modal account, a slime checkout) are skipped there too.
-CI_PROVIDES = {"docker", "vllm", "agent", "browser"}
+          "slime": _slime, "slime_env": _slime_env}
+# Resources CI provides itself; the rest (GPU, Modal account, a slime checkout on SLIME_PATH) are skipped there too.
+CI_PROVIDES = {"docker", "vllm", "agent", "browser", "slime_env"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slime_env: needs .venv-slime (scripts/setup/35_slime.sh) and the slime "
+                                       "releases vendored in ../shared/vendor")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -94,6 +111,12 @@ def shared_data():
     if not SHARED_DATA.is_dir():
         pytest.fail(f"the shared SWE-bench rows are missing at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def slime_env():
+    """(the .venv-slime interpreter, the folder of vendored slime releases): with the ``slime_env`` marker."""
+    return SLIME_PYTHON, SLIME_VENDOR
 
 
 @pytest.fixture
