@@ -29,7 +29,7 @@ RUNS = {  # run id: (release folder, files, run from the release's tree with its
     "slime-v0.3.1-own-plugin-contracts": ("slime-v0.3.1", ["tests/plugin_contracts"], True),
 }
 # known bugs the suite pins with xfail(strict=True): fixed, they XPASS, which fails their run
-EXPECTED_XFAIL = {"slime-v0.2.2": {"test_our_settings_come_back_from_slimes_custom_config_loader"}}
+EXPECTED_XFAIL: dict[str, set[str]] = {}
 TIMEOUT = 600
 
 

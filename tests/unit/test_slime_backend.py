@@ -3,7 +3,6 @@ and package checks, the frozen-server refusal, the examples/qwen_swe link, and t
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
@@ -11,6 +10,7 @@ from argparse import Namespace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from qwen_swe.backends.slime import launcher as sb
 from qwen_swe.config.settings import ConfigError, Settings, all_fields
@@ -76,7 +76,7 @@ def test_dry_run_prints_slimes_train_command_for_the_seed_settings(seed_env, cap
     assert "VLLM_URL" not in env, "settings travel in one serialized form (the extra-args file), not the environment"
     plan = sb.build_plan(sb.load_settings([], profile=False), env_report={"problems": [], "cuda_devices": 8},
                          check_server_routes=False)
-    (extra,) = [json.loads(text) for text in plan.files.values()]
+    (extra,) = [yaml.safe_load(text) for text in plan.files.values()]  # as slime reads it
     carried = sb.Settings.from_dict(extra["qwen_swe_settings"])
     assert carried.inference.vllm_url == "http://localhost:8000" and extra["instance_list"] == seed_env["INSTANCE_LIST"]
     argv = words[words.index("train.py") - 1:]
@@ -90,11 +90,11 @@ def test_dry_run_prints_slimes_train_command_for_the_seed_settings(seed_env, cap
         "--data-source-path": "examples.qwen_swe.data_source.SWEBenchDataSource",
         "--rollout-function-path": "examples.qwen_swe.rollout.generate_rollout",
         "--actor-num-nodes": "1", "--actor-num-gpus-per-node": "8", "--debug-train-only": None,
-        "--custom-config-path": "/tmp/qwen_swe_grpo/slime_extra_args.json",
+        "--custom-config-path": "/tmp/qwen_swe_grpo/slime_extra_args.yaml",
     }
     assert {k: flags.get(k, "<absent>") for k in expected} == expected
     assert "--colocate" not in flags and "--rollout-num-gpus" not in flags, "slime must start no SGLang engine"
-    assert "# writes /tmp/qwen_swe_grpo/slime_extra_args.json" in printed
+    assert "# writes /tmp/qwen_swe_grpo/slime_extra_args.yaml" in printed
     # this machine has no CUDA and .venv has transformers 5: the dry run says what a real launch would refuse
     assert "# would refuse: transformers" in printed and "pip install 'transformers<5'" in printed
 
@@ -193,7 +193,7 @@ def test_settings_travel_on_slimes_args(tmp_path):
     s = Settings.build(backend="slime", slime_dir=tmp_path, vllm_url="http://h:1/v1", output_dir=tmp_path / "run",
                  max_turns=7)
     (path, text), = sb.extra_args_files(s).items()
-    extra = json.loads(text)
+    extra = yaml.safe_load(text)  # as slime v0.2.2 reads --custom-config-path
     args = Namespace(save=str(tmp_path / "run"), n_samples_per_prompt=4, rollout_batch_size=3, **extra)
     again = sb.settings_from_slime_args(args)
     assert (again.inference.vllm_url, again.agent.max_turns, again.n_samples, again.rollout_batch_size) == ("http://h:1/v1", 7, 4, 3)

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+import yaml
+
 from qwen_swe.config.settings import Settings, load_settings
 from qwen_swe.errors import SETUP_EXIT_CODE, ConfigError, SlimeBackendError
 from qwen_swe.paths import REPO_ROOT
@@ -48,7 +50,9 @@ DATA_SOURCE_PATH = "examples.qwen_swe.data_source.SWEBenchDataSource"
 ROLLOUT_FUNCTION_PATH = "examples.qwen_swe.rollout.generate_rollout"
 PACKAGE_DIR = REPO_ROOT / "examples" / "qwen_swe"  # the entry points slime imports by path
 SETTINGS_FILE = "settings.json"
-EXTRA_ARGS_FILE = "slime_extra_args.json"  # given to --custom-config-path; JSON is YAML
+# given to --custom-config-path, which slime reads with yaml.safe_load: written as YAML, since YAML 1.1 reads a
+# JSON number such as 1e-06 back as a string
+EXTRA_ARGS_FILE = "slime_extra_args.yaml"
 
 IMAGE_HINT = ("or run inside slime v0.2.2's image (docker/Dockerfile: slimerl/sglang:nightly-dev-20260107-dce8b060 "
               "with flash-attn 2.7.4.post1)")
@@ -301,7 +305,7 @@ def extra_args_files(s: Settings) -> dict[str, str]:
     every Ray actor, so the data source gets ``instance_list`` and the rollout function the whole settings
     (``settings_from_slime_args``) wherever Ray runs them, whatever environment those workers inherited."""
     extra = {"instance_list": str(s.instance_list) if s.instance_list else None, "qwen_swe_settings": s.to_dict()}
-    return {str(s.output_dir / EXTRA_ARGS_FILE): json.dumps(extra, indent=1, sort_keys=True) + "\n"}
+    return {str(s.output_dir / EXTRA_ARGS_FILE): yaml.safe_dump(extra, sort_keys=True)}
 
 
 def settings_from_slime_args(args: Any) -> Settings:
