@@ -83,10 +83,6 @@ CHECKS = {"docker": _docker, "vllm": _vllm, "agent": _agent, "browser": _browser
 CI_PROVIDES = {"docker", "vllm", "agent", "browser", "slime_env"}
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slime_env: needs .venv-slime (scripts/setup/35_slime.sh) and the slime "
-                                       "releases vendored in ../shared/vendor")
-
 
 def pytest_report_header(config: pytest.Config) -> str:
     # a full disk shows up as hundreds of unrelated errors; the header says how much room there was
