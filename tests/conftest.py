@@ -83,7 +83,6 @@ CHECKS = {"docker": _docker, "vllm": _vllm, "agent": _agent, "browser": _browser
 CI_PROVIDES = {"docker", "vllm", "agent", "browser", "slime_env"}
 
 
-
 def pytest_report_header(config: pytest.Config) -> str:
     # a full disk shows up as hundreds of unrelated errors; the header says how much room there was
     free = {where: shutil.disk_usage(where).free / 2**30 for where in (tempfile.gettempdir(), "/var/lib")}
