@@ -37,7 +37,7 @@ from typing import Any
 from qwen_swe.evaluate.report import wilson
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir
 from qwen_swe.warmstart.expert import one_line_fix
-from qwen_swe.warmstart.phases import AGENT_PROFILE, latest_weights
+from qwen_swe.warmstart.phases import AGENT_PROFILE, collect_command, latest_weights, sft_command
 
 # The agent profile a small model can act in, the same in every phase (warm start, evaluation, training).
 # Its sampling temperature is --temperature, or the one --pick-temperature chooses on train tasks.
@@ -229,19 +229,14 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
 
     t = time.monotonic()
     common = {**AGENT, "SEED": str(args.seed), "MIXED_PRECISION": str(args.mixed_precision).lower()}
-    base_model = {"MODEL": args.model} if args.model else {}  # its tokenizer and chat template shape the demos
+    model = args.model or str(embedded_model_dir())  # its tokenizer and chat template shape the demos
     if not (work / "demos" / "demos_report.json").is_file():
-        _run([sys.executable, "-m", "qwen_swe.warmstart", "collect", "--out", str(work / "demos"),
-              "--recover", str(args.demo_recover)],
-             {**common, **base_model, "DATASET": str(demo_rows), "OUTPUT_DIR": str(work / "demos"),
-              "REWARD_MODE": "binary", "RUN_ID": "qwen-swe-bench-demos"}, work / "collect.log")
+        _run(*collect_command(work / "demos", demo_rows, model, args.demo_recover, args.seed, args.mixed_precision,
+                              "qwen-swe-bench-demos"), work / "collect.log")
     demos = json.loads((work / "demos" / "demos_report.json").read_text())
     if not (work / "sft" / "weights" / f"v{args.sft_steps:06d}").is_dir():  # the warm start's last weights
-        _run(["bash", "examples/qwen_swe/run_grpo.sh"],
-             {**common, **base_model, "TRAIN_MODE": "sft", "SFT_DATA": str(work / "demos" / "demos.jsonl"),
-              "NUM_ROLLOUTS": str(args.sft_steps), "ROLLOUT_BATCH_SIZE": str(args.sft_batch),
-              "LR": str(args.sft_lr), "OUTPUT_DIR": str(work / "sft"), "KEEP_CHECKPOINTS": "1",
-              "SAVE_INTERVAL": str(args.sft_steps)}, work / "sft.log")
+        _run(*sft_command(work / "demos" / "demos.jsonl", work / "sft", model, args.sft_steps, args.sft_batch,
+                          args.sft_lr, args.seed, args.mixed_precision, "qwen-swe-bench-sft"), work / "sft.log")
     start_model = latest_weights(work / "sft")
     clock.add("warm_start", time.monotonic() - t)
 
@@ -260,7 +255,7 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     base = None
     if args.eval_base:  # what the warm start itself did on the held-out tasks: the same attempts on the base model
         t = time.monotonic()
-        base = _evaluate("eval_base", Path(args.model or embedded_model_dir()), heldout_rows, args.k, work,
+        base = _evaluate("eval_base", Path(model), heldout_rows, args.k, work,
                          args.seed, temperature)
         clock.add("eval_base", time.monotonic() - t)
 
