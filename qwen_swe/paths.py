@@ -36,8 +36,9 @@ def verdict_cache() -> Path:
 
 
 def embedded_tasks() -> Path:
-    """The embedded default's dataset: the train split of the generated tasks of seed 0 (setup builds them)."""
-    return generated_dir(0, 1000) / "train.jsonl"
+    """The embedded default's dataset: the train split of the localized generated tasks of seed 0 (setup builds
+    them): bugs whose failing test's traceback passes through the faulty line, which a 135M model can localize."""
+    return generated_dir(0, 1000, localized=True) / "train.jsonl"
 
 
 def vllm_python() -> Path:

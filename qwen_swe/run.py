@@ -18,12 +18,13 @@ from qwen_swe.config.settings import Settings, given_settings, with_profile
 from qwen_swe.errors import SETUP_EXIT_CODE, SetupError, TaskPackError
 from qwen_swe.evaluate.__main__ import main as evaluate_main
 from qwen_swe.inference.launcher import serving
-from qwen_swe.paths import REPO_ROOT
+from qwen_swe.paths import REPO_ROOT, cache_home, embedded_model_dir
 from qwen_swe.sandbox.docker import reap, reap_until_quiet
 from qwen_swe.supervise import SUPERVISOR, Interrupted
 from qwen_swe.supervise import install as install_supervisor
 from qwen_swe.train.checkpoint import complete_checkpoints
 from qwen_swe.viewer.build import write_viewer
+from qwen_swe.warmstart.stage import WarmStartSpec, ensure_warm_start
 
 log = logging.getLogger("qwen_swe")
 
@@ -78,7 +79,7 @@ def ensure_task_images(settings: Settings) -> None:
     """The embedded default's generated tasks and their images, made here if missing (reused by their inputs)."""
     if not (settings.embedded and settings.dataset is None):
         return
-    cmd = [sys.executable, "-m", "qwen_swe.data.generate", "--seed", "0", "--reuse"]
+    cmd = [sys.executable, "-m", "qwen_swe.data.generate", "--seed", "0", "--localized", "--reuse"]
     proc = SUPERVISOR.spawn(cmd, cwd=REPO_ROOT)
     try:
         if proc.wait(timeout=3600) != 0:
@@ -86,6 +87,17 @@ def ensure_task_images(settings: Settings) -> None:
                                 f"`{' '.join(cmd[1:])}` to see why")
     finally:
         SUPERVISOR.stop(proc, grace=settings.stop_timeout)
+
+
+def ensure_policy(settings: Settings) -> Settings:
+    """The embedded default trains the warm-started SmolLM2: the base model supervised on expert demonstrations of
+    train tasks, built here once (minutes; ``scripts/setup.sh`` builds it ahead) and reused while its inputs are the
+    same. MODEL=<folder> trains that folder instead, the base model included."""
+    if not settings.embedded or settings.inference.model or settings.offline:
+        return settings
+    log.info("embedded default: the policy is the warm-started SmolLM2 (python -m qwen_swe.warmstart build; "
+             "MODEL=%s trains the base model)", embedded_model_dir())
+    return settings.replace(model=str(ensure_warm_start(WarmStartSpec(), cache_home())))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -113,12 +125,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(settings: Settings) -> int:
-    """Reap leftovers, build the task images, start the embedded server if needed, then train."""
+    """Reap leftovers, build the task images and the warm start, start the embedded server if needed, then train."""
+    if not settings.offline:  # demonstrations or replayed rollouts: no tasks, no server
+        ensure_task_images(settings)
+        settings = ensure_policy(settings)
     settings.write(settings.output_dir)
     log.info("run %s -> %s (%s)", settings.label, settings.output_dir,
              "embedded default" if settings.embedded else settings.inference.vllm_url)
-    if not settings.offline:  # demonstrations or replayed rollouts: no tasks, no server
-        ensure_task_images(settings)
     preflight.check(settings)
     reap(settings.label)  # leftovers of a runner that was killed with SIGKILL
     try:

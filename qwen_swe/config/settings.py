@@ -226,14 +226,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The agent profile a small model can act in: free tool choice, up to 5 calls of up to 256 tokens. The warm start's
+# demonstrations are recorded in it, and the embedded default trains the warm-started policy in it, so the two agree.
+WARM_START_AGENT: dict[str, Any] = {"tool_choice": "auto", "max_turns": 5, "agent_max_tokens": 256,
+                                    "agent_timeout": 180}
+
 # The embedded default (no VLLM_URL) is a small run of the same code path on 2 CPU cores, on the generated train
-# tasks: a 135M model that only calls tools when forced, up to 4 tool calls of up to 384 tokens each (room for a
-# whole edit call), and the shaped reward, because the binary one gives the base model no signal (every attempt
-# fails; README). Each value applies only where the user set nothing.
+# tasks: the warm-started SmolLM2-135M (``run.py`` builds it once and caches it; MODEL=<folder> trains another), the
+# warm start's agent profile, the seed's binary reward, and groups of 4, so that most runs see a group with both
+# outcomes and update the policy (README: how often, measured). Each value applies only where the user set nothing.
 EMBEDDED_PROFILE: dict[str, Any] = {
-    "num_rollouts": 2, "rollout_batch_size": 2, "n_samples": 2, "max_turns": 4, "agent_timeout": 240.0,
-    "agent_max_tokens": 384, "tool_choice": "required", "reward_mode": "shaped", "lr": 1e-5,
-    "max_response_len": 4096, "max_model_len": 8192, "rollout_concurrency": 4, "boot_concurrency": 2,
+    **WARM_START_AGENT, "num_rollouts": 3, "rollout_batch_size": 3, "n_samples": 4, "reward_mode": "binary",
+    "lr": 2e-5, "max_response_len": 4096, "max_model_len": 8192, "rollout_concurrency": 4, "boot_concurrency": 2,
     "eval_timeout": 300.0, "image_namespace": "", "shaped_length": 0.2, "shaped_token_budget": 1024,
 }
 

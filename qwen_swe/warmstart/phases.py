@@ -18,15 +18,14 @@ from types import MappingProxyType
 from typing import Mapping
 
 from qwen_swe.config.fields import env_name
-from qwen_swe.config.settings import all_fields
+from qwen_swe.config.settings import WARM_START_AGENT, all_fields
 from qwen_swe.errors import SetupError
 from qwen_swe.paths import REPO_ROOT
 from qwen_swe.supervise import SUPERVISOR
 
-# The agent profile a small model can act in, the same when the demonstrations are recorded as when the
-# warm-started policy is evaluated or trained (the learning benchmark measured the warm start with it).
-AGENT_PROFILE: Mapping[str, str] = MappingProxyType(
-    {"TOOL_CHOICE": "auto", "MAX_TURNS": "5", "AGENT_MAX_TOKENS": "256", "AGENT_TIMEOUT": "180"})
+# The agent profile the demonstrations are recorded in, as the phases' environment (the learning benchmark measured
+# the warm start with it; the embedded default trains in it).
+AGENT_PROFILE: Mapping[str, str] = MappingProxyType({env_name(k): str(v) for k, v in WARM_START_AGENT.items()})
 PHASE_TIMEOUT = 3 * 3600.0  # seconds; the longest warm start measured here took about half an hour
 PROGRESS_INTERVAL = 30.0  # seconds between progress lines within a phase
 STOP_GRACE = 60.0  # seconds a stopped phase has to remove its containers and its trainer

@@ -11,12 +11,13 @@ import json
 import math
 import os
 import subprocess
+from pathlib import Path
 
 import docker
 import pytest
 from safetensors.torch import load_file
 
-from qwen_swe.config.settings import load_settings
+from qwen_swe.config.settings import Settings
 from qwen_swe.data.source import SWEBenchDataSource
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir
 
@@ -63,7 +64,7 @@ def test_embedded_default_trains_syncs_and_resumes(tmp_path):
     assert not any("due to a load failure" in p.read_text(errors="replace") for p in logs)
 
     # The data source order a fresh run would serve: step 1 = the first groups, step 2 = exactly the next ones.
-    settings = load_settings([], {"OUTPUT_DIR": str(out)})
+    settings = Settings.from_json(out / "settings.json")  # what the run used, its warm-started model included
     ds = SWEBenchDataSource.from_settings(settings)
     expected = [[x.metadata["instance_id"] for g in ds.get_samples(settings.rollout_batch_size) for x in g]
                 for _ in range(2)]
@@ -76,7 +77,9 @@ def test_embedded_default_trains_syncs_and_resumes(tmp_path):
     # groups are often all-equal, so a step may rightly skip its update; the trainer's own test checks movement
     # deterministically.) A sync of version 0 (a resume before any update) serves the base weights again.
     newest = sorted((out / "weights").iterdir())[-1]
-    base, trained = load_file(embedded_model_dir() / "model.safetensors"), load_file(newest / "model.safetensors")
+    start = Path(settings.model_name)  # the warm-started policy the run built or reused, not the base model
+    assert start != embedded_model_dir() and (start.parent / "warmstart.json").is_file(), start
+    base, trained = load_file(start / "model.safetensors"), load_file(newest / "model.safetensors")
     moved = [k for k in base if k in trained and not base[k].float().equal(trained[k].float())]
     updated = [m for m in metrics if not m["skipped_update"]]
     assert bool(moved) == bool(updated), (len(moved), [m["zero_variance_groups"] for m in metrics])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -23,7 +24,7 @@ def _full() -> Settings:
 
 
 # --- settings.json ----------------------------------------------------------------------------------------------
-def test_compact_settings_leave_exactly_four_tools_and_force_tool_calls():
+def test_compact_settings_leave_exactly_four_tools_and_force_tool_calls_only_when_asked():
     s = _embedded()
     cfg = qa.agent_settings(s.agent, s.inference, "compact")
     tools = cfg["tools"]
@@ -32,8 +33,10 @@ def test_compact_settings_leave_exactly_four_tools_and_force_tool_calls():
     assert {"agent", "tool_search", "tool_call", "get_goal", "web_fetch", "glob", "todo_write"} <= set(tools["disabled"])
     assert set(tools["core"]) | set(tools["disabled"]) == set(qa.ALL_TOOLS)
     gen = cfg["model"]["generationConfig"]
-    assert gen["samplingParams"]["max_tokens"] == s.agent.agent_max_tokens == 384
-    assert gen["extra_body"] == {"tool_choice": "required"}
+    assert gen["samplingParams"]["max_tokens"] == s.agent.agent_max_tokens == 256
+    assert "extra_body" not in gen  # the embedded default's warm-started policy chooses its own tools
+    forced = qa.agent_settings(dataclasses.replace(s.agent, tool_choice="required"), s.inference, "compact")
+    assert forced["model"]["generationConfig"]["extra_body"] == {"tool_choice": "required"}
     assert gen["contextWindowSize"] == 8192
     assert cfg["skills"]["disabledLevels"] == ["project", "user", "extension", "bundled"]
 

@@ -117,10 +117,10 @@ def test_the_key_ignores_mtimes_paths_and_argument_order(model: Path, tasks: Pat
     assert key(WarmStartSpec(lr=0.0001, steps=8, tasks=str(tasks), model=str(model)), digests) == base
     for path in (tasks, model / "model.safetensors"):
         os.utime(path, (1_000_000, 1_000_000))
-    assert key(WarmStartSpec(model=model, tasks=tasks), digests) == base
+    assert key(WarmStartSpec(model=model, tasks=tasks, steps=8), digests) == base
     copy = shutil.copytree(model, tmp_path / "elsewhere")
     (copy / ".lock").write_text("")  # hidden files are no part of a model
-    assert key(WarmStartSpec(model=copy, tasks=tasks), digests) == base
+    assert key(WarmStartSpec(model=copy, tasks=tasks, steps=8), digests) == base
 
 
 def test_a_model_file_is_hashed_once_until_it_changes(model: Path, tasks: Path, tmp_path: Path, monkeypatch):
