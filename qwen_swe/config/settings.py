@@ -55,6 +55,8 @@ class Settings:
     slime_python: str | None = opt(None, "interpreter that runs slime's train.py (BACKEND=slime); "
                                          "default: the current one")
     slime_gpus: int | None = opt(None, "GPUs for slime's FSDP actor (BACKEND=slime); default: all visible", minimum=1)
+    slime_tp: int = opt(1, "BACKEND=slime on slime 0.3.x: Megatron's tensor-parallel size", minimum=1)
+    slime_ep: int = opt(1, "BACKEND=slime on slime 0.3.x: Megatron's expert-parallel size (MoE models)", minimum=1)
     allow_frozen_server: bool = opt(False, "BACKEND=slime: start even when the server cannot take new weights "
                                            "(trains against a frozen policy)")
     run_id: str | None = opt(None, "label for containers and logs; default derived from OUTPUT_DIR")
@@ -86,7 +88,7 @@ class Settings:
             raise ConfigError(f"DATASET={self.dataset} does not exist: give a .json, .jsonl or .parquet file, "
                               "a Hugging Face dataset folder, or a Hugging Face dataset name")
         if self.backend == "slime" and self.slime_dir is None:
-            raise ConfigError("BACKEND=slime needs SLIME_DIR: point it at a slime v0.2.2 checkout")
+            raise ConfigError("BACKEND=slime needs SLIME_DIR: point it at a slime v0.2.2 or v0.3.x checkout")
         if self.rollout.dynamic_sampling and (self.backend != "fsdp" or self.train.max_staleness):
             raise ConfigError("DYNAMIC_SAMPLING=1 works with BACKEND=fsdp and MAX_STALENESS=0 only (slime has "
                               "its own --dynamic-sampling-filter-path); unset one of them")
