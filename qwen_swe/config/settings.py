@@ -24,6 +24,7 @@ from qwen_swe.config.fields import convert, env_name, from_json_value, opt, to_j
 from qwen_swe.errors import ConfigError
 from qwen_swe.inference.settings import InferenceSettings
 from qwen_swe.paths import embedded_tasks
+from qwen_swe.plan.settings import PlacementSettings
 from qwen_swe.reward.settings import RewardSettings
 from qwen_swe.rollout.settings import RolloutSettings
 from qwen_swe.sandbox.settings import SandboxSettings
@@ -31,7 +32,8 @@ from qwen_swe.train.settings import TrainSettings
 
 DEFAULT_DATASET = "princeton-nlp/SWE-bench_Verified"
 SECTIONS: dict[str, type] = {"inference": InferenceSettings, "sandbox": SandboxSettings, "agent": AgentSettings,
-                             "reward": RewardSettings, "rollout": RolloutSettings, "train": TrainSettings}
+                             "reward": RewardSettings, "rollout": RolloutSettings, "train": TrainSettings,
+                             "placement": PlacementSettings}
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class Settings:
     reward: RewardSettings = field(default_factory=RewardSettings)
     rollout: RolloutSettings = field(default_factory=RolloutSettings)
     train: TrainSettings = field(default_factory=TrainSettings)
+    placement: PlacementSettings = field(default_factory=PlacementSettings)
 
     def __post_init__(self) -> None:
         validate(self)
