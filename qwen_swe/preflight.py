@@ -10,6 +10,8 @@ from qwen_swe.config.settings import Settings
 from qwen_swe.data.source import load_instances
 from qwen_swe.errors import ConfigError, InferenceError
 from qwen_swe.inference.client import InferenceClient
+from qwen_swe.plan.check import check_memory
+from qwen_swe.plan.placement import Placement, nvidia_gpus, resolve
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 SERVER_WAIT = 15.0  # seconds a given VLLM_URL may take to answer before the run refuses to start
@@ -19,12 +21,16 @@ PROBE_TEMPERATURE = 0.5
 log = logging.getLogger(__name__)
 
 
-def check(settings: Settings) -> None:
+def check(settings: Settings) -> Placement:
+    """Every check, cheapest first; returns this node's GPU placement (nothing on CPU)."""
+    place = resolve(settings, nvidia_gpus())
     check_dataset(settings)
     check_model(settings.model_name)
+    check_memory(settings, place)
     if settings.inference.vllm_url:
         check_server(settings.inference.vllm_url)
         check_logprobs_mode(settings)
+    return place
 
 
 def check_dataset(settings: Settings) -> None:

@@ -18,6 +18,7 @@ from typing import Sequence
 
 from qwen_swe.config.settings import load_settings
 from qwen_swe.errors import ConfigError
+from qwen_swe.plan.check import train_shape
 from qwen_swe.plan.memory import BUILT_IN, GIB, ModelShape, TrainShape, model_shape, plan
 
 SEARCH_STEP, SEARCH_MAX = 1024, 262144  # sample lengths tried: multiples of 1 Ki tokens up to 256 Ki
@@ -66,12 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings(rest, profile=False)
         tr = settings.train
         world = tr.train_procs or 8
-        response = settings.rollout.max_response_len
-        t = TrainShape(world=world, micro_batch=tr.micro_batch_size, seq_len=own.prompt_len + response,
-                       response_len=response, lora_rank=tr.lora_rank,
-                       activation_checkpointing=tr.activation_checkpointing, mixed_precision=tr.mixed_precision,
-                       gpu=not own.cpu, reference=tr.kl_loss_coef > 0,
-                       scaled_logits=settings.logprob_temperature != 1.0)
+        t = train_shape(settings, world, prompt_len=own.prompt_len, gpu=not own.cpu)
         m = model_shape(own.config, lora_rank=tr.lora_rank, lora_alpha=tr.lora_alpha)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

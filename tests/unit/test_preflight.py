@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from qwen_swe import preflight
-from qwen_swe.config.settings import Settings
+from qwen_swe.config.settings import Settings, load_settings
 from qwen_swe.errors import ConfigError, DataError
 from qwen_swe.paths import TASK_PACK, embedded_model_dir
+from qwen_swe.plan.check import check_memory, plan_config
+from qwen_swe.plan.placement import Gpu, nvidia_gpus, resolve
 from qwen_swe.run import main
 
 
@@ -76,3 +80,45 @@ def test_the_logprobs_mode_is_probed_only_when_grpo_uses_the_served_logprobs(cha
     with caplog.at_level("WARNING", logger="qwen_swe.preflight"):
         preflight.check_logprobs_mode(settings)  # nothing answers there: a probe is a warning, never a refusal
     assert ("could not probe which log-probs it serves" in caplog.text) == probed
+
+
+SEED_MODEL = "Qwen/Qwen3-Coder-30B-A3B-Instruct"
+EIGHT_A100 = tuple(Gpu(i, 81920) for i in range(8))
+
+
+def test_the_seed_model_is_planned_offline_and_refused_with_the_nearest_fit():
+    """The seed's model on 8 x 80 GB, by name and with no hub: its defaults do not fit; the refusal names what does."""
+    remote = Settings.build(vllm_url="http://10.9.8.7:8000/v1", model=SEED_MODEL)
+    with pytest.raises(ConfigError) as refused:
+        check_memory(remote, resolve(remote, EIGHT_A100))
+    text = str(refused.value)
+    assert f"MODEL={SEED_MODEL} trained on 8 GPU(s) of 80 GiB needs 369.6 GiB per GPU" in text, text
+    assert "Nearest settings that fit: ACTIVATION_CHECKPOINTING=true MIXED_PRECISION=true (77.7 GiB)" in text, text
+    assert "LORA_RANK=16" in text and text.endswith("MEMORY_CHECK=false starts anyway"), text
+    fitted = remote.replace(activation_checkpointing=True, mixed_precision=True)
+    check_memory(fitted, resolve(fitted, EIGHT_A100))  # the named fix passes
+
+    local = Settings.build(vllm_url="http://127.0.0.1:8000/v1", model=SEED_MODEL)  # server on GPU 0, trainer 1-7
+    with pytest.raises(ConfigError) as refused:
+        check_memory(local, resolve(local, EIGHT_A100))
+    text = str(refused.value)
+    assert "trained on 7 GPU(s)" in text and "ACTIVATION_CHECKPOINTING=true LORA_RANK=16 (" in text, text
+    assert "the server on another node (VLLM_URL=http://HOST:8000/v1) and the trainer on all 8 GPUs here" in text
+    check_memory(local.replace(memory_check=False), resolve(local, EIGHT_A100))  # warned, not refused
+
+
+def test_a_model_without_a_config_to_plan_is_not_refused(caplog):
+    settings = Settings.build(vllm_url="http://10.9.8.7:8000/v1", model="someone/unknown-model")
+    assert plan_config(settings.model_name) is None
+    check_memory(settings, resolve(settings, EIGHT_A100))
+    assert "no config.json to plan its memory with offline" in caplog.text
+
+
+def test_on_cpu_the_embedded_default_passes_at_once_and_changes_nothing(tmp_path):
+    settings = load_settings([], env={})
+    before = settings.to_dict()
+    start = time.monotonic()
+    place = resolve(settings, nvidia_gpus({"PATH": str(tmp_path)}))  # this machine: no nvidia-smi
+    check_memory(settings, place)
+    assert place.train == () and time.monotonic() - start < 0.5
+    assert settings.to_dict() == before

@@ -1,0 +1,98 @@
+"""GPU placement: which GPUs serve and which train, resolved from the settings and refused when they overlap outside
+colocated mode, with a stand-in ``nvidia-smi`` on PATH for the GPUs this machine does not have."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from qwen_swe.config.settings import Settings
+from qwen_swe.errors import ConfigError
+from qwen_swe.plan.placement import Gpu, devices_env, nvidia_gpus, parse_gpus, resolve, server_is_local
+from qwen_swe.run import trainer_command
+
+EIGHT = tuple(Gpu(i, 81920) for i in range(8))
+LOCAL, REMOTE = "http://127.0.0.1:8000/v1", "http://10.9.8.7:8000/v1"
+
+
+def stand_in_nvidia_smi(folder: Path, lines: str) -> dict[str, str]:
+    """A PATH whose ``nvidia-smi`` prints ``lines`` (index, MiB) the way ``--query-gpu`` does."""
+    folder.mkdir(parents=True, exist_ok=True)
+    exe = folder / "nvidia-smi"
+    exe.write_text(f"#!/bin/sh\nprintf '{lines}'\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_gpu_lists_parse_and_bad_ones_name_the_setting():
+    assert parse_gpus("TRAIN_GPUS", "0-3,6") == (0, 1, 2, 3, 6)
+    assert parse_gpus("TRAIN_GPUS", None) == ()
+    with pytest.raises(ConfigError, match=r"TRAIN_GPUS='0-x' is not a list of GPU numbers"):
+        parse_gpus("TRAIN_GPUS", "0-x")
+    with pytest.raises(ConfigError, match=r"INFERENCE_GPUS='1,1' names no GPU or one twice"):
+        parse_gpus("INFERENCE_GPUS", "1,1")
+
+
+def test_nvidia_smi_lists_the_gpus_narrowed_by_cuda_visible_devices(tmp_path):
+    env = stand_in_nvidia_smi(tmp_path / "bin", "0, 81920\\n1, 81920\\n2, 40960\\n")
+    assert nvidia_gpus(env) == (Gpu(0, 81920), Gpu(1, 81920), Gpu(2, 40960))
+    assert nvidia_gpus({**env, "CUDA_VISIBLE_DEVICES": "2,0"}) == (Gpu(0, 81920), Gpu(2, 40960))
+    assert nvidia_gpus({"PATH": str(tmp_path / "empty")}) == ()  # no nvidia-smi: a CPU machine
+    broken = stand_in_nvidia_smi(tmp_path / "broken", "No devices were found\\n")
+    with pytest.raises(ConfigError, match="nvidia-smi is on PATH but does not list the GPUs"):
+        nvidia_gpus(broken)
+
+
+def test_on_cpu_nothing_is_placed_and_gpu_settings_are_refused():
+    assert resolve(Settings.build(), ()).train == ()
+    with pytest.raises(ConfigError, match=r"TRAIN_GPUS=0-1 names GPUs, but nvidia-smi lists none here"):
+        resolve(Settings.build(train_gpus="0-1"), ())
+
+
+def test_a_local_server_takes_the_first_tp_gpus_and_the_trainer_the_rest():
+    place = resolve(Settings.build(vllm_url=LOCAL, tp=2), EIGHT)
+    assert (place.serve, place.train) == ((0, 1), (2, 3, 4, 5, 6, 7))
+    assert devices_env(place.train) == {"CUDA_VISIBLE_DEVICES": "2,3,4,5,6,7"} and devices_env(()) == {}
+    place = resolve(Settings.build(vllm_url=LOCAL, tp=4, inference_gpus="4-7"), EIGHT)
+    assert (place.serve, place.train) == ((4, 5, 6, 7), (0, 1, 2, 3))
+    assert resolve(Settings.build(), EIGHT).serve == (0,)  # the embedded server is local too
+
+
+def test_a_server_on_another_node_leaves_every_gpu_to_the_trainer():
+    assert not server_is_local(Settings.build(vllm_url=REMOTE))
+    assert resolve(Settings.build(vllm_url=REMOTE), EIGHT).train == tuple(range(8))
+    with pytest.raises(ConfigError, match=r"INFERENCE_GPUS=0-1 places a server on this node, but VLLM_URL=.* is "
+                                          r"another host's: unset INFERENCE_GPUS"):
+        resolve(Settings.build(vllm_url=REMOTE, inference_gpus="0-1"), EIGHT)
+
+
+def test_overlapping_placements_are_refused_with_the_fix():
+    settings = Settings.build(vllm_url=LOCAL, tp=4, inference_gpus="0-3", train_gpus="2-7")
+    with pytest.raises(ConfigError, match=r"share GPU 2-3: outside COLOCATE each needs its own\. Give them disjoint "
+                                          r"sets \(e\.g\. INFERENCE_GPUS=0-3 TRAIN_GPUS=4-7\), or serve on another"):
+        resolve(settings, EIGHT)
+    with pytest.raises(ConfigError, match=r"takes all of this node's GPUs \(0-7\) and leaves none for the trainer"):
+        resolve(Settings.build(vllm_url=LOCAL, tp=8), EIGHT)
+    with pytest.raises(ConfigError, match=r"TP=8 needs 8 GPUs but INFERENCE_GPUS=0-1 gives 2: set TP=2"):
+        resolve(Settings.build(vllm_url=LOCAL, tp=8, inference_gpus="0-1"), EIGHT)
+    with pytest.raises(ConfigError, match=r"TRAIN_GPUS names GPU 8-9, which this node does not have: its GPUs are "
+                                          r"0-7"):
+        resolve(Settings.build(vllm_url=REMOTE, train_gpus="6-9"), EIGHT)
+    with pytest.raises(ConfigError, match=r"TRAIN_PROCS=8 but the trainer has 7 GPUs \(1-7\)"):
+        resolve(Settings.build(vllm_url=LOCAL, train_procs=8), EIGHT)
+
+
+def test_colocated_mode_is_refused_until_it_exists():
+    with pytest.raises(ConfigError, match=r"COLOCATE=true is not implemented yet: split the GPUs"):
+        resolve(Settings.build(vllm_url=LOCAL, colocate=True), EIGHT)
+    with pytest.raises(ConfigError, match=r"COLOCATE=true is not implemented yet"):
+        resolve(Settings.build(colocate=True), ())
+
+
+def test_the_trainer_starts_one_rank_per_placed_gpu(tmp_path):
+    cmd = trainer_command(Settings.build(vllm_url=LOCAL), tmp_path / "settings.json", (2, 3, 4))
+    assert "--nproc_per_node=3" in cmd
+    assert "--nproc_per_node=5" in trainer_command(Settings.build(train_procs=5), tmp_path / "settings.json")
