@@ -19,6 +19,7 @@ from qwen_swe.errors import SETUP_EXIT_CODE, SetupError, TaskPackError
 from qwen_swe.evaluate.__main__ import main as evaluate_main
 from qwen_swe.inference.launcher import serving
 from qwen_swe.paths import REPO_ROOT, cache_home, embedded_model_dir
+from qwen_swe.plan.placement import devices_env
 from qwen_swe.sandbox.docker import reap, reap_until_quiet
 from qwen_swe.supervise import SUPERVISOR, Interrupted
 from qwen_swe.supervise import install as install_supervisor
@@ -50,8 +51,8 @@ def load_run_settings(argv: Sequence[str], env: Mapping[str, str] | None = None)
     return settings
 
 
-def trainer_command(settings: Settings, settings_file: Path) -> list[str]:
-    procs = settings.train.train_procs or _default_procs()
+def trainer_command(settings: Settings, settings_file: Path, gpus: tuple[int, ...] = ()) -> list[str]:
+    procs = len(gpus) or settings.train.train_procs or _default_procs()  # one rank per placed GPU
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}",
             "-m", "qwen_swe.train.trainer", "--settings", str(settings_file)]
 
@@ -62,11 +63,11 @@ def _default_procs() -> int:
     return torch.cuda.device_count() or 2
 
 
-def run_trainer(settings: Settings) -> int:
+def run_trainer(settings: Settings, gpus: tuple[int, ...] = ()) -> int:
     """Run torchrun in its own process group, dying with this process; stopped by its group id on the way out."""
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    env = {**os.environ, **devices_env(gpus), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    cmd = trainer_command(settings, settings.write(settings.output_dir))  # with the started server's URL
+    cmd = trainer_command(settings, settings.write(settings.output_dir), gpus)  # with the started server's URL
     log.info("trainer: %s", " ".join(cmd))
     proc = SUPERVISOR.spawn(cmd, env=env, cwd=REPO_ROOT)
     try:
@@ -132,13 +133,13 @@ def run(settings: Settings) -> int:
     settings.write(settings.output_dir)
     log.info("run %s -> %s (%s)", settings.label, settings.output_dir,
              "embedded default" if settings.embedded else settings.inference.vllm_url)
-    preflight.check(settings)
+    place = preflight.check(settings)  # the GPU placement, () on CPU
     reap(settings.label)  # leftovers of a runner that was killed with SIGKILL
     try:
         if settings.offline:
-            return run_trainer(settings)
+            return run_trainer(settings, place.train)
         with serving(settings, log_dir=settings.output_dir / "logs") as resolved:
-            return run_trainer(resolved)
+            return run_trainer(resolved, place.train)
     finally:
         reap(settings.label)
         log.info("viewer: %s", write_viewer(settings.output_dir))
