@@ -26,8 +26,8 @@ SEED = {  # the seed README's settings (its defaults, plus its dataset and insta
 
 
 def fake_slime(root: Path, version: str = "0.2.2", fsdp: bool = True) -> Path:
-    """A directory shaped like a slime checkout (setup.py version, train.py, the FSDP package or not)."""
-    (root / "slime" / "backends").mkdir(parents=True)
+    """A directory shaped like a slime checkout (setup.py version, train.py, Megatron's package, FSDP's or not)."""
+    (root / "slime" / "backends" / "megatron_utils").mkdir(parents=True)
     (root / "examples").mkdir()
     (root / "examples" / "__init__.py").write_text("")
     (root / "train.py").write_text("")
@@ -106,27 +106,30 @@ def test_real_launch_refuses_with_what_to_install_and_never_execs(seed_env, caps
     assert not (Path(seed_env["SLIME_DIR"]) / "examples" / "qwen_swe").exists(), "nothing written on refusal"
 
 
-def test_checkout_without_fsdp_is_refused_with_the_tag_to_use(tmp_path):
-    newer = fake_slime(tmp_path / "head", version="0.3.1", fsdp=False)
-    with pytest.raises(sb.SlimeBackendError, match=r"slime 0\.3\.1.*no FSDP backend.*checkout v0\.2\.2"):
-        sb.check_slime_checkout(newer)
+def test_the_release_picks_the_backend_and_others_are_refused_naming_the_supported(tmp_path):
+    assert sb.detect_release(fake_slime(tmp_path / "ok")) == sb.Release("0.2.2", "fsdp")
+    assert sb.detect_release(fake_slime(tmp_path / "new", version="0.3.4", fsdp=False)).backend == "megatron"
+    for name, version in (("gap", "0.2.5"), ("next", "0.4.0")):
+        with pytest.raises(sb.SlimeBackendError, match=rf"slime {version}.*Supported: v0\.2\.2 .*v0\.3\.x"):
+            sb.detect_release(fake_slime(tmp_path / name, version=version, fsdp=False))
+    with pytest.raises(sb.SlimeBackendError, match=r"no FSDP backend.*checkout v0\.2\.2"):
+        sb.detect_release(fake_slime(tmp_path / "gap2", version="0.2.3", fsdp=False))
     with pytest.raises(sb.SlimeBackendError, match="not a slime checkout"):
-        sb.check_slime_checkout(tmp_path)
-    assert sb.check_slime_checkout(fake_slime(tmp_path / "ok")) == "0.2.2"
-    plan = sb.build_plan(Settings.build(backend="slime", slime_dir=newer, vllm_url=closed_port_url()),
+        sb.detect_release(tmp_path)
+    plan = sb.build_plan(Settings.build(backend="slime", slime_dir=tmp_path / "gap", vllm_url=closed_port_url()),
                          env_report={"problems": [], "cuda_devices": 8}, check_server_routes=False)
-    assert any("no FSDP backend" in p for p in plan.problems)
+    assert any("slime 0.2.5" in p for p in plan.problems)
 
 
 def test_package_check_names_transformers_5_and_missing_packages_in_this_interpreter():
-    report = sb.check_packages()
+    report = sb.check_packages("fsdp")
     text = "\n".join(report["problems"])
     assert report["python"] == sys.executable
     import transformers
 
     if int(transformers.__version__.split(".")[0]) >= 5:
         assert f"transformers {transformers.__version__} is installed" in text and "'transformers<5'" in text
-    for dist, module, _, requirement in sb.PACKAGES:
+    for dist, module, _, requirement in sb.PACKAGES["fsdp"]:
         present = __import__("importlib").util.find_spec(module) is not None
         assert (f"{dist} is missing" in text) == (not present), dist
         if not present:

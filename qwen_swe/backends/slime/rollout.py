@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from qwen_swe.backends.slime.launcher import settings_from_slime_args, trim_trailing_pad, validate_rollout_batch
+from qwen_swe.backends.slime.batch import remove_zero_variance, trim_trailing_pad, validate_rollout_batch
+from qwen_swe.backends.slime.carry import settings_from_slime_args
 from qwen_swe.backends.slime.weights import SlimeWeightSync
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Status
@@ -16,12 +17,14 @@ from qwen_swe.rollout.progress import BatchStats
 
 
 def weight_sync_for(settings: Settings, args: Any) -> SlimeWeightSync:
-    """slime's checkpoints (``--save``, ``--hf-checkpoint``) pushed into the run's server the run's way."""
+    """slime's checkpoints (``--save``, ``--hf-checkpoint``, or Megatron's ``--save-hf`` folders) pushed into the
+    run's server the run's way."""
     client = InferenceClient(settings.inference.url, timeout=settings.inference.request_timeout)
     return SlimeWeightSync(getattr(args, "save", None) or settings.output_dir,
                            getattr(args, "hf_checkpoint", None) or settings.model_name,
                            make_weight_sync(settings.inference, client),
-                           keep_checkpoints=settings.train.keep_checkpoints, allow_frozen=settings.allow_frozen_server)
+                           keep_checkpoints=settings.train.keep_checkpoints, allow_frozen=settings.allow_frozen_server,
+                           max_staleness=settings.train.max_staleness, hf_exports=getattr(args, "save_hf", None))
 
 
 def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
@@ -57,6 +60,8 @@ async def _slime_rollout(settings: Settings, args: Any, rollout_id: int, data_so
         for x in (x for g in kept for x in g):
             trim_trailing_pad(x)
         validate_rollout_batch(kept, n_samples_per_prompt=settings.n_samples, rollout_batch_size=want)
+        if not evaluation and settings.train.drop_zero_variance:
+            remove_zero_variance(kept)
         if evaluation:
             flat = [x for g in kept for x in g]
             return {"swebench": {"rewards": [x.reward for x in flat],

@@ -13,6 +13,9 @@ so before rollout ``r`` the weights trained on rollout ``r - 1`` are ``iter_{r:0
 that folder without a process group, writes HF safetensors (the model's own parameter names, the dtype of its
 config, its config and tokenizer files) into a new folder, and asks the server to reload it. The weight version
 is the checkpoint's iteration: the number of training steps baked into the served weights (0 = the base model).
+
+slime 0.3.x (Megatron) converts nothing here: the launcher passes ``--save-hf OUTPUT_DIR/hf_export/slime_{rollout_id}``
+and Megatron writes an HF folder after each step's checkpoint; the newest one before rollout ``r`` is served as it is.
 """
 
 from __future__ import annotations
@@ -274,7 +277,8 @@ class SlimeWeightSync:
 
     def __init__(self, save_dir: str | os.PathLike[str] | None, hf_checkpoint: str | None, sync: WeightSync, *,
                  export_root: str | os.PathLike[str] | None = None, keep_exports: int = 2,
-                 keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS, allow_frozen: bool = False) -> None:
+                 keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS, allow_frozen: bool = False,
+                 max_staleness: int = 0, hf_exports: str | None = None) -> None:
         if not save_dir:
             raise WeightSyncError("no checkpoint folder: slime's --save (or OUTPUT_DIR) must be set, with "
                                   "--save-interval 1, for the vLLM server to follow training")
@@ -285,32 +289,44 @@ class SlimeWeightSync:
         self.keep_exports = max(1, keep_exports)
         self.keep_checkpoints = keep_checkpoints
         self.allow_frozen = allow_frozen
+        self.max_staleness = max_staleness  # 1 under slime's train_async.py: the next rollout overlaps a step
+        self.hf_exports = hf_exports  # slime 0.3.x's --save-hf pattern: Megatron writes the HF folders itself
         self.timings: dict[str, float] = {}
 
     def before_rollout(self, rollout_id: int) -> int:
-        """Make the server serve the weights trained on rollout ``rollout_id - 1``; return their version
-        (the checkpoint iteration; 0 = the base model, allowed only for rollout 0)."""
-        newest = newest_checkpoint(self.save_dir)
-        if rollout_id >= 1 and (newest is None or newest.iteration < rollout_id):
-            have = f"the newest is iter_{newest.iteration:07d}" if newest else "there is none"
+        """Make the server serve the weights trained on rollout ``rollout_id - 1`` (or up to ``max_staleness``
+        rollouts before it); return their version (the steps baked in; 0 = the base model, for rollout 0 only)."""
+        if self.hf_exports:
+            found = self._newest_export(rollout_id)
+            version, wanted = (found[0] if found else 0), Path(self.hf_exports.format(rollout_id=rollout_id - 1))
+        else:
+            newest = newest_checkpoint(self.save_dir)
+            version, wanted = (newest.iteration if newest else 0), self.save_dir / f"iter_{rollout_id:07d}" / "model"
+        if rollout_id >= 1 and version < rollout_id - self.max_staleness:
+            have = "there is none" if not version else \
+                f"the newest is {found[1]}" if self.hf_exports else f"the newest is iter_{version:07d}"
+            flag = "--save-hf" if self.hf_exports else "--save"
             message = (f"rollout {rollout_id} must run on the weights trained on rollout {rollout_id - 1}: "
-                       f"{self.save_dir / f'iter_{rollout_id:07d}'}/model is missing ({have}). Run slime with "
-                       f"--save-interval 1 and the same --save folder as this rollout function reads")
+                       f"{wanted} is missing ({have}). Run slime with --save-interval 1 and the same {flag} folder "
+                       f"as this rollout function reads")
             if not self.allow_frozen:
                 raise WeightSyncError(message)
             log.warning("ALLOW_FROZEN_SERVER: %s; serving older weights", message)
-        if newest is None:
+        if not version:
             return 0
-        if self.hf_checkpoint is None:
-            raise WeightSyncError("no --hf-checkpoint (MODEL): the HF folder needs the model's config and "
-                                       "tokenizer")
         t0 = time.monotonic()
-        target = self.export_root / newest.path.name
-        if not (target / "config.json").is_file():
-            convert_checkpoint(newest.model_dir, self.hf_checkpoint, target)
+        if self.hf_exports:
+            target = found[1]
+        else:
+            if self.hf_checkpoint is None:
+                raise WeightSyncError("no --hf-checkpoint (MODEL): the HF folder needs the model's config and "
+                                      "tokenizer")
+            target = self.export_root / newest.path.name
+            if not (target / "config.json").is_file():
+                convert_checkpoint(newest.model_dir, self.hf_checkpoint, target)
         t1 = time.monotonic()
         try:
-            self.sync.push(target, newest.iteration)
+            self.sync.push(target, version)
         except InferenceError as exc:
             if not self.allow_frozen:
                 raise WeightSyncError(f"reloading {target} into the inference server failed: {exc}") from exc
@@ -318,10 +334,19 @@ class SlimeWeightSync:
                         target, exc)
             return 0
         self.timings = {"convert_seconds": round(t1 - t0, 3), "reload_seconds": round(time.monotonic() - t1, 3)}
-        self._prune(newest)
-        log.info("serving %s (weight version %d) for rollout %d: %s", target, newest.iteration, rollout_id,
-                 self.timings)
-        return newest.iteration
+        if not self.hf_exports:
+            self._prune(newest)
+        log.info("serving %s (weight version %d) for rollout %d: %s", target, version, rollout_id, self.timings)
+        return version
+
+    def _newest_export(self, rollout_id: int) -> tuple[int, Path] | None:
+        """(version, folder) of the newest ``--save-hf`` folder written before rollout ``rollout_id``: Megatron
+        saves it after the step's checkpoint, inside the save slime waits for before the next rollout starts."""
+        for r in range(rollout_id - 1, -1, -1):
+            folder = Path(self.hf_exports.format(rollout_id=r))
+            if (folder / "config.json").is_file():
+                return r + 1, folder
+        return None
 
     def _prune(self, served: SlimeCheckpoint) -> None:
         """Drop old exports (the served one and the one before stay) and all but the newest ``keep_checkpoints``

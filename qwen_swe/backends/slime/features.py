@@ -1,0 +1,58 @@
+"""Our training settings against slime's features: each becomes one of slime's flags (``train_args.py``), is
+honoured by our own rollout function inside slime, or is refused here by name; none is silently dropped.
+
+Honoured by our rollout function (slime calls it for every rollout; it reads the whole settings from ``args``):
+the reward (REWARD_MODE, SHAPED_*: the SWE-bench grader sets ``Sample.reward``, so slime's ``--rm-type`` and
+``--custom-rm-path`` are not used), DROPPED_POLICY, MAX_RESPONSE_LEN, MASK_TRUNCATED and DROP_ZERO_VARIANCE (a
+group of equal rewards gets ``remove_sample``, which slime documents as "whether a sample participates in loss
+calculation").
+
+Not ours to set: slime's ``--colocate`` (SGLang engines on the training GPUs) and ``--partial-rollout`` (its SGLang
+rollout recycling aborted samples) belong to slime's own rollout and engines; the launcher passes
+``--debug-train-only``, so slime starts no engine, and our rollout function, which replaces slime's, drives the
+external vLLM server. Off-policy: MAX_STALENESS=1 runs slime's ``train_async.py`` (the next rollout runs while a
+step trains, one in flight); MAX_STALENESS=0 runs ``train.py``.
+"""
+
+from __future__ import annotations
+
+from qwen_swe.config.settings import Settings
+
+ASYNC_SCRIPT, SYNC_SCRIPT = "train_async.py", "train.py"
+
+
+def script(s: Settings) -> str:
+    """slime's entry point: the fully-async loop for one-step off-policy, else the synchronous one."""
+    return ASYNC_SCRIPT if s.train.max_staleness == 1 else SYNC_SCRIPT
+
+
+def refusals(s: Settings) -> list[str]:
+    """Every setting of ``s`` slime cannot honour, each naming the setting and what to set instead."""
+    out = []
+    if s.train.lora_rank:
+        out.append(f"LORA_RANK={s.train.lora_rank}: slime trains every parameter (no LoRA in v0.2.2's FSDP actor "
+                   "nor in v0.3.x's Megatron actor); set LORA_RANK=0 or use BACKEND=fsdp")
+    if s.train.advantage_mode == "loo":
+        out.append("ADVANTAGE_MODE=loo: slime's GRPO has no leave-one-out baseline; set ADVANTAGE_MODE=mean or std, "
+                   "or use BACKEND=fsdp")
+    if s.train.max_staleness > 1:
+        out.append(f"MAX_STALENESS={s.train.max_staleness}: slime's fully-async loop (train_async.py) keeps exactly "
+                   "one rollout in flight; set MAX_STALENESS=1 (train_async.py) or 0 (train.py), or use "
+                   "BACKEND=fsdp")
+    if s.train.train_mode != "grpo":
+        out.append(f"TRAIN_MODE={s.train.train_mode}: the slime backend runs GRPO only; run the warm start with "
+                   "BACKEND=fsdp")
+    if s.train.load_rollout_data:
+        out.append("LOAD_ROLLOUT_DATA: slime's --load-debug-rollout-data reads slime's own dump format, not ours; "
+                   "unset it or use BACKEND=fsdp")
+    if s.train.save_interval != 1:
+        out.append(f"SAVE_INTERVAL={s.train.save_interval}: under slime each step's checkpoint is how the new "
+                   "weights reach the vLLM server, so it must save every step; set SAVE_INTERVAL=1")
+    if s.eval_interval:
+        out.append(f"EVAL_INTERVAL={s.eval_interval}: slime's --eval-interval is not wired to EVAL_DATASET here; "
+                   "set EVAL_INTERVAL=0 (evaluate with python -m qwen_swe.evaluate) or "
+                   "use BACKEND=fsdp")
+    if s.rollout.rollout_backend != "local":
+        out.append(f"ROLLOUT_BACKEND={s.rollout.rollout_backend}: inside slime our rollout function runs its "
+                   "samples in slime's rollout actor, one process; set ROLLOUT_BACKEND=local")
+    return out

@@ -1,0 +1,118 @@
+"""The launch plan for SLIME_DIR's release: what runs first (Megatron's checkpoint conversion), the train.py command
+line, its environment, the file it reads, and every problem a real launch would refuse on. Nothing is executed or
+written here."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from qwen_swe.backends.slime import megatron
+from qwen_swe.backends.slime.carry import extra_args_files
+from qwen_swe.backends.slime.checkout import detect_release, link_problem
+from qwen_swe.backends.slime.environment import check_packages_in, check_server
+from qwen_swe.backends.slime.features import script
+from qwen_swe.backends.slime.train_args import megatron_train_args, train_args
+from qwen_swe.config.settings import Settings
+from qwen_swe.errors import SlimeBackendError
+from qwen_swe.paths import REPO_ROOT
+
+
+@dataclass(frozen=True)
+class Step:
+    """A command run to completion before train.py, unless ``done_when`` exists (so a re-run skips it)."""
+
+    argv: list[str]
+    done_when: Path
+    timeout: float
+    why: str
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What the launcher executes: ``steps``, then ``argv`` in ``cwd`` with ``env`` added to the inherited
+    environment."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    backend: str = "fsdp"
+    steps: list[Step] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)  # written just before the exec
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def render(self) -> str:
+        """Shell command lines: one variable per line, then one flag (with its value) per line."""
+        lines = [f"# writes {path}" for path in self.files]
+        for step in self.steps:
+            lines += [f"# {step.why} (skipped when {step.done_when} exists):", self._command(step.argv)]
+        return "\n".join(lines + [self._command(self.argv)])
+
+    def _command(self, argv: list[str]) -> str:
+        lines = [f"cd {shlex.quote(str(self.cwd))} && env"]
+        lines += [f"  {k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
+        first = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))
+        lines.append("  " + " ".join(shlex.quote(a) for a in argv[:first]))
+        i = first
+        while i < len(argv):
+            pair = argv[i:i + 2] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else argv[i:i + 1]
+            lines.append("    " + " ".join(shlex.quote(a) for a in pair))
+            i += len(pair)
+        return " \\\n".join(lines)
+
+
+def build_plan(s: Settings, *, python: str | None = None, env_report: dict[str, Any] | None = None,
+               check_server_routes: bool = True) -> LaunchPlan:
+    """The full launch plan for ``s``, with every problem found. Raises SlimeBackendError when no command line can
+    be built at all (a setting slime cannot honour, no SLIME_DIR, a model without Megatron arguments)."""
+    if s.slime_dir is None:
+        raise SlimeBackendError("BACKEND=slime needs SLIME_DIR: a slime v0.2.2 or v0.3.x checkout")
+    slime_dir = Path(s.slime_dir).expanduser().resolve()
+    problems: list[str] = []
+    warnings: list[str] = []
+    backend = "fsdp"
+    try:
+        release = detect_release(slime_dir)
+        backend = release.backend
+        if not release.tested:
+            warnings.append(f"slime {release.version} is not a release this backend was tested with (v0.2.2, "
+                            "v0.3.1)")
+    except SlimeBackendError as exc:
+        problems.append(str(exc))
+    python = python or s.slime_python or sys.executable
+    report = env_report if env_report is not None else check_packages_in(python, backend)
+    problems += report["problems"]
+    gpus = s.slime_gpus or report.get("cuda_devices") or 1
+    if s.slime_gpus and report.get("cuda_devices") and s.slime_gpus > report["cuda_devices"]:
+        problems.append(f"SLIME_GPUS={s.slime_gpus} but only {report['cuda_devices']} CUDA GPUs are visible")
+    if link := link_problem(slime_dir):
+        problems.append(link)
+    frozen, notes = check_server(s) if check_server_routes else ([], [])
+    warnings += notes
+    if frozen and s.allow_frozen_server:
+        warnings += [f"ALLOW_FROZEN_SERVER is set, so the run trains against a frozen server: {p}" for p in frozen]
+    else:
+        problems += [p + " (ALLOW_FROZEN_SERVER=1 starts anyway, off-policy)" for p in frozen]
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(slime_dir)])}
+    steps: list[Step] = []
+    if backend == "fsdp":
+        args = train_args(s, gpus=gpus, model=s.model_name)
+        if (s.rollout_batch_size * s.n_samples) % gpus:
+            problems.append(f"ROLLOUT_BATCH_SIZE*N_SAMPLES={s.rollout_batch_size * s.n_samples} is not a multiple "
+                            f"of the {gpus} training GPUs; slime asserts the global batch divides evenly (set "
+                            "SLIME_GPUS)")
+    else:
+        config = megatron.model_config(s.model_name)
+        args, layout = megatron_train_args(s, config, gpus=gpus, model=s.model_name)
+        problems += layout
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # as slime's run scripts set it for Megatron's TP communication
+        steps.append(Step(megatron.conversion_argv(s, python, config, gpus),
+                          megatron.torch_dist_dir(s) / megatron.CONVERTED_MARKER, megatron.CONVERT_TIMEOUT,
+                          "convert MODEL to Megatron's torch_dist format with slime's own tool, once"))
+    return LaunchPlan(argv=[python, script(s), *args], env=env, cwd=slime_dir, backend=backend, steps=steps,
+                      files=extra_args_files(s), problems=problems, warnings=warnings)
