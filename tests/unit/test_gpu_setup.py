@@ -6,20 +6,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
-
 from qwen_swe.paths import REPO_ROOT
-from tests.gpu_stand_in import nvidia_smi_path
+from tests.gpu_stand_in import no_gpu_path, nvidia_smi_path
 
 
 def pins(name: str) -> dict[str, str]:
     lines = (REPO_ROOT / name).read_text().splitlines()
     return dict(line.split("#")[0].strip().split("==") for line in lines if "==" in line.split("#")[0])
-
-
-def no_gpu_path() -> str:
-    """This PATH without any nvidia-smi on it."""
-    return os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / "nvidia-smi").exists())
 
 
 def setup_plan(path: str, *args: str) -> str:
