@@ -17,18 +17,17 @@ import argparse
 
 import pytest
 
-from qwen_swe.errors import DropReason, SlimeBackendError
+from qwen_swe.errors import DropReason
 from tests.contracts.recorded import DROPPED_INDEX, TOOLS, rollout_args, run_generate_rollout, session, tool_call
 
 pytestmark = pytest.mark.slime
 
 
-def test_the_launcher_takes_v022_and_refuses_releases_without_fsdp(slime):
-    if slime.release == "0.2.2":
-        assert slime.slime_backend.check_slime_checkout(slime.root) == "0.2.2"
-    else:
-        with pytest.raises(SlimeBackendError, match="no FSDP backend"):
-            slime.slime_backend.check_slime_checkout(slime.root)
+def test_the_launcher_reads_each_release_and_picks_its_training_backend(slime):
+    release = slime.slime_backend.detect_release(slime.root)
+    assert (release.version, release.backend) == {"0.2.2": ("0.2.2", "fsdp"), "0.3.1": ("0.3.1", "megatron")}[
+        slime.release]
+    assert release.tested
 
 
 def test_data_source_is_a_slime_datasource_emitting_slime_samples(slime, shared_data, tmp_path):

@@ -4,7 +4,8 @@
   sglang's argument surface stubbed where sglang is absent (it is, in ``.venv-slime``: nothing of it runs).
 - v0.2.2's FSDP ``unpack_sequences`` counts trailing token-id 0 as padding; ``trim_trailing_pad`` prevents the shift.
 
-Neither applies to v0.3.1, which has no FSDP backend (the launcher refuses it: ``slime_contracts.py``). Runs in
+Neither applies to v0.3.1, which has no FSDP backend (the launcher gives it the Megatron plan, which
+``slime_v031_contracts.py`` puts through v0.3.1's own parser). Runs in
 ``.venv-slime`` with SLIME_PATH at v0.2.2 (``test_run_in_slime_venv.py`` does):
 
     SLIME_PATH=../shared/vendor/slime-v0.2.2 .venv-slime/bin/python -m pytest tests/contracts/slime_v022_contracts.py

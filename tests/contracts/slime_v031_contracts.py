@@ -41,6 +41,10 @@ SGLang rollout; ours replaces the whole rollout function, so there is no plugin 
 ``test_plugin_runtime_hook_contracts.py`` (rollout and eval logging, reward post-processing, sample conversion,
 rollout-data post-processing): we supply none; runs unmodified.
 
+And the launcher's Megatron plan (slime 0.3.x): its train.py argv through v0.3.1's own pre-parser and argument
+provider, and the Megatron flags it leaves through v0.3.1's ``_hf_validate_args`` against the model's config.json
+(sglang, wandb and Megatron-LM give only their import surface: none of them runs without a GPU).
+
 Runs in ``.venv-slime`` with SLIME_PATH at v0.3.1 (``test_run_in_slime_venv.py`` does):
 
     SLIME_PATH=../shared/vendor/slime-v0.3.1 .venv-slime/bin/python -m pytest tests/contracts/slime_v031_contracts.py
@@ -48,8 +52,11 @@ Runs in ``.venv-slime`` with SLIME_PATH at v0.3.1 (``test_run_in_slime_venv.py``
 
 from __future__ import annotations
 
+import argparse
 import importlib
+import importlib.util
 import inspect
+import json
 import sys
 import types
 
@@ -131,3 +138,115 @@ def test_an_answer_without_reasoning_differs_from_qwen3_5_in_one_merged_token(sl
     differ = [i for i, (a, b) in enumerate(zip(mask, slime_mask)) if a != b]
     assert len(differ) == 1 and slime_mask[differ[0]] == 1 and mask[differ[0]] == 0
     assert qwen3_tokenizer.decode(ids[differ[0] - 1:differ[0] + 2]) == "<think>\n\n</think>"
+
+
+# ------------------------------------------------------------------------------------------------
+# the launcher's Megatron plan through v0.3.1's own parser and HF-config validator
+# ------------------------------------------------------------------------------------------------
+
+def _stub_argument_surfaces(monkeypatch) -> None:
+    """slime.utils.arguments imports sglang's, sglang-router's and wandb's modules, and the Megatron argument
+    module imports Megatron-LM: none of them runs here (absent from ``.venv-slime``), so each gets its import
+    surface only. Phase 1 (sglang's parser) and Megatron's own parser are never called."""
+    class CliArgs:
+        @staticmethod
+        def add_cli_args(parser, **_):
+            return parser
+
+    modules = {"sglang": {}, "sglang.srt": {}, "sglang.srt.server_args": {"ServerArgs": CliArgs},
+               "sglang_router": {}, "sglang_router.launch_router": {"RouterArgs": CliArgs}, "wandb": {},
+               "megatron": {}, "megatron.training": {},
+               "megatron.training.arguments": {"parse_args": None, "validate_args": None},
+               "megatron.training.tokenizer": {}, "megatron.training.tokenizer.tokenizer": {
+                   "_vocab_size_with_padding": None}}
+    missing = {name.split(".")[0] for name in modules if _absent(name.split(".")[0])}
+    for name, attrs in modules.items():
+        if name.split(".")[0] in missing:
+            monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(__name__=name, **attrs))
+
+
+def _absent(top: str) -> bool:
+    try:
+        return importlib.util.find_spec(top) is None
+    except ValueError:  # a stand-in without a spec already in sys.modules (slime's own test stubs): replaced too
+        return True
+
+
+def _megatron_namespace(rest: list[str]) -> argparse.Namespace:
+    """What Megatron's parser would make of the flags slime's leaves it: ``--foo-bar V`` -> foo_bar=V (numbers as
+    numbers), a bare flag -> True; a model that ties its embeddings passes no --untie flag (Megatron's default)."""
+    ns = argparse.Namespace(untie_embeddings_and_output_weights=False)
+    i = 0
+    while i < len(rest):
+        name = rest[i][2:].replace("-", "_")
+        if i + 1 < len(rest) and not rest[i + 1].startswith("--"):
+            value = rest[i + 1]
+            for kind in (int, float):
+                try:
+                    value = kind(value)
+                    break
+                except ValueError:
+                    continue
+            setattr(ns, name, value)
+            i += 2
+        else:
+            setattr(ns, name, True)
+            i += 1
+    return ns
+
+
+def _model_folder(tmp_path, config: dict) -> str:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return str(tmp_path)
+
+
+def test_megatron_plan_goes_through_slime_v031s_own_parser_and_hf_validator(slime, tmp_path, monkeypatch,
+                                                                            shared_data):
+    """The exact train.py argv of the Megatron plan: slime's pre-parser takes the backend, slime's own argument
+    provider takes every slime flag (values typed and checked by its parser) and leaves exactly the flags the
+    launcher means for Megatron; slime's ``_hf_validate_args`` finds them equal to the model's config.json, for
+    the seed's Qwen3-Coder-30B-A3B and the embedded SmolLM2, and catches a wrong one."""
+    from transformers import AutoConfig
+
+    from qwen_swe.backends.slime import megatron
+    from qwen_swe.config.settings import Settings
+    from qwen_swe.paths import embedded_model_dir
+
+    _stub_argument_surfaces(monkeypatch)
+    arguments = importlib.import_module("slime.utils.arguments")
+    importlib.import_module("slime.backends")
+    package = types.ModuleType("slime.backends.megatron_utils")  # entered without its __init__ (the CUDA actor)
+    package.__path__ = [str(slime.root / "slime" / "backends" / "megatron_utils")]
+    monkeypatch.setitem(sys.modules, "slime.backends.megatron_utils", package)
+    hf_validate = importlib.import_module("slime.backends.megatron_utils.arguments")._hf_validate_args
+    coder = json.loads(megatron.BUILT_IN["qwen3-coder-30b-a3b"].read_text())
+    smol = json.loads((embedded_model_dir() / "config.json").read_text())
+    for name, config, tp, ep in (("coder", coder, 4, 8), ("smollm2", smol, 1, 1)):
+        s = Settings.build(backend="slime", slime_dir=slime.root, vllm_url="http://127.0.0.1:8000/v1",
+                           model=_model_folder(tmp_path / name, config), output_dir=tmp_path / "run",
+                           dataset=str(shared_data / "verified_50.jsonl"), slime_gpus=8, slime_tp=tp, slime_ep=ep,
+                           lr_warmup_steps=3, kl_loss_coef=0.01, activation_checkpointing=True)
+        plan = slime.slime_backend.build_plan(s, python="python", env_report={"problems": [], "cuda_devices": 8},
+                                              check_server_routes=False)
+        assert plan.backend == "megatron" and not plan.problems, plan.problems
+        monkeypatch.setattr(sys, "argv", plan.argv[1:])
+        pre = arguments._pre_parse_mode()
+        assert (pre.train_backend, pre.debug_train_only) == ("megatron", True)
+        parser = arguments.get_slime_extra_args_provider()(argparse.ArgumentParser(allow_abbrev=False))
+        args, rest = parser.parse_known_args(plan.argv[2:])
+        assert (args.n_samples_per_prompt, args.global_batch_size, args.save_interval) == (2, 8, 1)
+        assert args.save_hf == str(tmp_path / "run" / "hf_export" / "slime_{rollout_id}")
+        assert args.ref_load == str(tmp_path / "run" / "ref_torch_dist") and args.use_kl_loss
+        assert args.rollout_function_path == "examples.qwen_swe.rollout.generate_rollout"
+        parallel, _ = megatron.parallel_args(s, config, 8)
+        meant = megatron.model_args(config) + parallel + [
+            "--train-backend", "--debug-train-only", "--lr-decay-style", "--lr-warmup-iters", "--lr-warmup-init",
+            "--recompute-granularity", "--recompute-method", "--recompute-num-layers"]
+        assert {a for a in rest if a.startswith("--")} == {a for a in meant if a.startswith("--")}, name
+        megatron_args = _megatron_namespace(rest)
+        hf_config = AutoConfig.for_model(**config)
+        hf_validate(megatron_args, hf_config)  # raises AssertionError naming every mismatch
+        megatron_args.hidden_size += 64
+        with pytest.raises(AssertionError, match="hidden_size"):
+            hf_validate(megatron_args, hf_config)

@@ -27,32 +27,36 @@ IMAGE_HINT = {
     "megatron": "or run inside slime v0.3.1's image (docker/Dockerfile: slimerl/sglang:v0.5.15.post1-cu129 with "
                 "Megatron-LM at commit 1dcf0da and transformer_engine 2.16.1)",
 }
-# (distribution, import name, why slime or the rollout needs it, pip requirement)
+# (distribution, import name, why slime or the rollout needs it, how to install it)
 COMMON: tuple[tuple[str, str, str, str], ...] = (
-    ("torch", "torch", "the training actor (a CUDA build)", "torch"),
+    ("torch", "torch", "the training actor (a CUDA build)", "pip install 'torch'"),
     ("transformers", "transformers", "the model, and slime's mask code (breaks on transformers >= 5)",
-     "transformers<5"),
-    ("ray", "ray", "slime's actors and placement groups", "ray[default]"),
-    ("sglang", "sglang", "imported by slime's argument parser even with --debug-train-only", "sglang"),
-    ("sglang-router", "sglang_router", "the router slime's RolloutManager starts", "sglang-router>=0.2.3"),
-    ("wandb", "wandb", "slime's logging module", "wandb"),
-    ("httpx", "httpx", "slime's HTTP utilities", "httpx[http2]"),
-    ("PyYAML", "yaml", "slime's argument parser", "pyyaml"),
-    ("safetensors", "safetensors", "the HF export of each checkpoint", "safetensors"),
-    ("docker", "docker", "the rollout sandboxes", "docker"),
-    ("aiohttp", "aiohttp", "the recording proxy", "aiohttp"),
-    ("swebench", "swebench", "grading", "swebench"),
+     "pip install 'transformers<5'"),
+    ("ray", "ray", "slime's actors and placement groups", "pip install 'ray[default]'"),
+    ("sglang", "sglang", "imported by slime's argument parser even with --debug-train-only", "pip install 'sglang'"),
+    ("sglang-router", "sglang_router", "the router slime's RolloutManager starts",
+     "pip install 'sglang-router>=0.2.3'"),
+    ("wandb", "wandb", "slime's logging module", "pip install 'wandb'"),
+    ("httpx", "httpx", "slime's HTTP utilities", "pip install 'httpx[http2]'"),
+    ("PyYAML", "yaml", "slime's argument parser", "pip install 'pyyaml'"),
+    ("safetensors", "safetensors", "the HF export of each checkpoint", "pip install 'safetensors'"),
+    ("docker", "docker", "the rollout sandboxes", "pip install 'docker'"),
+    ("aiohttp", "aiohttp", "the recording proxy", "pip install 'aiohttp'"),
+    ("swebench", "swebench", "grading", "pip install 'swebench'"),
 )
 PACKAGES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
     "fsdp": COMMON + (
-        ("flash-attn", "flash_attn", "FSDP packs sequences; sdpa/eager attention would mix them", "flash-attn"),
-        ("accelerate", "accelerate", "slime's model init", "accelerate"),
+        ("flash-attn", "flash_attn", "FSDP packs sequences; sdpa/eager attention would mix them",
+         "pip install 'flash-attn'"),
+        ("accelerate", "accelerate", "slime's model init", "pip install 'accelerate'"),
     ),
     "megatron": COMMON + (
         ("Megatron-LM", "megatron.training", "slime's Megatron actor and its checkpoint tools",
-         "Megatron-LM on PYTHONPATH (git clone NVIDIA/Megatron-LM; slime's image pins its commit)"),
-        ("megatron-core", "megatron.core", "the model, its parallel state and dist checkpoints", "megatron-core"),
-        ("torch_memory_saver", "torch_memory_saver", "imported by slime's Megatron actor", "torch_memory_saver"),
+         "put Megatron-LM on PYTHONPATH (git clone NVIDIA/Megatron-LM at the commit slime's docker/Dockerfile pins)"),
+        ("megatron-core", "megatron.core", "the model, its parallel state and dist checkpoints",
+         "pip install 'megatron-core'"),
+        ("torch_memory_saver", "torch_memory_saver", "imported by slime's Megatron actor",
+         "pip install 'torch_memory_saver'"),
     ),
 }
 RELOAD_ROUTES = ("/pause", "/resume", "/collective_rpc", "/reset_prefix_cache")
@@ -69,9 +73,9 @@ def check_packages(backend: str = "fsdp") -> dict[str, Any]:
     """Problems with the packages of *this* interpreter for ``backend``, and its CUDA device count (run it in
     slime's interpreter)."""
     problems = []
-    for dist, module, why, requirement in PACKAGES[backend]:
+    for dist, module, why, fix in PACKAGES[backend]:
         if _missing(module):
-            problems.append(f"{dist} is missing ({why}): pip install '{requirement}'")
+            problems.append(f"{dist} is missing ({why}): {fix}")
             continue
         if dist == "transformers":
             version = importlib.metadata.version("transformers")
