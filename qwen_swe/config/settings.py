@@ -91,7 +91,7 @@ class Settings:
             raise ConfigError(f"DATASET={self.dataset} does not exist: give a .json, .jsonl or .parquet file, "
                               "a Hugging Face dataset folder, or a Hugging Face dataset name")
         if self.backend == "slime" and self.slime_dir is None:
-            raise ConfigError("BACKEND=slime needs SLIME_DIR: point it at a slime v0.2.2 or v0.3.x checkout")
+            raise ConfigError("BACKEND=slime needs SLIME_DIR: point it at a slime v0.2.2 checkout")
         if self.rollout.dynamic_sampling and (self.backend != "fsdp" or self.train.max_staleness):
             raise ConfigError("DYNAMIC_SAMPLING=1 works with BACKEND=fsdp and MAX_STALENESS=0 only (slime has "
                               "its own --dynamic-sampling-filter-path); unset one of them")
