@@ -363,6 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         exports = [f"export VLLM_URL={url}", f"export MODEL={shlex.quote(serve.model)}"]
         if serve.served_model_names:
             exports.append(f"export SERVED_MODEL_NAME={shlex.quote(serve.served_model_names[0])}")
+        if serve.devices:  # the run on this node keeps its trainer off these GPUs
+            exports.append(f"export INFERENCE_GPUS={','.join(map(str, serve.devices))} TP={serve.tp}")
         print(f"vLLM is ready (pid {server.pid}). In another shell:\n  " + "\n  ".join(exports) +
               "\nCtrl-C stops it.", flush=True)
         while server.process is not None and server.process.poll() is None:
