@@ -27,7 +27,7 @@ from qwen_swe.backends.slime.batch import remove_zero_variance
 from qwen_swe.backends.slime.weights import SlimeWeightSync
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample, Status
-from qwen_swe.errors import WeightSyncError
+from qwen_swe.errors import ConfigError, WeightSyncError
 from qwen_swe.paths import embedded_model_dir
 from tests.conftest import SLIME_VENDOR
 from tests.unit.test_slime_backend import closed_port_url, flag_values, seed_env  # noqa: F401 - the fixture
@@ -227,7 +227,7 @@ def test_off_policy_runs_slimes_async_loop_and_deeper_is_refused(release, tmp_pa
     ({"max_staleness": 3}, "MAX_STALENESS=3"), ({"save_interval": 2}, "SAVE_INTERVAL=2"),
     ({"eval_interval": 5}, "EVAL_INTERVAL=5"), ({"rollout_backend": "ray"}, "ROLLOUT_BACKEND=ray"),
     ({"train_mode": "sft", "kl_loss_coef": 0.0}, "TRAIN_MODE=sft"),
-    ({"load_rollout_data": "/r"}, "LOAD_ROLLOUT_DATA")])
+    ({"load_rollout_data": "/r"}, "LOAD_ROLLOUT_DATA"), ({"colocate": True}, "COLOCATE=1")])
 def test_settings_slime_cannot_honour_are_refused_by_name(setting, needle, tmp_path):
     for root in (V022, V031):
         with pytest.raises(sb.SlimeBackendError, match=rf"cannot honour these settings: {re.escape(needle)}"):
@@ -246,6 +246,17 @@ def test_the_megatron_layout_is_checked_against_the_gpus_and_the_model(tmp_path)
                            model=str(embedded_model_dir()), output_dir=tmp_path / "d")
     problems = sb.build_plan(dense, python="python", env_report=OK, check_server_routes=False).problems
     assert any("SLIME_EP=2 but MODEL is dense" in p for p in problems)
+
+
+def test_train_gpus_place_slimes_actors(tmp_path):
+    plan = full_plan(V031, tmp_path, train_gpus="2-5", slime_tp=2, slime_ep=4)
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == "2,3,4,5" and not plan.problems
+    assert flag_values(plan.argv)["--actor-num-gpus-per-node"] == "4"
+    assert plan.steps[0].argv[plan.steps[0].argv.index("--nproc-per-node") + 1] == "4"
+    clash = full_plan(V022, tmp_path, train_gpus="0,1", slime_gpus=4).problems
+    assert any("SLIME_GPUS=4 but TRAIN_GPUS=0,1 places 2" in p for p in clash)
+    with pytest.raises(ConfigError, match="TRAIN_GPUS=.x."):
+        full_plan(V022, tmp_path, train_gpus="x")
 
 
 class Recorder:

@@ -7,10 +7,10 @@ the reward (REWARD_MODE, SHAPED_*: the SWE-bench grader sets ``Sample.reward``, 
 group of equal rewards gets ``remove_sample``, which slime documents as "whether a sample participates in loss
 calculation").
 
-Not ours to set: slime's ``--colocate`` (SGLang engines on the training GPUs) and ``--partial-rollout`` (its SGLang
-rollout recycling aborted samples) belong to slime's own rollout and engines; the launcher passes
-``--debug-train-only``, so slime starts no engine, and our rollout function, which replaces slime's, drives the
-external vLLM server. Off-policy: MAX_STALENESS=1 runs slime's ``train_async.py`` (the next rollout runs while a
+Placement: TRAIN_GPUS becomes the CUDA_VISIBLE_DEVICES of slime's actors (and their count). COLOCATE=1 is refused:
+slime's ``--colocate`` puts slime's own SGLang engines on the training GPUs, and ``--partial-rollout`` recycles
+aborted samples in slime's own SGLang rollout; the launcher passes ``--debug-train-only``, so slime starts no
+engine, and our rollout function, which replaces slime's, drives the external vLLM server. Off-policy: MAX_STALENESS=1 runs slime's ``train_async.py`` (the next rollout runs while a
 step trains, one in flight); MAX_STALENESS=0 runs ``train.py``.
 """
 
@@ -52,6 +52,10 @@ def refusals(s: Settings) -> list[str]:
         out.append(f"EVAL_INTERVAL={s.eval_interval}: slime's --eval-interval is not wired to EVAL_DATASET here; "
                    "set EVAL_INTERVAL=0 (evaluate with python -m qwen_swe.evaluate) or "
                    "use BACKEND=fsdp")
+    if s.placement.colocate:
+        out.append("COLOCATE=1: slime's --colocate puts slime's own SGLang engines on the training GPUs, and under "
+                   "this backend no slime engine runs (our rollouts use the vLLM server at VLLM_URL); set COLOCATE=0 "
+                   "and place the server with INFERENCE_GPUS or on another node")
     if s.rollout.rollout_backend != "local":
         out.append(f"ROLLOUT_BACKEND={s.rollout.rollout_backend}: inside slime our rollout function runs its "
                    "samples in slime's rollout actor, one process; set ROLLOUT_BACKEND=local")

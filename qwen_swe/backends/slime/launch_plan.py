@@ -20,6 +20,7 @@ from qwen_swe.backends.slime.train_args import megatron_train_args, train_args
 from qwen_swe.config.settings import Settings
 from qwen_swe.errors import SlimeBackendError
 from qwen_swe.paths import REPO_ROOT
+from qwen_swe.plan.placement import devices_env, parse_gpus
 
 
 @dataclass(frozen=True)
@@ -87,9 +88,13 @@ def build_plan(s: Settings, *, python: str | None = None, env_report: dict[str, 
     python = python or s.slime_python or sys.executable
     report = env_report if env_report is not None else check_packages_in(python, backend)
     problems += report["problems"]
-    gpus = s.slime_gpus or report.get("cuda_devices") or 1
+    placed = parse_gpus("TRAIN_GPUS", s.placement.train_gpus)  # slime's actors see only these
+    gpus = s.slime_gpus or len(placed) or report.get("cuda_devices") or 1
     if s.slime_gpus and report.get("cuda_devices") and s.slime_gpus > report["cuda_devices"]:
         problems.append(f"SLIME_GPUS={s.slime_gpus} but only {report['cuda_devices']} CUDA GPUs are visible")
+    if placed and gpus != len(placed):
+        problems.append(f"SLIME_GPUS={gpus} but TRAIN_GPUS={s.placement.train_gpus} places {len(placed)}: unset "
+                        "SLIME_GPUS or make them agree")
     if link := link_problem(slime_dir):
         problems.append(link)
     frozen, notes = check_server(s) if check_server_routes else ([], [])
@@ -98,7 +103,7 @@ def build_plan(s: Settings, *, python: str | None = None, env_report: dict[str, 
         warnings += [f"ALLOW_FROZEN_SERVER is set, so the run trains against a frozen server: {p}" for p in frozen]
     else:
         problems += [p + " (ALLOW_FROZEN_SERVER=1 starts anyway, off-policy)" for p in frozen]
-    env = {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(slime_dir)])}
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(slime_dir)]), **devices_env(placed)}
     steps: list[Step] = []
     if backend == "fsdp":
         args = train_args(s, gpus=gpus, model=s.model_name)
