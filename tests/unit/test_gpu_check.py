@@ -5,6 +5,7 @@ verdict on the server's log-probs."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -74,3 +75,21 @@ def test_the_log_probs_count_as_moved_only_beyond_bf16_noise():
     assert not moved(before, {"token_ids": [1, 2], "logprobs": [-0.5004, -1.0]})
     assert moved(before, {"token_ids": [1, 2], "logprobs": [-0.6, -1.0]})
     assert moved(before, {"token_ids": [1, 3], "logprobs": [-0.5, -1.0]})
+
+
+def test_the_training_stage_on_cpu_steps_fsdp2_on_gloo_and_its_log_probs_rise(tmp_path):
+    """The stage's CPU fallback: two gloo ranks, the tiny Qwen3, no server; the step must raise the target's
+    log-probs (the same code that runs on NCCL before the broadcast)."""
+    from tests.tiny_model import tiny_model_dir
+
+    model = tiny_model_dir()  # built here once: two ranks building it at the same time race on the rename
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "scripts/gpu_check_step.py", "--device", "cpu", "--model", str(model), "--out", str(tmp_path)]
+    out = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1",
+                              "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr[-4000:]
+    report = json.loads((tmp_path / "step.json").read_text())
+    assert report["backend"] == "gloo" and report["ok"] is True
+    assert report["logprob_after"] > report["logprob_before"], report
+    assert "fsdp step on gloo" in out.stdout
