@@ -41,9 +41,9 @@ SGLang rollout; ours replaces the whole rollout function, so there is no plugin 
 ``test_plugin_runtime_hook_contracts.py`` (rollout and eval logging, reward post-processing, sample conversion,
 rollout-data post-processing): we supply none; runs unmodified.
 
-And the launcher's Megatron plan (slime 0.3.x): its train.py argv through v0.3.1's own pre-parser and argument
-provider, and the Megatron flags it leaves through v0.3.1's ``_hf_validate_args`` against the model's config.json
-(sglang, wandb and Megatron-LM give only their import surface: none of them runs without a GPU).
+And the launcher's Megatron plan (slime 0.3.x): its train.py argv through v0.3.1's own pre-parser, argument
+provider and ``slime_validate_args``, and the Megatron flags it leaves through ``_hf_validate_args`` against the
+model's config.json (sglang, wandb and Megatron-LM give only their import surface: none runs without a GPU).
 
 Runs in ``.venv-slime`` with SLIME_PATH at v0.3.1 (``test_run_in_slime_venv.py`` does):
 
@@ -59,6 +59,7 @@ import inspect
 import json
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -205,8 +206,9 @@ def test_megatron_plan_goes_through_slime_v031s_own_parser_and_hf_validator(slim
                                                                             shared_data):
     """The exact train.py argv of the Megatron plan: slime's pre-parser takes the backend, slime's own argument
     provider takes every slime flag (values typed and checked by its parser) and leaves exactly the flags the
-    launcher means for Megatron; slime's ``_hf_validate_args`` finds them equal to the model's config.json, for
-    the seed's Qwen3-Coder-30B-A3B and the embedded SmolLM2, and catches a wrong one."""
+    launcher means for Megatron; ``slime_validate_args`` accepts the whole namespace; ``_hf_validate_args`` finds
+    the Megatron flags equal to the model's config.json, for the seed's Qwen3-Coder-30B-A3B and the embedded
+    SmolLM2, and catches a wrong one."""
     from transformers import AutoConfig
 
     from qwen_swe.backends.slime import megatron
@@ -245,6 +247,14 @@ def test_megatron_plan_goes_through_slime_v031s_own_parser_and_hf_validator(slim
             "--recompute-granularity", "--recompute-method", "--recompute-num-layers"]
         assert {a for a in rest if a.startswith("--")} == {a for a in meant if a.startswith("--")}, name
         megatron_args = _megatron_namespace(rest)
+        # slime's own validation of the whole namespace, as parse_args runs it (the converted start exists)
+        (tmp_path / "run" / "ref_torch_dist").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "run" / "ref_torch_dist" / "latest_checkpointed_iteration.txt").write_text("release")
+        for path, text in plan.files.items():  # the --custom-config-path file the launcher writes
+            Path(path).write_text(text)
+        merged = argparse.Namespace(**{**vars(megatron_args), **vars(args), **vars(pre)})
+        arguments.slime_validate_args(merged)
+        assert merged.load == merged.ref_load and merged.start_rollout_id == 0, "a fresh run starts from MODEL"
         hf_config = AutoConfig.for_model(**config)
         hf_validate(megatron_args, hf_config)  # raises AssertionError naming every mismatch
         megatron_args.hidden_size += 64
