@@ -36,7 +36,7 @@ from qwen_swe.errors import EmbeddedModelError
 from qwen_swe.inference.client import InferenceClient, InferenceError
 from qwen_swe.inference.embedded_model import ensure_embedded_model
 from qwen_swe.inference.settings import DEFAULT_MODEL
-from qwen_swe.plan.placement import Gpu, nvidia_gpus, serve_gpus
+from qwen_swe.plan.placement import Gpu, devices_env, nvidia_gpus, serve_gpus
 from qwen_swe.supervise import SUPERVISOR, Interrupted
 from qwen_swe.supervise import install as install_supervisor
 from qwen_swe.traffic.toolcalls import tool_call_parser_for
@@ -120,8 +120,7 @@ class ServeConfig:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         if self.worker_extension:  # vLLM imports the extension from this repository
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(paths.REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
-        if self.devices:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.devices))
+        env.update(devices_env(self.devices))
         if self.cpu:
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_gib)
             env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(self.reserved_cpus)

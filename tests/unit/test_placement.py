@@ -43,7 +43,8 @@ def test_on_cpu_nothing_is_placed_and_gpu_settings_are_refused():
 def test_a_local_server_takes_the_first_tp_gpus_and_the_trainer_the_rest():
     place = resolve(Settings.build(vllm_url=LOCAL, tp=2), EIGHT)
     assert (place.serve, place.train) == ((0, 1), (2, 3, 4, 5, 6, 7))
-    assert devices_env(place.train) == {"CUDA_VISIBLE_DEVICES": "2,3,4,5,6,7"} and devices_env(()) == {}
+    assert devices_env(place.train) == {"CUDA_VISIBLE_DEVICES": "2,3,4,5,6,7", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert devices_env(()) == {}
     place = resolve(Settings.build(vllm_url=LOCAL, tp=4, inference_gpus="4-7"), EIGHT)
     assert (place.serve, place.train) == ((4, 5, 6, 7), (0, 1, 2, 3))
     assert resolve(Settings.build(), EIGHT).serve == (0,)  # the embedded server is local too

@@ -150,7 +150,8 @@ def test_with_a_gpu_the_launcher_starts_the_cuda_server_on_its_gpus(tmp_path: Pa
     env, argv = dry_run("--tp", "4", PATH=gpu_path, VLLM_PYTHON=str(cuda), MODEL=DEFAULT_MODEL)
     assert argv[0] == str(cuda) and flag(argv, "--tensor-parallel-size") == "4"
     assert flag(argv, "--gpu-memory-utilization") == "0.85"
-    assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and "VLLM_CPU_KVCACHE_SPACE" not in env
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"  # nvidia-smi's numbers
+    assert "VLLM_CPU_KVCACHE_SPACE" not in env
     env, _ = dry_run(PATH=gpu_path, VLLM_PYTHON=str(cuda), INFERENCE_GPUS="4-7", TP="4")
     assert env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
     env, argv = dry_run("--tp", "2", VLLM_PYTHON=str(cuda))  # no nvidia-smi: today's command, nothing narrowed
