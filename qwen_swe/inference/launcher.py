@@ -258,7 +258,7 @@ def embedded_serve_config(settings: config.Settings, *, port: int = 0, model_dir
                        lora_rank=settings.train.lora_rank if lora_rank is None else lora_rank,
                        python=python, cpu=not on_gpu, kv_cache_gib=kv_cache_gib,
                        reserved_cpus=reserved_cpus, worker_extension=_extension(settings),
-                       devices=serve_gpus(settings.replace(tp=1), gpus) if on_gpu else ())
+                       devices=serve_gpus(settings, gpus) if on_gpu else ())  # as the run placed it
 
 
 @contextlib.contextmanager
