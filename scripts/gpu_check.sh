@@ -45,7 +45,10 @@ server_pid=""
 passed=0 t_start=$(date +%s.%N)
 
 stop_server() {  # the launcher stops the server's process group on SIGTERM
-  if [[ -n "$server_pid" ]]; then kill -TERM "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  if [[ -n "$server_pid" ]]; then
+    kill -TERM "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
   server_pid=""
 }
 trap stop_server EXIT
@@ -70,12 +73,23 @@ stage() {  # stage NAME COMMAND...: its output in $out/NAME.log; prints its time
 }
 
 install() {
-  if [[ -n "$wheels" ]]; then PIP_FIND_LINKS="$wheels" PIP_NO_INDEX=1 bash scripts/setup.sh --gpu; else bash scripts/setup.sh --gpu; fi
+  if [[ -n "$wheels" ]]; then
+    PIP_FIND_LINKS="$wheels" PIP_NO_INDEX=1 bash scripts/setup.sh --gpu
+  else
+    bash scripts/setup.sh --gpu
+  fi
 }
 
 cuda_ready() {
-  .venv/bin/python -c 'import torch; assert torch.cuda.is_available(), "no CUDA in .venv torch"; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))'
-  "${VLLM_PYTHON:-.venv-vllm/bin/python}" -c 'from vllm.platforms import current_platform as p; assert p.is_cuda(), p; import vllm; print("vllm", vllm.__version__, "on CUDA")'
+  .venv/bin/python -c 'import torch; assert torch.cuda.is_available(), "no CUDA in .venv torch"
+print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))'
+  "${VLLM_PYTHON:-.venv-vllm/bin/python}" -c 'from vllm.platforms import current_platform as p; assert p.is_cuda(), p
+import vllm; print("vllm", vllm.__version__, "on CUDA")'
+}
+
+healthy() {
+  .venv/bin/python -c "import sys, urllib.request as u
+sys.exit(u.urlopen('http://127.0.0.1:$port/health', timeout=5).status != 200)" 2>/dev/null
 }
 
 serve() {  # in the background; ready once /health answers
@@ -83,7 +97,10 @@ serve() {  # in the background; ready once /health answers
     --port "$port" --log-file "$out/vllm.log" >"$out/launcher.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 600); do
-    curl -sf --max-time 5 "http://127.0.0.1:$port/health" >/dev/null && { grep -m1 "CUDA_VISIBLE_DEVICES" "$out/launcher.log" || true; return 0; }
+    if healthy; then
+      grep -m1 "CUDA_VISIBLE_DEVICES" "$out/launcher.log" || true  # the command it started, placed
+      return 0
+    fi
     kill -0 "$server_pid" 2>/dev/null || { cat "$out/launcher.log"; return 1; }
     sleep 1
   done
@@ -92,8 +109,9 @@ serve() {  # in the background; ready once /health answers
 }
 
 step() {
-  CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES="$train_gpu" PYTHONPATH="$PWD" OMP_NUM_THREADS=1 .venv/bin/python -m torch.distributed.run \
-    --standalone --nproc_per_node=1 scripts/gpu_check_step.py --url "$url" --out "$out" --sync-backend "$sync"
+  CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES="$train_gpu" PYTHONPATH="$PWD" OMP_NUM_THREADS=1 \
+    .venv/bin/python -m torch.distributed.run --standalone --nproc_per_node=1 scripts/gpu_check_step.py \
+    --url "$url" --out "$out" --sync-backend "$sync"
 }
 
 grpo() {
