@@ -227,11 +227,17 @@ def test_off_policy_runs_slimes_async_loop_and_deeper_is_refused(release, tmp_pa
     ({"max_staleness": 3}, "MAX_STALENESS=3"), ({"save_interval": 2}, "SAVE_INTERVAL=2"),
     ({"eval_interval": 5}, "EVAL_INTERVAL=5"), ({"rollout_backend": "ray"}, "ROLLOUT_BACKEND=ray"),
     ({"train_mode": "sft", "kl_loss_coef": 0.0}, "TRAIN_MODE=sft"),
-    ({"load_rollout_data": "/r"}, "LOAD_ROLLOUT_DATA"), ({"colocate": True}, "COLOCATE=1")])
+    ({"load_rollout_data": "/r"}, "LOAD_ROLLOUT_DATA"), ({"colocate": True}, "COLOCATE=1"),
+    ({"train_procs": 4}, "TRAIN_PROCS=4"), ({"weight_loading": "meta"}, "WEIGHT_LOADING=meta")])
 def test_settings_slime_cannot_honour_are_refused_by_name(setting, needle, tmp_path):
     for root in (V022, V031):
         with pytest.raises(sb.SlimeBackendError, match=rf"cannot honour these settings: {re.escape(needle)}"):
             full_plan(root, tmp_path, **setting)
+
+
+def test_fp32_training_is_named_as_what_slime_does_not_do(tmp_path):
+    assert any(w.startswith("MIXED_PRECISION=0: slime trains in bf16") for w in full_plan(V031, tmp_path).warnings)
+    assert not full_plan(V022, tmp_path, mixed_precision=True).warnings
 
 
 def test_the_megatron_layout_is_checked_against_the_gpus_and_the_model(tmp_path):
@@ -284,6 +290,21 @@ def test_megatron_hf_exports_are_served_as_they_are_and_staleness_is_bounded(tmp
     assert one_behind.before_rollout(3) == 2, "train_async.py: the rollout overlapping step 2 uses step 1's weights"
     with pytest.raises(WeightSyncError, match="rollout 4 must run"):
         one_behind.before_rollout(4)
+
+
+def test_megatron_checkpoints_and_exports_are_pruned_to_keep_checkpoints(tmp_path):
+    """Megatron writes iter_{rollout_id:07d} (model and optimizer) and an HF copy every step: KEEP_CHECKPOINTS of the
+    first that the tracker confirms stay, and the newest two HF copies."""
+    pattern = str(tmp_path / "hf_export" / "slime_{rollout_id}")
+    for r in range(5):
+        (tmp_path / f"iter_{r:07d}").mkdir()
+        (tmp_path / "hf_export" / f"slime_{r}").mkdir(parents=True)
+        (tmp_path / "hf_export" / f"slime_{r}" / "config.json").write_text("{}")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("3")  # iter_0000004 is still being written
+    sync = SlimeWeightSync(tmp_path, SEED_MODEL, Recorder(), hf_exports=pattern, keep_checkpoints=2)
+    assert sync.before_rollout(4) == 4
+    assert sorted(p.name for p in tmp_path.glob("iter_*")) == ["iter_0000002", "iter_0000003", "iter_0000004"]
+    assert sorted(p.name for p in (tmp_path / "hf_export").iterdir()) == ["slime_3", "slime_4"]
 
 
 def test_zero_variance_groups_leave_the_loss_through_remove_sample():

@@ -10,8 +10,12 @@ calculation").
 Placement: TRAIN_GPUS becomes the CUDA_VISIBLE_DEVICES of slime's actors (and their count). COLOCATE=1 is refused:
 slime's ``--colocate`` puts slime's own SGLang engines on the training GPUs, and ``--partial-rollout`` recycles
 aborted samples in slime's own SGLang rollout; the launcher passes ``--debug-train-only``, so slime starts no
-engine, and our rollout function, which replaces slime's, drives the external vLLM server. Off-policy: MAX_STALENESS=1 runs slime's ``train_async.py`` (the next rollout runs while a
-step trains, one in flight); MAX_STALENESS=0 runs ``train.py``.
+engine, and our rollout function, which replaces slime's, drives the external vLLM server.
+
+Off-policy: MAX_STALENESS=1 runs slime's ``train_async.py`` (the next rollout runs while a step trains, one in
+flight); MAX_STALENESS=0 runs ``train.py``. Precision: both slime backends train in bf16 with fp32 reduction, which
+is MIXED_PRECISION=1; MIXED_PRECISION=0 (the built-in trainer's fp32 default) gets a warning, not a refusal, so the
+default settings still launch.
 """
 
 from __future__ import annotations
@@ -56,7 +60,21 @@ def refusals(s: Settings) -> list[str]:
         out.append("COLOCATE=1: slime's --colocate puts slime's own SGLang engines on the training GPUs, and under "
                    "this backend no slime engine runs (our rollouts use the vLLM server at VLLM_URL); set COLOCATE=0 "
                    "and place the server with INFERENCE_GPUS or on another node")
+    if s.train.train_procs:
+        out.append(f"TRAIN_PROCS={s.train.train_procs}: slime starts one actor per GPU; set SLIME_GPUS or TRAIN_GPUS "
+                   "instead")
+    if s.train.weight_loading != "full":
+        out.append(f"WEIGHT_LOADING={s.train.weight_loading}: slime loads the weights its own way (FSDP: the HF "
+                   "folder; Megatron: the converted torch_dist checkpoint); set WEIGHT_LOADING=full")
     if s.rollout.rollout_backend != "local":
         out.append(f"ROLLOUT_BACKEND={s.rollout.rollout_backend}: inside slime our rollout function runs its "
                    "samples in slime's rollout actor, one process; set ROLLOUT_BACKEND=local")
     return out
+
+
+def warnings(s: Settings) -> list[str]:
+    """Settings slime runs differently from the built-in trainer without changing what is learned from."""
+    if not s.train.mixed_precision:
+        return ["MIXED_PRECISION=0: slime trains in bf16 with fp32 gradient reduction (MIXED_PRECISION=1's policy) "
+                "on both its backends; the built-in trainer's fp32 is not available there"]
+    return []

@@ -15,7 +15,7 @@ from qwen_swe.backends.slime import megatron
 from qwen_swe.backends.slime.carry import extra_args_files
 from qwen_swe.backends.slime.checkout import detect_release, link_problem
 from qwen_swe.backends.slime.environment import check_packages_in, check_server
-from qwen_swe.backends.slime.features import script
+from qwen_swe.backends.slime import features
 from qwen_swe.backends.slime.train_args import megatron_train_args, train_args
 from qwen_swe.config.settings import Settings
 from qwen_swe.errors import SlimeBackendError
@@ -75,7 +75,7 @@ def build_plan(s: Settings, *, python: str | None = None, env_report: dict[str, 
         raise SlimeBackendError("BACKEND=slime needs SLIME_DIR: a slime v0.2.2 or v0.3.x checkout")
     slime_dir = Path(s.slime_dir).expanduser().resolve()
     problems: list[str] = []
-    warnings: list[str] = []
+    warnings = features.warnings(s)
     backend = "fsdp"
     try:
         release = detect_release(slime_dir)
@@ -119,5 +119,5 @@ def build_plan(s: Settings, *, python: str | None = None, env_report: dict[str, 
         steps.append(Step(megatron.conversion_argv(s, python, config, gpus),
                           megatron.torch_dist_dir(s) / megatron.CONVERTED_MARKER, megatron.CONVERT_TIMEOUT,
                           "convert MODEL to Megatron's torch_dist format with slime's own tool, once"))
-    return LaunchPlan(argv=[python, script(s), *args], env=env, cwd=slime_dir, backend=backend, steps=steps,
+    return LaunchPlan(argv=[python, features.script(s), *args], env=env, cwd=slime_dir, backend=backend, steps=steps,
                       files=extra_args_files(s), problems=problems, warnings=warnings)

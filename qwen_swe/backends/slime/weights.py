@@ -297,33 +297,24 @@ class SlimeWeightSync:
         """Make the server serve the weights trained on rollout ``rollout_id - 1`` (or up to ``max_staleness``
         rollouts before it); return their version (the steps baked in; 0 = the base model, for rollout 0 only)."""
         if self.hf_exports:
-            found = self._newest_export(rollout_id)
-            version, wanted = (found[0] if found else 0), Path(self.hf_exports.format(rollout_id=rollout_id - 1))
+            version, newest = self._newest_export(rollout_id)
+            wanted, flag = Path(self.hf_exports.format(rollout_id=rollout_id - 1)), "--save-hf"
         else:
-            newest = newest_checkpoint(self.save_dir)
-            version, wanted = (newest.iteration if newest else 0), self.save_dir / f"iter_{rollout_id:07d}" / "model"
+            checkpoint = newest_checkpoint(self.save_dir)
+            version, newest = (checkpoint.iteration, checkpoint) if checkpoint else (0, None)
+            wanted, flag = self.save_dir / f"iter_{rollout_id:07d}" / "model", "--save"
         if rollout_id >= 1 and version < rollout_id - self.max_staleness:
-            have = "there is none" if not version else \
-                f"the newest is {found[1]}" if self.hf_exports else f"the newest is iter_{version:07d}"
-            flag = "--save-hf" if self.hf_exports else "--save"
+            have = f"the newest is {getattr(newest, 'path', newest).name}" if newest else "there is none"
             message = (f"rollout {rollout_id} must run on the weights trained on rollout {rollout_id - 1}: "
                        f"{wanted} is missing ({have}). Run slime with --save-interval 1 and the same {flag} folder "
                        f"as this rollout function reads")
             if not self.allow_frozen:
                 raise WeightSyncError(message)
             log.warning("ALLOW_FROZEN_SERVER: %s; serving older weights", message)
-        if not version:
+        if newest is None:
             return 0
         t0 = time.monotonic()
-        if self.hf_exports:
-            target = found[1]
-        else:
-            if self.hf_checkpoint is None:
-                raise WeightSyncError("no --hf-checkpoint (MODEL): the HF folder needs the model's config and "
-                                      "tokenizer")
-            target = self.export_root / newest.path.name
-            if not (target / "config.json").is_file():
-                convert_checkpoint(newest.model_dir, self.hf_checkpoint, target)
+        target = newest if self.hf_exports else self._export(newest)
         t1 = time.monotonic()
         try:
             self.sync.push(target, version)
@@ -334,19 +325,42 @@ class SlimeWeightSync:
                         target, exc)
             return 0
         self.timings = {"convert_seconds": round(t1 - t0, 3), "reload_seconds": round(time.monotonic() - t1, 3)}
-        if not self.hf_exports:
+        if self.hf_exports:
+            self._prune_megatron(target)
+        else:
             self._prune(newest)
         log.info("serving %s (weight version %d) for rollout %d: %s", target, version, rollout_id, self.timings)
         return version
 
-    def _newest_export(self, rollout_id: int) -> tuple[int, Path] | None:
-        """(version, folder) of the newest ``--save-hf`` folder written before rollout ``rollout_id``: Megatron
-        saves it after the step's checkpoint, inside the save slime waits for before the next rollout starts."""
+    def _export(self, checkpoint: SlimeCheckpoint) -> Path:
+        """slime v0.2.2's FSDP checkpoint as an HF folder (converted once)."""
+        if self.hf_checkpoint is None:
+            raise WeightSyncError("no --hf-checkpoint (MODEL): the HF folder needs the model's config and tokenizer")
+        target = self.export_root / checkpoint.path.name
+        if not (target / "config.json").is_file():
+            convert_checkpoint(checkpoint.model_dir, self.hf_checkpoint, target)
+        return target
+
+    def _newest_export(self, rollout_id: int) -> tuple[int, Path | None]:
+        """(version, folder) of the newest ``--save-hf`` folder written before rollout ``rollout_id``, or (0, None):
+        Megatron writes it after the step's checkpoint, inside the save slime waits for before the next rollout."""
         for r in range(rollout_id - 1, -1, -1):
             folder = Path(self.hf_exports.format(rollout_id=r))
             if (folder / "config.json").is_file():
                 return r + 1, folder
-        return None
+        return 0, None
+
+    def _prune_megatron(self, served: Path) -> None:
+        """KEEP_CHECKPOINTS under Megatron: its ``iter_*`` folders (model and optimizer, every step) beyond the
+        newest ``keep_checkpoints`` that the tracker confirms, and the HF copies beyond the newest ``keep_exports``."""
+        name = re.compile(re.escape(Path(self.hf_exports).name).replace(re.escape("{rollout_id}"), r"(\d+)") + "$")
+        parent = Path(self.hf_exports).parent
+        exports = sorted((p for p in parent.iterdir() if name.match(p.name)), key=lambda p: int(name.match(p.name)[1]))
+        _remove(p for p in exports[:-self.keep_exports] if p != served)
+        done = read_tracker(self.save_dir) or 0
+        saved = sorted((p for p in self.save_dir.iterdir() if (m := _ITER_RE.match(p.name)) and int(m[1]) <= done),
+                       key=lambda p: p.name)
+        _remove(saved[:-self.keep_checkpoints])
 
     def _prune(self, served: SlimeCheckpoint) -> None:
         """Drop old exports (the served one and the one before stay) and all but the newest ``keep_checkpoints``
