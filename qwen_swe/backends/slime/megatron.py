@@ -2,7 +2,7 @@
 arguments, the parallel layout, and the HF -> Megatron (torch_dist) conversion of the starting weights.
 
 Megatron does not read config.json: every shape is a flag, as in the ``scripts/models/*.sh`` files slime ships
-(``tests/unit/test_slime_megatron.py`` checks these arguments against slime v0.3.1's own files for the
+(``tests/unit/test_slime_plans.py`` checks these arguments against slime v0.3.1's own files for the
 architectures listed in ``ARCHITECTURES``). The starting weights are converted once with slime's own
 ``tools/convert_hf_to_torch_dist.py`` into ``OUTPUT_DIR/ref_torch_dist``; train.py starts from them
 (``--ref-load``: "when --load is not set, this will be used as the initial checkpoint for training", and the
