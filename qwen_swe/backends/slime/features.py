@@ -13,9 +13,9 @@ aborted samples in slime's own SGLang rollout; the launcher passes ``--debug-tra
 engine, and our rollout function, which replaces slime's, drives the external vLLM server.
 
 Off-policy: MAX_STALENESS=1 runs slime's ``train_async.py`` (the next rollout runs while a step trains, one in
-flight); MAX_STALENESS=0 runs ``train.py``. Precision: both slime backends train in bf16 with fp32 reduction, which
-is MIXED_PRECISION=1; MIXED_PRECISION=0 (the built-in trainer's fp32 default) gets a warning, not a refusal, so the
-default settings still launch.
+flight); MAX_STALENESS=0 runs ``train.py``. Precision: both slime backends compute in bf16 (v0.2.2's FSDP
+mixed-precision policy, v0.3.x's ``args.bf16``), as MIXED_PRECISION=1 does; MIXED_PRECISION=0 (the built-in
+trainer's fp32 default) gets a warning, not a refusal, so the default settings still launch.
 """
 
 from __future__ import annotations
@@ -75,6 +75,6 @@ def refusals(s: Settings) -> list[str]:
 def warnings(s: Settings) -> list[str]:
     """Settings slime runs differently from the built-in trainer without changing what is learned from."""
     if not s.train.mixed_precision:
-        return ["MIXED_PRECISION=0: slime trains in bf16 with fp32 gradient reduction (MIXED_PRECISION=1's policy) "
-                "on both its backends; the built-in trainer's fp32 is not available there"]
+        return ["MIXED_PRECISION=0: slime trains in bf16 on both its backends (as MIXED_PRECISION=1 does); the "
+                "built-in trainer's fp32 is not available there"]
     return []
