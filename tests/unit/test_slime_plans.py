@@ -139,6 +139,7 @@ def test_dry_run_prints_the_megatron_plan_for_v031(seed_env, capsys, monkeypatch
     assert {k: flags.get(k, "<absent>") for k in expected} == expected
     assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in train
     assert "--colocate" not in flags and "--partial-rollout" not in flags and "--train-backend fsdp" not in printed
+    assert f"# would refuse: MODEL={SEED_MODEL} is not a local folder" in printed, "--save-hf needs it local"
 
 
 def defined_flags(*files: Path) -> dict[str, dict]:
@@ -174,10 +175,19 @@ def megatron_evidence() -> str:
     return "\n".join(p.read_text(errors="replace") for p in files)
 
 
+def seed_model_folder(tmp_path: Path) -> str:
+    """A local folder with the seed model's config.json (slime 0.3.x needs --hf-checkpoint local)."""
+    folder = tmp_path / "Qwen3-Coder-30B-A3B-Instruct"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(megatron.BUILT_IN["qwen3-coder-30b-a3b"].read_text())
+    return str(folder)
+
+
 def full_plan(slime_dir: Path, tmp_path: Path, **kw) -> sb.LaunchPlan:
-    every_option = dict(lr_warmup_steps=3, kl_loss_coef=0.01, advantage_mode="mean", activation_checkpointing=True)
-    s = Settings.build(backend="slime", slime_dir=slime_dir, vllm_url=closed_port_url(), model=SEED_MODEL,
-                       output_dir=tmp_path / "run", **{**every_option, **kw})
+    every_option = dict(lr_warmup_steps=3, kl_loss_coef=0.01, advantage_mode="mean", activation_checkpointing=True,
+                        model=seed_model_folder(tmp_path))
+    s = Settings.build(backend="slime", slime_dir=slime_dir, vllm_url=closed_port_url(), output_dir=tmp_path / "run",
+                       **{**every_option, **kw})
     return sb.build_plan(s, python="python", env_report=OK, check_server_routes=False)
 
 
@@ -277,9 +287,11 @@ class Recorder:
 
 def test_megatron_hf_exports_are_served_as_they_are_and_staleness_is_bounded(tmp_path):
     pattern = str(tmp_path / "hf_export" / "slime_{rollout_id}")
-    for r in (0, 1):
+    for r in (0, 1, 2):
         (tmp_path / "hf_export" / f"slime_{r}").mkdir(parents=True)
-        (tmp_path / "hf_export" / f"slime_{r}" / "config.json").write_text("{}")
+        (tmp_path / "hf_export" / f"slime_{r}" / "config.json").write_text("{}")  # slime copies it first
+        if r < 2:  # slime_2 is still being written: no index yet
+            (tmp_path / "hf_export" / f"slime_{r}" / "model.safetensors.index.json").write_text("{}")
     sync = Recorder()
     on_policy = SlimeWeightSync(tmp_path, SEED_MODEL, sync, hf_exports=pattern)
     assert on_policy.before_rollout(0) == 0 and on_policy.before_rollout(2) == 2
@@ -299,7 +311,7 @@ def test_megatron_checkpoints_and_exports_are_pruned_to_keep_checkpoints(tmp_pat
     for r in range(5):
         (tmp_path / f"iter_{r:07d}").mkdir()
         (tmp_path / "hf_export" / f"slime_{r}").mkdir(parents=True)
-        (tmp_path / "hf_export" / f"slime_{r}" / "config.json").write_text("{}")
+        (tmp_path / "hf_export" / f"slime_{r}" / "model.safetensors.index.json").write_text("{}")
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("3")  # iter_0000004 is still being written
     sync = SlimeWeightSync(tmp_path, SEED_MODEL, Recorder(), hf_exports=pattern, keep_checkpoints=2)
     assert sync.before_rollout(4) == 4

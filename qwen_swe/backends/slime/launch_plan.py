@@ -115,6 +115,10 @@ def build_plan(s: Settings, *, python: str | None = None, env_report: dict[str, 
         config = megatron.model_config(s.model_name)
         args, layout = megatron_train_args(s, config, gpus=gpus, model=s.model_name)
         problems += layout
+        if not Path(s.model_name).expanduser().is_dir():
+            problems.append(f"MODEL={s.model_name} is not a local folder: slime 0.3.x's --save-hf copies the config "
+                            "and tokenizer from --hf-checkpoint and refuses a hub name; download the model and set "
+                            "MODEL to its folder")
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # as slime's run scripts set it for Megatron's TP communication
         steps.append(Step(megatron.conversion_argv(s, python, config, gpus),
                           megatron.torch_dist_dir(s) / megatron.CONVERTED_MARKER, megatron.CONVERT_TIMEOUT,

@@ -15,7 +15,8 @@ config, its config and tokenizer files) into a new folder, and asks the server t
 is the checkpoint's iteration: the number of training steps baked into the served weights (0 = the base model).
 
 slime 0.3.x (Megatron) converts nothing here: the launcher passes ``--save-hf OUTPUT_DIR/hf_export/slime_{rollout_id}``
-and Megatron writes an HF folder after each step's checkpoint; the newest one before rollout ``r`` is served as it is.
+and Megatron writes an HF folder after each step's checkpoint; the newest complete one before rollout ``r`` (its
+``model.safetensors.index.json``, written last, exists) is served as it is.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ AUX_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokeniz
              "merges.txt", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
              "chat_template.json", "tokenizer.model")
 _ITER_RE = re.compile(r"^iter_(\d{7,})$")
+MEGATRON_EXPORT_DONE = "model.safetensors.index.json"  # slime 0.3.x's --save-hf writes it last (config.json first)
 DEFAULT_SHARD_BYTES = 4 << 30
 DEFAULT_KEEP_CHECKPOINTS = 3  # Settings.keep_checkpoints' default; slime's args do not carry it
 
@@ -346,7 +348,7 @@ class SlimeWeightSync:
         Megatron writes it after the step's checkpoint, inside the save slime waits for before the next rollout."""
         for r in range(rollout_id - 1, -1, -1):
             folder = Path(self.hf_exports.format(rollout_id=r))
-            if (folder / "config.json").is_file():
+            if (folder / MEGATRON_EXPORT_DONE).is_file():
                 return r + 1, folder
         return 0, None
 
