@@ -68,17 +68,18 @@ def _install():
         except OSError:
             pass  # the descriptor was closed under us: the missing END says so
 
-    def culprit(frame):
-        """``file:line`` of the patch's added line that caused what is happening, or None."""
+    def culprit(frame, through=True):
+        """``file:line`` of the patch's added line that caused what is happening, or None; ``through``: frame
+        helpers, the import system and exec'd code speak for their caller."""
         while frame is not None:
             name = frame.f_code.co_filename
-            if name in helpers or name.startswith("<"):  # frame helpers and exec'd code speak for their caller
+            if through and (name in helpers or name.startswith("<")):
                 frame = frame.f_back
                 continue
             return "%s:%d" % (name, frame.f_lineno) if frame.f_lineno in added.get(name, ()) else None
         return None
 
-    def blamed():
+    def blamed(through=True):
         """``culprit`` of the code that called our caller (a wrapper, or the hook), never re-entered by its own
         introspection."""
         tid = get_ident()
@@ -86,7 +87,7 @@ def _install():
             return None
         busy.add(tid)
         try:
-            return culprit(getframe(2))
+            return culprit(getframe(2), through)
         finally:
             busy.discard(tid)
 
@@ -115,7 +116,8 @@ def _install():
                      "os.kill": "signals a process", "os.killpg": "signals a process",
                      "signal.pthread_kill": "signals a thread", "os.truncate": "truncates a file",
                      "ctypes.dlopen": "loads native code", "ctypes.dlsym": "loads native code",
-                     "ctypes.addressof": "reads raw memory", "ctypes.string_at": "reads raw memory"}
+                     "ctypes.addressof": "reads raw memory", "ctypes.string_at": "reads raw memory",
+                     "code.__new__": "builds a code object"}
 
     def opened(path, where):
         if isinstance(path, int):
@@ -130,23 +132,41 @@ def _install():
             elif text == config_path:
                 finding("reads the grader's audit settings", where, text)
 
+    def adopt(code):
+        """Code the patch's lines built from a string counts as the patch's: its functions' origin is patched."""
+        built[id(code)] = code
+        for const in code.co_consts:
+            if type(const) is type(code):
+                adopt(const)
+
     def hook(event, args):
         # an exception leaving an audit hook aborts the audited operation: nothing may escape from here
         if event == "exec":
             code = args[0] if args else None
-            if not state["loaded"] and getattr(code, "co_filename", None) in added:
+            name = getattr(code, "co_filename", None)
+            if not state["loaded"] and name in added:
                 state["loaded"] = True
-                emit("LOADED", {"file": code.co_filename})
+                emit("LOADED", {"file": name})
                 check()  # the machinery as it is just before the patch's first line runs
+            elif isinstance(name, str) and name.startswith("<") and not name.startswith("<frozen"):
+                try:
+                    if blamed() is not None:
+                        adopt(code)
+                except Exception:  # noqa: BLE001
+                    pass
             return
-        if event not in introspection and event != "open":
+        if event not in introspection and event not in ("open", "compile"):
             return
         try:
-            where = blamed()
+            where = blamed(event != "compile")  # an import compiles too, called by the import system
             if where is None:
                 return
             if event == "open":
                 opened(args[0] if args else None, where)
+            elif event == "compile":
+                filename = args[1] if len(args) > 1 else None
+                if isinstance(filename, (str, bytes)) and not os.fsdecode(filename).startswith("<"):
+                    finding("compiles code under a file's name", where, os.fsdecode(filename))
             else:
                 finding(introspection[event], where, args[1] if event.startswith("object.") and len(args) > 1 else "")
         except Exception:  # noqa: BLE001
@@ -173,13 +193,17 @@ def _install():
     # --- the watchdog -----------------------------------------------------------------------------
     snapshot = {}  # id(owner) -> (owner, {name: value}) as first seen
     patched = frozenset(added)
+    HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
+    built = {}  # id -> code object the patch's lines compiled from strings (exec, eval)
 
     def origin(value, depth=0):
         """The patched file ``value``'s code comes from (function, method, property, descriptor, class), or None."""
         kind = type(value)
         if kind is FunctionType:
-            name = value.__code__.co_filename
-            return name if name in patched else None
+            code = value.__code__
+            if id(code) in built:
+                return "code built by the patch from a string"
+            return code.co_filename if code.co_filename in patched else None
         if depth > 2:
             return None
         if kind is property:
@@ -190,8 +214,8 @@ def _install():
             parts = (value.func,)
         elif isinstance(value, type):
             parts = tuple(vars(value).values())
-        elif kind.__module__ == "builtins":
-            return None
+        elif not kind.__flags__ & HEAPTYPE:
+            return None  # a type written in C holds no Python code
         else:
             parts = (kind,)  # an instance: its class's code (a descriptor, a finder)
         for part in parts:
