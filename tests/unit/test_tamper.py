@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -65,6 +66,24 @@ def test_no_gold_patch_the_project_ships_is_flagged(shared_data):
         if hits := tamper.scan(kept, row):
             flagged.append((row["instance_id"], hits))
     assert flagged == []
+
+
+# What the witness blames when a patch's own line calls it (audit_site/sitecustomize.py): the SWE-bench images
+# are not on every machine, so for those rows this is the check that their gold patches would not be flagged.
+WITNESSED_CALLS = re.compile(r"_getframe|currentframe|inspect\.stack|inspect\.trace|tb_frame|gi_frame|f_back|"
+                             r"__code__|\bgc\.get_|settrace|setprofile|addaudithook|signal\.(?:signal|setitimer)|"
+                             r"Thread\(|start_new_thread|atexit|os\.(?:kill|killpg|write|dup2|close|truncate)\(|"
+                             r"/proc/|/dev/|ctypes|CodeType|(?<![.\w])compile\(|meta_path|path_hooks|builtins")
+
+
+def test_no_gold_patch_calls_what_the_witness_blames(shared_data):
+    rows = [json.loads(line) for line in TASK_PACK.read_text().splitlines()]
+    for path in sorted(shared_data.glob("*.jsonl")):
+        rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    calls = [(row["instance_id"], line) for row in rows if audit.applies(row)
+             for path, line in tamper.added_lines(scoring.filter_patch(row["patch"], set())[0])
+             if WITNESSED_CALLS.search(line)]
+    assert len(rows) == 362 and calls == []
 
 
 JUNIT = """<?xml version="1.0"?><testsuites><testsuite name="pytest">
