@@ -1,4 +1,10 @@
-"""Does the loop learn? Held-out resolve rate before and after GRPO, on generated tasks, on this machine.
+"""Does the loop learn? Two questions, each with its own number, on generated tasks, on this machine.
+
+- *Does GRPO fit?* (``--fit-tasks N``) A fixed set of N train tasks, never demonstrated, attempted ``--fit-k``
+  times each before and after GRPO on exactly those tasks. It shows the optimizer works end to end (rollout
+  log-probs, masks, advantages, ratios, weight sync push the policy toward reward); it is not generalisation.
+- *Does it transfer?* The same before/after on held-out tasks (bug sites never trained on), with its interval and
+  paired test; and base -> warm start on them (``--eval-base``).
 
 The protocol, every phase through the project's own entry points (real Docker, qwen-code, proxy, vLLM CPU server,
 FSDP2 trainer, swebench grading):
@@ -6,10 +12,17 @@ FSDP2 trainer, swebench grading):
 1. generate   ``python -m qwen_swe.data.generate --seed S``: bug-injection tasks, split by bug site into train and
               held-out (no held-out function is ever trained on).
 2. warm start ``python -m qwen_swe.warmstart collect`` on train tasks only (the scripted expert through the real
-              agent and proxy, resolved rollouts kept), then ``run_grpo.sh`` with ``TRAIN_MODE=sft``.
-3. evaluate   ``run_eval.sh`` on the held-out tasks, k attempts each, binary verdicts: the start.
-4. train      ``run_grpo.sh`` from the warm-started weights, train tasks, ``REWARD_MODE=binary``.
-5. evaluate   the same held-out attempts on the final weights: the end.
+              agent and proxy, resolved rollouts kept), then ``run_grpo.sh`` with ``TRAIN_MODE=sft``; with
+              ``--stage``, the cached warm-start stage (``python -m qwen_swe.warmstart build``: the embedded
+              default's policy when the inputs are its own).
+3. evaluate   ``run_eval.sh`` on the held-out tasks (and the fit tasks), k attempts each, binary verdicts.
+4. train      ``run_grpo.sh`` from the warm-started weights, ``REWARD_MODE=binary``: on the fit tasks with
+              ``--fit-tasks``, else on the train tasks.
+5. evaluate   the same attempts on the final weights: the end.
+
+Every evaluation attempt samples with a seed derived from (``--seed``, task, attempt) and the same attempts are
+made before and after (common random numbers); the GRPO rollouts send no seed, so no evaluation attempt reuses a
+training rollout's randomness.
 
 Prints both resolve rates with Wilson intervals, their difference with a one-sided two-proportion z-test and,
 paired by task, the tasks gained and lost with an exact one-sided sign-flip test, the reward curve, and the wall
@@ -35,9 +48,10 @@ from pathlib import Path
 from typing import Any
 
 from qwen_swe.evaluate.report import wilson
-from qwen_swe.paths import REPO_ROOT, embedded_model_dir
+from qwen_swe.paths import REPO_ROOT, cache_home, embedded_model_dir
 from qwen_swe.warmstart.expert import one_line_fix
 from qwen_swe.warmstart.phases import AGENT_PROFILE, collect_command, latest_weights, sft_command
+from qwen_swe.warmstart.stage import MANIFEST, WarmStartSpec, ensure_warm_start
 
 # The agent profile a small model can act in, the same in every phase (warm start, evaluation, training).
 # Its sampling temperature is --temperature, or the one --pick-temperature chooses on train tasks.
@@ -104,6 +118,10 @@ def paired_sign_flip(before: dict[str, int], after: dict[str, int]) -> dict[str,
     p = sum(n for total, n in ways.items() if total >= observed) / sum(ways.values())
     return {"gained": {i: d for i, d in diffs.items() if d > 0}, "lost": {i: -d for i, d in diffs.items() if d < 0},
             "p_one_sided": p}
+
+
+def _rate(res: dict[str, Any]) -> float:
+    return res["resolved"] / max(res["attempts"], 1)
 
 
 def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -230,15 +248,32 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     t = time.monotonic()
     common = {**AGENT, "SEED": str(args.seed), "MIXED_PRECISION": str(args.mixed_precision).lower()}
     model = args.model or str(embedded_model_dir())  # its tokenizer and chat template shape the demos
-    if not (work / "demos" / "demos_report.json").is_file():
-        _run(*collect_command(work / "demos", demo_rows, model, args.demo_recover, args.seed, args.mixed_precision,
-                              "qwen-swe-bench-demos"), work / "collect.log")
-    demos = json.loads((work / "demos" / "demos_report.json").read_text())
-    if not (work / "sft" / "weights" / f"v{args.sft_steps:06d}").is_dir():  # the warm start's last weights
-        _run(*sft_command(work / "demos" / "demos.jsonl", work / "sft", model, args.sft_steps, args.sft_batch,
-                          args.sft_lr, args.seed, args.mixed_precision, "qwen-swe-bench-sft"), work / "sft.log")
-    start_model = latest_weights(work / "sft")
+    if args.stage:  # the cached stage draws its demonstrations from the whole train split
+        if args.rl_sites:
+            raise ValueError("--stage draws its demonstrations from every train site; drop --rl-sites")
+        start_model = ensure_warm_start(WarmStartSpec(
+            model=Path(model), tasks=tasks / "train.jsonl", demos=args.demos, recover=args.demo_recover,
+            steps=args.sft_steps, batch=args.sft_batch, lr=args.sft_lr, seed=args.seed,
+            mixed_precision=args.mixed_precision), cache_home())
+        manifest = json.loads((start_model.parent / MANIFEST).read_text())
+        demos, demonstrated = manifest["demos"], set(manifest["demo_tasks"])
+    else:
+        if not (work / "demos" / "demos_report.json").is_file():
+            _run(*collect_command(work / "demos", demo_rows, model, args.demo_recover, args.seed,
+                                  args.mixed_precision, "qwen-swe-bench-demos"), work / "collect.log")
+        demos = json.loads((work / "demos" / "demos_report.json").read_text())
+        demonstrated = {r["instance_id"] for r in _rows(demo_rows)}
+        if not (work / "sft" / "weights" / f"v{args.sft_steps:06d}").is_dir():  # the warm start's last weights
+            _run(*sft_command(work / "demos" / "demos.jsonl", work / "sft", model, args.sft_steps, args.sft_batch,
+                              args.sft_lr, args.seed, args.mixed_precision, "qwen-swe-bench-sft"), work / "sft.log")
+        start_model = latest_weights(work / "sft")
     clock.add("warm_start", time.monotonic() - t)
+    # The fit set: train tasks the warm start never saw demonstrated, a seeded draw fixed before any attempt.
+    fit_rows = _write_rows(work / "fit_tasks.jsonl",
+                           [r for r in rl_pool if r["instance_id"] not in demonstrated][: args.fit_tasks])
+    if args.fit_tasks and len(_rows(fit_rows)) < args.fit_tasks:
+        raise ValueError(f"--fit-tasks {args.fit_tasks}: only {len(_rows(fit_rows))} train tasks were not "
+                         "demonstrated; ask for fewer, or demonstrate fewer (--demos)")
 
     t = time.monotonic()
     temperature, picked = args.temperature, {}
@@ -252,6 +287,11 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     t = time.monotonic()
     before = _evaluate("eval_start", start_model, heldout_rows, args.k, work, args.seed, temperature)
     clock.add("eval_start", time.monotonic() - t)
+    fit_before = None
+    if args.fit_tasks:
+        t = time.monotonic()
+        fit_before = _evaluate("fit_start", start_model, fit_rows, args.fit_k, work, args.seed, temperature)
+        clock.add("fit_start", time.monotonic() - t)
     base = None
     if args.eval_base:  # what the warm start itself did on the held-out tasks: the same attempts on the base model
         t = time.monotonic()
@@ -263,7 +303,8 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     rl = work / "rl"
     rl_temperature = temperature if args.rl_temperature is None else args.rl_temperature
     _run(["bash", "examples/qwen_swe/run_grpo.sh"],
-         {**common, "TEMPERATURE": str(rl_temperature), "MODEL": str(start_model), "DATASET": str(train_rows),
+         {**common, "TEMPERATURE": str(rl_temperature), "MODEL": str(start_model),
+          "DATASET": str(fit_rows if args.fit_tasks else train_rows),
           "REWARD_MODE": "binary",
           "NUM_ROLLOUTS": str(args.rl_steps), "ROLLOUT_BATCH_SIZE": str(args.rl_batch),
           "N_SAMPLES": str(args.n_samples), "LR": str(args.rl_lr), "OUTPUT_DIR": str(rl),
@@ -279,6 +320,15 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     t = time.monotonic()
     after = _evaluate("eval_end", end_model, heldout_rows, args.k, work, args.seed, temperature)
     clock.add("eval_end", time.monotonic() - t)
+    fit = None
+    if fit_before:
+        t = time.monotonic()
+        fit_after = _evaluate("fit_end", end_model, fit_rows, args.fit_k, work, args.seed, temperature)
+        clock.add("fit_end", time.monotonic() - t)
+        fit = {"tasks": len(_rows(fit_rows)), "before": fit_before, "after": fit_after,
+               "difference": _rate(fit_after) - _rate(fit_before), **compare(fit_before, fit_after)}
+    trained_ids = {r["instance_id"] for f in (rl / "rollouts").glob("step_*.jsonl") for r in _rows(f)}
+    assert not trained_ids & {r["instance_id"] for r in heldout}, "a held-out task reached GRPO"
     times = {**clock.now, "total": time.monotonic() - t0}
     times_all = {**clock.all, "total": sum(clock.all.values())}
 
@@ -288,9 +338,7 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
               "rl_temperature": rl_temperature,
               "temperature_on_train": {f"{v:g}": r["resolved"] for v, r in picked.items()},
               "before": before, "after": after,
-              "difference": (after["resolved"] / max(after["attempts"], 1)
-                             - before["resolved"] / max(before["attempts"], 1)),
-              **compare(before, after), "base": base,
+              "difference": _rate(after) - _rate(before), **compare(before, after), "base": base, "fit": fit,
               "times": times, "times_all_invocations": times_all,
               "reward_curve": [s.get("reward_mean") for s in steps],
               "resolve_curve": [s.get("resolve_rate") for s in steps],
@@ -299,7 +347,7 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
               "updates": sum(not s.get("skipped_update") for s in steps), "end_model": str(end_model),
               "rollouts": rollout_fractions(rl / "rollouts"), "funnels": funnels(work)}
     (work / "learning.json").write_text(json.dumps(result, indent=1) + "\n")
-    _plot(steps, before, after, work / "learning.png")
+    _plot(steps, before, after, fit, work / "learning.png")
     _report(result, work)
     return result
 
@@ -309,11 +357,14 @@ def funnels(work: Path) -> dict[str, dict[str, int]]:
     rows = {r["instance_id"]: r for split in ("train", "heldout") for r in _rows(work / "tasks" / f"{split}.jsonl")}
     files = {"heldout_start": [work / "eval_start" / "eval" / "rollouts.jsonl"],
              "heldout_end": [work / "eval_end" / "eval" / "rollouts.jsonl"],
+             "fit_start": [work / "fit_start" / "eval" / "rollouts.jsonl"],
+             "fit_end": [work / "fit_end" / "eval" / "rollouts.jsonl"],
              "grpo_train": sorted((work / "rl" / "rollouts").glob("step_*.jsonl"))}
-    return {name: funnel([r for f in paths if f.is_file() for r in _rows(f)], rows) for name, paths in files.items()}
+    return {name: funnel([r for f in paths if f.is_file() for r in _rows(f)], rows) for name, paths in files.items()
+            if any(f.is_file() for f in paths)}
 
 
-def _plot(steps: list[dict[str, Any]], before: dict, after: dict, png: Path) -> None:
+def _plot(steps: list[dict[str, Any]], before: dict, after: dict, fit: dict | None, png: Path) -> None:
     import matplotlib  # late: only for the picture
 
     matplotlib.use("Agg")
@@ -323,9 +374,12 @@ def _plot(steps: list[dict[str, Any]], before: dict, after: dict, png: Path) -> 
     xs = [s["step"] for s in steps]
     ax.plot(xs, [s.get("reward_mean", 0.0) for s in steps], marker="o", label="train reward (binary, mean)")
     ax.plot(xs, [s.get("resolve_rate", 0.0) for s in steps], marker="s", label="train resolve rate")
-    for name, res, x in (("held-out start", before, -0.5), ("held-out end", after, max(xs, default=0) + 0.5)):
-        rate = res["resolved"] / max(res["attempts"], 1)
-        ax.scatter([x], [rate], marker="*", s=160, label=f"{name}: {rate:.2f}")
+    end = max(xs, default=0) + 0.5
+    points = [("held-out start", before, -0.5, "*"), ("held-out end", after, end, "*")]
+    if fit:
+        points += [("fit tasks start", fit["before"], -0.5, "D"), ("fit tasks end", fit["after"], end, "D")]
+    for name, res, x, marker in points:
+        ax.scatter([x], [_rate(res)], marker=marker, s=120, label=f"{name}: {_rate(res):.2f}")
     ax.set_xlabel("GRPO step")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -354,6 +408,16 @@ def _report(r: dict[str, Any], work: Path) -> None:
         print(f"  warm start: z {b['z']:.2f}, one-sided p {b['p_one_sided']:.4f}; paired by task "
               f"{len(b['paired']['gained'])} tasks gained, {len(b['paired']['lost'])} lost, "
               f"sign-flip p {b['paired']['p_one_sided']:.4f}")
+    if r["fit"]:
+        fit = r["fit"]
+        print(f"does GRPO fit? {fit['tasks']} train tasks never demonstrated, GRPO on exactly them; fresh attempts "
+              f"seeded apart from every training rollout (a fit on training tasks, not generalisation)")
+        print(f"fit start: {rate(fit['before'])}")
+        print(f"fit end:   {rate(fit['after'])}")
+        print(f"fit difference {fit['difference']:+.3f}, z {fit['z']:.2f}, one-sided p {fit['p_one_sided']:.4f}; "
+              f"paired by task {len(fit['paired']['gained'])} gained, {len(fit['paired']['lost'])} lost, "
+              f"sign-flip p {fit['paired']['p_one_sided']:.4f}")
+        print("does it transfer? the same before/after on held-out tasks:")
     print(f"held-out start: {rate(r['before'])}")
     print(f"held-out end:   {rate(r['after'])}")
     print(f"difference {r['difference']:+.3f}, z {r['z']:.2f}, one-sided p {r['p_one_sided']:.4f} "
@@ -426,6 +490,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--pick-tasks", type=int, default=16, help="train tasks, one attempt each, per candidate")
     ap.add_argument("--mixed-precision", action=argparse.BooleanOptionalAction, default=True,
                     help="bf16 compute in SFT and GRPO (MIXED_PRECISION; about 1.6x faster on a CPU with AVX512-BF16)")
+    ap.add_argument("--stage", action="store_true",
+                    help="take the warm start from the cached stage (python -m qwen_swe.warmstart build) with these "
+                    "--demos/--sft-* settings, built once per key: with the embedded default's settings, its policy")
+    ap.add_argument("--fit-tasks", type=int, default=0,
+                    help="does GRPO fit? this many train tasks never demonstrated, evaluated before and after GRPO "
+                    "on exactly them (0 = off: GRPO on the train tasks)")
+    ap.add_argument("--fit-k", type=int, default=8, help="attempts per fit task, before and after")
     ap.add_argument("--work", default=None)
     return ap
 

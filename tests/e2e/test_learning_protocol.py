@@ -1,7 +1,8 @@
 """A small version of the learning benchmark's protocol: the pieces hold together (not the improvement).
 
-generate -> expert demonstrations through the real agent, proxy and grader -> SFT -> held-out evaluation ->
-a GRPO step from the warm-started weights -> held-out evaluation, each through its own entry point.
+generate -> expert demonstrations through the real agent, proxy and grader -> SFT -> held-out and fit-task
+evaluations -> a GRPO step on the fit task from the warm-started weights -> the same evaluations, each through its
+own entry point.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ def test_small_protocol(tmp_path):
                                 "--sft-batch", "2", "--sft-lr", "1e-4", "--heldout-tasks", "1", "--k", "1",
                                 "--rl-steps", "1", "--rl-batch", "1", "--n-samples", "2", "--dynamic-sampling",
                                 "--sampling-rounds", "2", "--rl-temperature", "0.9",
+                                "--fit-tasks", "1", "--fit-k", "1",
                                 "--model", str(embedded_model_dir()), "--eval-base", "--work", str(tmp_path)])
     result = run_protocol(args)
 
@@ -78,6 +80,16 @@ def test_small_protocol(tmp_path):
     assert rl["sampling/groups_drawn"] == rl["sampling/rounds"] and trained <= 1, rl
     assert trained or rl["sampling/rounds"] == 2, rl  # a batch left unfilled used both rounds
     assert rl["skipped_update"] == (trained == 0) and rl["samples"] == 2 * trained, rl
+    # The fit question: one train task never demonstrated, attempted before and after GRPO, which trained on it only
+    fit_ids = {json.loads(x)["instance_id"] for x in (tmp_path / "fit_tasks.jsonl").read_text().splitlines()}
+    assert len(fit_ids) == 1 and not fit_ids & demo_ids and fit_ids <= {r["instance_id"] for r in train}
+    fit = result["fit"]
+    for phase in ("before", "after"):
+        assert fit[phase]["attempts"] == 1 and set(fit[phase]["per_task"]) == fit_ids, fit
+    grpo = {r["instance_id"] for f in (tmp_path / "rl" / "rollouts").glob("step_*.jsonl")
+            for r in map(json.loads, f.read_text().splitlines())}
+    assert grpo == fit_ids, grpo
+    assert json.loads((tmp_path / "rl" / "settings.json").read_text())["dataset"].endswith("fit_tasks.jsonl")
     every = result["times_all_invocations"]  # one invocation: the sums are its own phases
     assert every.keys() == result["times"].keys()
     assert all(every[k] == v for k, v in result["times"].items() if k != "total")
