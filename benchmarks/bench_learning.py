@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from qwen_swe.evaluate.report import wilson
 from qwen_swe.paths import REPO_ROOT, cache_home, embedded_model_dir
@@ -284,16 +284,17 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
         temperature = max(picked, key=lambda v: picked[v]["resolved"])  # ties: the first, the highest temperature
         clock.add("pick_temperature", time.monotonic() - t)
 
-    t = time.monotonic()
-    before = _evaluate("eval_start", start_model, heldout_rows, args.k, work, args.seed, temperature)
-    clock.add("eval_start", time.monotonic() - t)
+    before = after = base = None  # --heldout-tasks 0: the fit question only
+    if args.heldout_tasks:
+        t = time.monotonic()
+        before = _evaluate("eval_start", start_model, heldout_rows, args.k, work, args.seed, temperature)
+        clock.add("eval_start", time.monotonic() - t)
     fit_before = None
     if args.fit_tasks:
         t = time.monotonic()
         fit_before = _evaluate("fit_start", start_model, fit_rows, args.fit_k, work, args.seed, temperature)
         clock.add("fit_start", time.monotonic() - t)
-    base = None
-    if args.eval_base:  # what the warm start itself did on the held-out tasks: the same attempts on the base model
+    if args.eval_base and before:  # what the warm start itself did on the held-out tasks: the same attempts on the base model
         t = time.monotonic()
         base = _evaluate("eval_base", Path(model), heldout_rows, args.k, work,
                          args.seed, temperature)
@@ -317,9 +318,10 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     end_model = latest_weights(rl) if any(not s.get("skipped_update") for s in steps) else start_model
     clock.add("rl", time.monotonic() - t)
 
-    t = time.monotonic()
-    after = _evaluate("eval_end", end_model, heldout_rows, args.k, work, args.seed, temperature)
-    clock.add("eval_end", time.monotonic() - t)
+    if before:
+        t = time.monotonic()
+        after = _evaluate("eval_end", end_model, heldout_rows, args.k, work, args.seed, temperature)
+        clock.add("eval_end", time.monotonic() - t)
     fit = None
     if fit_before:
         t = time.monotonic()
@@ -337,8 +339,8 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     result = {"seed": args.seed, "args": vars(args), "demos": demos, "temperature": temperature,
               "rl_temperature": rl_temperature,
               "temperature_on_train": {f"{v:g}": r["resolved"] for v, r in picked.items()},
-              "before": before, "after": after,
-              "difference": _rate(after) - _rate(before), **compare(before, after), "base": base, "fit": fit,
+              "before": before, "after": after, "base": base, "fit": fit,
+              **({"difference": _rate(after) - _rate(before), **compare(before, after)} if before and after else {}),
               "times": times, "times_all_invocations": times_all,
               "reward_curve": [s.get("reward_mean") for s in steps],
               "resolve_curve": [s.get("resolve_rate") for s in steps],
@@ -364,7 +366,7 @@ def funnels(work: Path) -> dict[str, dict[str, int]]:
             if any(f.is_file() for f in paths)}
 
 
-def _plot(steps: list[dict[str, Any]], before: dict, after: dict, fit: dict | None, png: Path) -> None:
+def _plot(steps: list[dict[str, Any]], before: dict | None, after: dict | None, fit: dict | None, png: Path) -> None:
     import matplotlib  # late: only for the picture
 
     matplotlib.use("Agg")
@@ -375,7 +377,7 @@ def _plot(steps: list[dict[str, Any]], before: dict, after: dict, fit: dict | No
     ax.plot(xs, [s.get("reward_mean", 0.0) for s in steps], marker="o", label="train reward (binary, mean)")
     ax.plot(xs, [s.get("resolve_rate", 0.0) for s in steps], marker="s", label="train resolve rate")
     end = max(xs, default=0) + 0.5
-    points = [("held-out start", before, -0.5, "*"), ("held-out end", after, end, "*")]
+    points = [("held-out start", before, -0.5, "*"), ("held-out end", after, end, "*")] if before and after else []
     if fit:
         points += [("fit tasks start", fit["before"], -0.5, "D"), ("fit tasks end", fit["after"], end, "D")]
     for name, res, x, marker in points:
@@ -385,6 +387,19 @@ def _plot(steps: list[dict[str, Any]], before: dict, after: dict, fit: dict | No
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)
+
+
+def _report_heldout(r: dict[str, Any], rate: Callable[[dict], str]) -> None:
+    print(f"held-out start: {rate(r['before'])}")
+    print(f"held-out end:   {rate(r['after'])}")
+    print(f"difference {r['difference']:+.3f}, z {r['z']:.2f}, one-sided p {r['p_one_sided']:.4f}")
+    pair = r["paired"]
+    print(f"paired by task: {len(pair['gained'])} tasks gained {sum(pair['gained'].values())} resolved attempts, "
+          f"{len(pair['lost'])} lost {sum(pair['lost'].values())}; "
+          f"sign-flip test one-sided p {pair['p_one_sided']:.4f}")
+    for kind in ("gained", "lost"):
+        if pair[kind]:
+            print(f"  {kind}: " + ", ".join(f"{i} ({n})" for i, n in sorted(pair[kind].items())))
 
 
 def _report(r: dict[str, Any], work: Path) -> None:
@@ -417,18 +432,17 @@ def _report(r: dict[str, Any], work: Path) -> None:
         print(f"fit difference {fit['difference']:+.3f}, z {fit['z']:.2f}, one-sided p {fit['p_one_sided']:.4f}; "
               f"paired by task {len(fit['paired']['gained'])} gained, {len(fit['paired']['lost'])} lost, "
               f"sign-flip p {fit['paired']['p_one_sided']:.4f}")
-        print("does it transfer? the same before/after on held-out tasks:")
-    print(f"held-out start: {rate(r['before'])}")
-    print(f"held-out end:   {rate(r['after'])}")
-    print(f"difference {r['difference']:+.3f}, z {r['z']:.2f}, one-sided p {r['p_one_sided']:.4f} "
-          f"({r['updates']} of {len(r['reward_curve'])} GRPO steps updated)")
-    pair = r["paired"]
-    print(f"paired by task: {len(pair['gained'])} tasks gained {sum(pair['gained'].values())} resolved attempts, "
-          f"{len(pair['lost'])} lost {sum(pair['lost'].values())}; "
-          f"sign-flip test one-sided p {pair['p_one_sided']:.4f}")
-    for kind in ("gained", "lost"):
-        if pair[kind]:
-            print(f"  {kind}: " + ", ".join(f"{i} ({n})" for i, n in sorted(pair[kind].items())))
+        every = r["times_all_invocations"]  # after set-up: the fit's own phases, the warm start's if built here
+        minutes = sum(every.get(k, 0.0) for k in ("generate", "warm_start", "fit_start", "rl", "fit_end")) / 60
+        met = (fit["difference"] >= 0.15 and fit["p_one_sided"] < 0.05 and minutes <= 60
+               and min(fit["before"]["attempts"], fit["after"]["attempts"]) >= 64)
+        print(f"fit target (+15 points, one-sided p < 0.05, >= 64 attempts a side, <= 60 min): "
+              f"{'met' if met else 'NOT met'} ({fit['difference'] * 100:+.1f} points in {minutes:.0f} min)")
+        print("does it transfer? the same before/after on held-out tasks:" if r["before"] else
+              "does it transfer? not measured (--heldout-tasks 0)")
+    if r["before"]:
+        _report_heldout(r, rate)
+    print(f"{r['updates']} of {len(r['reward_curve'])} GRPO steps updated")
     f = r["rollouts"]
     print(f"GRPO rollouts: {f['rollouts']}; a tool call {f['tool_call']:.2f}, an edit {f['edit_call']:.2f}, "
           f"a non-empty patch {f['non_empty_patch']:.2f}, resolved {f['resolved']:.2f}")
