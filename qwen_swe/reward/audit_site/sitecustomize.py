@@ -53,7 +53,10 @@ def _install():
     out = os.dup(1)  # not inheritable: children do not get it
     nonce = os.urandom(8).hex()
     pid = os.getpid()  # kept by forked children, so their records count as their parent's
-    getframe, get_ident, fstat, write = sys._getframe, _thread.get_ident, os.fstat, os.write
+    # bound now, before the code under test could replace them
+    getframe, get_ident, fstat, write, dumps = sys._getframe, _thread.get_ident, os.fstat, os.write, json.dumps
+    listdir, dup2, open_fd, sleep, getsignal, modules = os.listdir, os.dup2, os.open, time.sleep, signal.getsignal, \
+        sys.modules
     stdlib = os.path.dirname(os.__file__)
     helpers = frozenset(os.path.join(stdlib, name) for name in ("inspect.py", "traceback.py", "linecache.py"))
     busy = set()
@@ -62,7 +65,7 @@ def _install():
     lock = _thread.allocate_lock()
 
     def emit(kind, detail):
-        line = "%s %s %d %s %s\n" % (mark, nonce, pid, kind, json.dumps(detail, default=repr))
+        line = "%s %s %d %s %s\n" % (mark, nonce, pid, kind, dumps(detail, default=repr))
         try:
             write(out, line.encode("utf-8", "replace"))
         except OSError:
@@ -225,7 +228,6 @@ def _install():
         return None
 
     def namespaces():
-        modules = sys.modules
         yield builtins, vars(builtins)
         yield sys, vars(sys)
         yield modules, modules
@@ -244,7 +246,6 @@ def _install():
                 snapshot[id(owner)] = (owner, dict(space))
 
     def compare():
-        modules = sys.modules
         for owner, before in list(snapshot.values()):
             space = owner if owner is modules else vars(owner)
             for name, value in list(space.items()):
@@ -262,7 +263,7 @@ def _install():
                     finding("installs an import hook", source, type(entry).__name__)
         for signum in range(1, getattr(signal, "NSIG", 65)):
             try:
-                source = origin(signal.getsignal(signum))
+                source = origin(getsignal(signum))
             except (ValueError, OSError):
                 continue
             if source:
@@ -279,23 +280,25 @@ def _install():
 
     def watchdog():
         while not state["done"]:
-            time.sleep(0.1)
+            sleep(0.1)
             if not state["done"]:
                 check()
 
     def end():
         state["done"] = True
-        check()
+        failed = check() and check()  # once more if a thread changed a namespace under the first
+        if failed is not None:  # at exit nothing else runs: a check that cannot finish is the code under test's doing
+            finding("stops the witness's last check", "exit", repr(failed))
         emit("END", {"loaded": state["loaded"], "findings": len(seen)})
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except Exception:  # noqa: BLE001
                 pass
-        null = os.open(os.devnull, os.O_WRONLY)
-        for fd in [int(n) for n in os.listdir("/proc/self/fd")]:
+        null = open_fd(os.devnull, os.O_WRONLY)
+        for fd in [int(n) for n in listdir("/proc/self/fd")]:
             if fd != null and is_log(fd):
-                os.dup2(null, fd)  # sealed: nothing printed from here on reaches the log
+                dup2(null, fd)  # sealed: nothing printed from here on reaches the log
 
     # --- install, in the order that leaves no gap -------------------------------------------------
     emit("START", {"python": "%d.%d" % sys.version_info[:2], "hook": hasattr(sys, "addaudithook")})
@@ -315,7 +318,15 @@ def _install():
     _thread.start_new_thread(watchdog, ())
 
 
+def _run():
+    """``_install`` with a private copy of the builtins, so that replacing one later does not blind the witness."""
+    import builtins
+    from types import FunctionType
+    own = dict(globals(), __builtins__=dict(vars(builtins)))
+    FunctionType(_install.__code__, own)()
+
+
 try:
-    _install()
+    _run()
 finally:
-    del _install
+    del _install, _run
