@@ -1,2 +1,2 @@
-"""One self-contained HTML page per run folder: steps, samples, conversations, patches, curves (no server, no
-network; it opens from disk)."""
+"""The run viewer: ``viewer.html`` in a run or evaluation folder (steps, samples, conversations, patches, curves,
+evaluation reports), with one data file per step and evaluation loaded when opened; no server, no network."""

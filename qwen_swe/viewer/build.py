@@ -1,59 +1,81 @@
-"""Collect a run folder's metrics, rollout dumps and evaluation reports into the viewer page.
+"""Write the viewer of a run or evaluation folder: ``viewer.html`` (a fixed page), ``viewer_data/index.js`` (curves,
+one summary line per step and evaluation) and one ``viewer_data/<part>.js`` per step or evaluation, which the page
+loads only when that part is opened.
 
-The data is embedded as JSON in the page and rendered by its script with ``textContent`` only, so patches and tool
-outputs full of HTML stay text.
+The data files are scripts calling ``qwenSweViewer.load({...})``: a page opened from disk (file://) may not fetch()
+files, but it may load scripts beside it, and so may a page served over HTTP. A refresh rewrites the index and only
+the parts whose source changed since the last one (by size and modification time), so the trainer can call it after
+every step. The page renders every value with ``textContent``, so patches and tool outputs full of HTML stay text.
 """
 
 from __future__ import annotations
 
 import json
-import re
+import logging
+import time
 from pathlib import Path
 from typing import Any
 
+from qwen_swe.viewer.collect import Part, curves, find_parts, report, samples, summarize
+
+log = logging.getLogger(__name__)
 PAGE = Path(__file__).resolve().parent / "page.html"
-STEP_FILE = re.compile(r"step_(\d+)\.jsonl$")
-SAMPLE_KEYS = ("instance_id", "group_index", "index", "status", "reward", "resolved", "drop_reason", "drop_detail",
-               "filtered", "outcome", "patch", "turns", "response_length", "sampled_tokens", "trained_tokens",
-               "weight_version", "agent_seconds", "grade_seconds", "reward_components", "reward_hack_suspected",
-               "conversation")
-CURVE_KEYS = ("reward_mean", "resolve_rate", "response_length_mean", "dropped_samples", "eval/resolve_rate",
-              "clip_fraction", "approx_kl", "logprob_diff_abs", "logprob_kl_k3")
+DATA_DIR = "viewer_data"
+INDEX = "index"
+PREFIX, SUFFIX = "qwenSweViewer.load(", ");\n"
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def _script(payload: dict[str, Any]) -> str:
+    return PREFIX + json.dumps(payload, default=str) + SUFFIX
 
 
-def collect(run_dir: Path) -> dict[str, Any]:
-    samples = []
-    for path in sorted((run_dir / "rollouts").glob("step_*.jsonl")):
-        step = int(STEP_FILE.search(path.name).group(1))
-        for row in _jsonl(path):
-            samples.append({"step": step, **{k: row.get(k) for k in SAMPLE_KEYS}})
-    steps = [{"step": m.get("step"), **{k: m.get(k) for k in CURVE_KEYS}} for m in _jsonl(run_dir / "metrics.jsonl")]
-    evals = []
-    for report in sorted(run_dir.glob("eval*/report.json")):
-        data = json.loads(report.read_text())
-        evals.append({"name": report.parent.name, "resolve_rate": data.get("resolve_rate"),
-                      "ci95": data.get("resolve_rate_ci95"), "pass_at_k": data.get("pass_at_k"),
-                      "resolved": data.get("resolved_instances"), "submitted": data.get("submitted_instances")})
-    return {"run": run_dir.name, "steps": steps, "samples": samples, "evals": evals}
+def _write(path: Path, text: str) -> None:
+    """Whole or not at all: a page opened mid-refresh reads the old file or the new one."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
-def render(data: dict[str, Any]) -> str:
-    # "<" as its JSON escape: no patch or tool output can open or close an element inside the data block
-    payload = json.dumps(data, default=str).replace("<", "\\u003c")
-    return PAGE.read_text().replace("__RUN_DATA__", payload)
+def _previous_parts(index: Path) -> dict[str, dict[str, Any]]:
+    """The parts the last refresh wrote, by key; none (so all are rebuilt) when there is no readable index."""
+    try:
+        text = index.read_text()
+        return {p["key"]: p for p in json.loads(text[len(PREFIX):-len(SUFFIX)])["parts"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def _entry(part: Part, data: Path, before: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    stamp, old = part.stamp(), before.get(part.key)
+    if old is not None and old.get("stamp") == stamp and (data / f"{part.key}.js").is_file():
+        summary = old["summary"]
+    else:
+        rows = samples(part)
+        _write(data / f"{part.key}.js", _script({"key": part.key, "samples": rows}))
+        summary = summarize(rows)
+    return {"key": part.key, "kind": part.kind, "label": part.label, "step": part.step, "stamp": stamp,
+            "summary": summary, "report": report(part)}
 
 
 def write_viewer(run_dir: str | Path) -> Path:
-    """Write ``RUN_DIR/viewer.html`` from what the run folder holds now."""
+    """Write or refresh ``RUN_DIR/viewer.html`` and its data from what the folder holds now; return the page."""
     run_dir = Path(run_dir)
-    out = run_dir / "viewer.html"
-    tmp = out.with_suffix(".html.tmp")
-    tmp.write_text(render(collect(run_dir)))
-    tmp.replace(out)
-    return out
+    data = run_dir / DATA_DIR
+    data.mkdir(exist_ok=True)
+    index = data / f"{INDEX}.js"
+    before = _previous_parts(index)
+    parts = [_entry(part, data, before) for part in find_parts(run_dir)]
+    _write(index, _script({"key": INDEX, "run": run_dir.name, "written": time.time(), "curves": curves(run_dir),
+                           "parts": parts}))
+    page, text = run_dir / "viewer.html", PAGE.read_text()
+    if not page.is_file() or page.read_text() != text:
+        _write(page, text)
+    return page
+
+
+def refresh(run_dir: str | Path) -> None:
+    """``write_viewer`` for the trainer after each step: a viewer that cannot be written is logged, never raised."""
+    try:
+        write_viewer(run_dir)
+    except Exception as exc:  # noqa: BLE001 - the viewer must never stop a training run
+        log.warning("viewer not refreshed in %s: %r", run_dir, exc)

@@ -1,6 +1,7 @@
-"""The run viewer in a real headless browser (Debian's chromium): one self-contained page that loads nothing from
-the network, renders a screenshot that is not blank, finds a sample by instance id from the URL, and keeps HTML in
-patches and tool outputs as text."""
+"""The run viewer in a real headless browser (Debian's chromium): a fixed page and one data file per step or
+evaluation, nothing from the network; a sample found by instance id from the URL, HTML in patches and tool outputs
+kept as text, a screenshot that is not blank; a run of 512 samples x 10 steps and an evaluation folder open; the
+trainer's metrics writer refreshes it after every step, rewriting only what changed."""
 
 from __future__ import annotations
 
@@ -8,14 +9,16 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from PIL import Image, ImageStat
 
-from qwen_swe.viewer.build import write_viewer
+from benchmarks.bench_viewer import generate_run, write_step
+from qwen_swe.viewer.build import DATA_DIR, PREFIX, SUFFIX, refresh, write_viewer
 
-pytestmark = pytest.mark.browser
+browser = pytest.mark.browser
 EVIL = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"
 
 
@@ -63,14 +66,62 @@ def _browser(chromium: str, args: list[str], timeout: float = 120) -> subprocess
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
-def test_the_page_is_self_contained_and_keeps_html_as_text(run_dir):
+def _data(path: Path) -> dict:
+    text = path.read_text()
+    assert text.startswith(PREFIX) and text.endswith(SUFFIX)
+    return json.loads(text[len(PREFIX):-len(SUFFIX)])
+
+
+def test_the_page_is_fixed_and_its_data_loads_nothing_from_the_network(run_dir):
     html = write_viewer(run_dir).read_text()
-    assert not re.search(r"""(src|href)\s*=\s*["']?https?:|url\(\s*["']?https?:|fetch\(|XMLHttpRequest|import\(""", html)
-    assert "<script>document.title" not in html  # the payload escapes "<", so no data can open or close a tag
-    data = json.loads(re.search(r'id="run-data">(.*?)</script>', html, re.S).group(1))
-    assert len(data["samples"]) == 5 and EVIL in data["samples"][0]["patch"]
+    data = sorted((run_dir / DATA_DIR).glob("*.js"))
+    assert [p.name for p in data] == ["index.js", "step_000000.js", "step_000001.js"]
+    for text in [html] + [p.read_text() for p in data]:
+        assert not re.search(r"""(src|href)\s*=\s*["']?https?:|url\(\s*["']?https?:|fetch\(|XMLHttpRequest|import\(""",
+                             text)
+    assert "demo__calc" not in html  # the samples live in the data files, not in the page
+    steps = [_data(p)["samples"] for p in data[1:]]
+    assert [len(s) for s in steps] == [2, 3] and EVIL in steps[0][0]["patch"]
+    index = _data(data[0])
+    assert [p["summary"]["samples"] for p in index["parts"]] == [2, 3]
+    assert [c["resolve_rate"] for c in index["curves"]] == [0.5, 1.0]
 
 
+def test_a_refresh_rewrites_only_the_new_step_and_the_index(run_dir):
+    write_viewer(run_dir)
+    data = run_dir / DATA_DIR
+    before = {p.name: p.stat().st_mtime_ns for p in data.glob("*.js")}
+    rows = [_sample(2, "demo__calc-9", True)]
+    with (run_dir / "rollouts" / "step_000002.jsonl").open("w") as fh:  # the next step, its last line half written
+        fh.write(json.dumps(rows[0]) + "\n" + json.dumps(rows[0])[:40])
+    write_viewer(run_dir)
+    after = {p.name: p.stat().st_mtime_ns for p in data.glob("*.js")}
+    assert after["step_000000.js"] == before["step_000000.js"] and after["step_000001.js"] == before["step_000001.js"]
+    assert after["index.js"] != before["index.js"] and len(_data(data / "step_000002.js")["samples"]) == 1
+    with (run_dir / "rollouts" / "step_000002.jsonl").open("a") as fh:
+        fh.write(json.dumps(rows[0])[40:] + "\n")  # the line is finished: the step is rebuilt with it
+    write_viewer(run_dir)
+    assert _data(data / "index.js")["parts"][-1]["summary"]["samples"] == 2
+
+
+def test_the_metrics_writer_refreshes_the_viewer_after_each_step_and_never_raises(run_dir, caplog):
+    from qwen_swe.train.metrics import MetricsLog
+
+    (run_dir / "metrics.jsonl").unlink()
+    metrics = MetricsLog(run_dir)
+    try:
+        metrics.write({"step": 0, "reward_mean": 0.5, "resolve_rate": 0.5}, total_steps=2)
+    finally:
+        metrics.writer.close()
+    index = _data(run_dir / DATA_DIR / "index.js")
+    assert [c["step"] for c in index["curves"]] == [0] and (run_dir / "viewer.html").is_file()
+    blocked = run_dir / "blocked"
+    blocked.write_text("a file where the run folder should be")
+    refresh(blocked)  # the trainer's call: logged, not raised
+    assert "viewer not refreshed" in caplog.text
+
+
+@browser
 def test_a_sample_is_found_by_instance_id_and_the_screenshot_is_not_blank(run_dir, chromium, tmp_path):
     page = write_viewer(run_dir)
     dom = _browser(chromium, ["--dump-dom", f"{page.as_uri()}#q=demo__parse-7"]).stdout
@@ -89,3 +140,58 @@ def test_a_sample_is_found_by_instance_id_and_the_screenshot_is_not_blank(run_di
     image = Image.open(shot).convert("L")
     assert image.size == (1400, 1000)
     assert ImageStat.Stat(image).stddev[0] > 20, "the screenshot is blank"
+
+
+def _sample_rows(dom: str) -> list[str]:
+    return re.findall(r'<tr class="sample[^"]*" data-instance="([^"]+)">(.*?)</tr>', dom, re.S)
+
+
+@browser
+def test_a_run_of_512_samples_by_10_steps_opens_its_index_then_a_step(chromium, tmp_path):
+    run = generate_run(tmp_path / "run", steps=10, samples=512)
+    page = write_viewer(run)
+    assert page.stat().st_size < 50_000 and (run / DATA_DIR / "index.js").stat().st_size < 50_000
+
+    first = _browser(chromium, ["--dump-dom", page.as_uri()]).stdout
+    parts = re.findall(r'<tr class="part[^"]*" data-part="([^"]+)"', first)
+    assert parts == ["all"] + [f"step_{s:06d}" for s in range(10)] + ["eval_step_000009"]
+    assert "10 steps, 5120 samples" in first and "eval_step_000009: " in first
+    assert first.count("<polyline") >= 5  # reward, resolve rate, length, clip fraction, KL
+    assert 'data-open="step_000009"' in first and 'data-shown="512"' in first  # the latest step, opened by itself
+
+    opened = _browser(chromium, ["--dump-dom", f"{page.as_uri()}#open=step_000003"]).stdout
+    assert 'data-open="step_000003"' in opened and 'data-shown="512"' in opened
+    rows = _sample_rows(opened)
+    assert len(rows) == 512 and all("<td>step 3</td>" in cells for _, cells in rows)
+    assert 'class="part selected" data-part="step_000003"' in opened
+
+    chosen = _browser(chromium, ["--dump-dom", f"{page.as_uri()}#open=step_000003&q=repo_5__pkg-38"]).stdout
+    assert 'data-shown="8"' in chosen and "repo_5__pkg-38 (step 3, sample 0)" in chosen  # its detail
+    assert "conversation (" in chosen and "run_shell_command" in chosen
+
+
+@browser
+def test_an_evaluation_folder_opens(chromium, tmp_path):
+    folder = tmp_path / "eval"
+    folder.mkdir()
+    rows = [_sample(0, "demo__calc-1", True), _sample(0, "demo__calc-2", False)]
+    (folder / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "results.jsonl").write_text(json.dumps({"instance_id": "demo__calc-1", "attempt": 0,
+                                                      "outcome": "resolved", "reason": None, "seconds": 9.5}) + "\n")
+    (folder / "report.json").write_text(json.dumps({"resolve_rate": 0.5, "resolve_rate_ci95": [0.1, 0.9],
+                                                    "resolved_instances": 1, "submitted_instances": 2}))
+    graded = folder / "eval_graded"  # a grade-only evaluation inside it: results, no rollouts
+    graded.mkdir()
+    (graded / "results.jsonl").write_text(json.dumps({"instance_id": "demo__x-4", "attempt": 1, "outcome": "error",
+                                                      "reason": "image missing", "seconds": 0.2}) + "\n")
+    out = subprocess.run([sys.executable, "-m", "qwen_swe.viewer", str(folder)], capture_output=True, text=True,
+                         check=True).stdout
+    page = Path(out.strip())
+    assert page == folder / "viewer.html"
+
+    dom = _browser(chromium, ["--dump-dom", page.as_uri()]).stdout
+    assert "qwen-swe evaluation: eval" in dom and "eval: 0.500 resolved" in dom
+    assert "resolve rate 0.500 [0.100, 0.900], 1/2 instances" in dom
+    assert 'data-open="root"' in dom and [i for i, _ in _sample_rows(dom)] == ["demo__calc-1", "demo__calc-2"]
+    graded_dom = _browser(chromium, ["--dump-dom", f"{page.as_uri()}#open=eval_graded&q=demo__x-4"]).stdout
+    assert "dropped: error" in graded_dom and "image missing" in graded_dom
