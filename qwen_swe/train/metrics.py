@@ -1,5 +1,5 @@
 """Per-step training metrics on rank 0: ``metrics.jsonl``, TensorBoard scalars (``tb/``), one printed line
-per step, and ``rewards.png`` (reward and resolve rate over steps) when the run ends.
+per step, the run viewer refreshed, and ``rewards.png`` (reward and resolve rate over steps) when the run ends.
 
 On resume, lines of steps at or after the resumed step (written after the checkpoint, before a crash)
 are dropped from ``metrics.jsonl`` and purged from TensorBoard, so every step appears once.
@@ -11,6 +11,8 @@ import json
 import logging
 from pathlib import Path
 from typing import Any
+
+from qwen_swe.viewer.build import refresh as refresh_viewer
 
 log = logging.getLogger("qwen_swe.train_log")
 
@@ -37,6 +39,7 @@ class MetricsLog:
                 self.writer.add_scalar(key, float(value), step)
         self.writer.flush()
         print(format_line(metrics, total_steps), flush=True)
+        refresh_viewer(self.dir)
 
     def close(self) -> None:
         self.writer.close()
