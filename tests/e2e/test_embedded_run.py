@@ -120,7 +120,7 @@ def test_embedded_default_trains_syncs_and_resumes(tmp_path):
 
     # Every rollout left a record, the viewer shows them, and no container is left behind.
     assert (out / "rewards.png").exists()
-    viewer = (out / "viewer.html").read_text()
+    viewer = "".join(p.read_text() for p in [out / "viewer.html", *(out / "viewer_data").glob("*.js")])
     assert all(r["instance_id"] in viewer for r in rows)
     left = docker.from_env().containers.list(all=True, filters={"label": f"qwen-swe.run={RUN_ID}"})
     assert left == []
