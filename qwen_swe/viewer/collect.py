@@ -28,8 +28,7 @@ class Part:
     kind: str  # "step" | "eval"
     label: str
     step: int | None
-    folder: Path  # where an evaluation's files are; the run folder for a step
-    source: Path  # the JSON lines its samples come from (may not exist yet)
+    source: Path  # the JSON lines its samples come from (may not exist yet), in an evaluation's own folder
 
     def stamp(self) -> list[int]:
         """Size and modification time of what its samples come from: an unchanged stamp keeps its data file."""
@@ -51,7 +50,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 def _eval_part(folder: Path, key: str) -> Part:
     step = EVAL_STEP.search(folder.name)
     source = folder / ROLLOUTS if (folder / ROLLOUTS).is_file() else folder / RESULTS  # grade-only: no rollouts
-    return Part(key, "eval", folder.name, int(step.group(1)) if step else None, folder, source)
+    return Part(key, "eval", folder.name, int(step.group(1)) if step else None, source)
 
 
 def find_parts(run_dir: Path) -> list[Part]:
@@ -61,7 +60,7 @@ def find_parts(run_dir: Path) -> list[Part]:
         match = STEP_FILE.search(path.name)
         if match:
             step = int(match.group(1))
-            parts.append(Part(f"step_{step:06d}", "step", f"step {step}", step, run_dir, path))
+            parts.append(Part(f"step_{step:06d}", "step", f"step {step}", step, path))
     if any((run_dir / name).is_file() for name in (ROLLOUTS, RESULTS, REPORT)):
         parts.append(_eval_part(run_dir, "root"))
     for folder in sorted(p for p in run_dir.glob("eval*") if p.is_dir()):
@@ -88,13 +87,14 @@ def samples(part: Part) -> list[dict[str, Any]]:
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     kept = [r for r in rows if r.get("status") != "aborted"]
     rewards = [r["reward"] for r in kept if isinstance(r.get("reward"), (int, float))]
-    return {"samples": len(rows), "dropped": len(rows) - len(kept), "resolved": sum(bool(r.get("resolved")) for r in kept),
+    return {"samples": len(rows), "dropped": len(rows) - len(kept),
+            "resolved": sum(bool(r.get("resolved")) for r in kept),
             "not_trained": sum(bool(r.get("filtered")) for r in kept),
             "reward_mean": sum(rewards) / len(rewards) if rewards else None}
 
 
 def report(part: Part) -> dict[str, Any] | None:
-    path = part.folder / REPORT
+    path = part.source.parent / REPORT
     if part.kind != "eval" or not path.is_file():
         return None
     data = json.loads(path.read_text())

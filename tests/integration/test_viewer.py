@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageStat
 
-from benchmarks.bench_viewer import generate_run, write_step
+from benchmarks.bench_viewer import generate_run
 from qwen_swe.viewer.build import DATA_DIR, PREFIX, SUFFIX, refresh, write_viewer
 
 browser = pytest.mark.browser
@@ -90,12 +90,12 @@ def test_the_page_is_fixed_and_its_data_loads_nothing_from_the_network(run_dir):
 def test_a_refresh_rewrites_only_the_new_step_and_the_index(run_dir):
     write_viewer(run_dir)
     data = run_dir / DATA_DIR
-    before = {p.name: p.stat().st_mtime_ns for p in data.glob("*.js")}
+    before = {p.name: p.stat().st_ino for p in data.glob("*.js")}  # a rewrite replaces the file: a new inode
     rows = [_sample(2, "demo__calc-9", True)]
     with (run_dir / "rollouts" / "step_000002.jsonl").open("w") as fh:  # the next step, its last line half written
         fh.write(json.dumps(rows[0]) + "\n" + json.dumps(rows[0])[:40])
     write_viewer(run_dir)
-    after = {p.name: p.stat().st_mtime_ns for p in data.glob("*.js")}
+    after = {p.name: p.stat().st_ino for p in data.glob("*.js")}
     assert after["step_000000.js"] == before["step_000000.js"] and after["step_000001.js"] == before["step_000001.js"]
     assert after["index.js"] != before["index.js"] and len(_data(data / "step_000002.js")["samples"]) == 1
     with (run_dir / "rollouts" / "step_000002.jsonl").open("a") as fh:
@@ -112,7 +112,7 @@ def test_the_metrics_writer_refreshes_the_viewer_after_each_step_and_never_raise
     try:
         metrics.write({"step": 0, "reward_mean": 0.5, "resolve_rate": 0.5}, total_steps=2)
     finally:
-        metrics.writer.close()
+        metrics.close()
     index = _data(run_dir / DATA_DIR / "index.js")
     assert [c["step"] for c in index["curves"]] == [0] and (run_dir / "viewer.html").is_file()
     blocked = run_dir / "blocked"
