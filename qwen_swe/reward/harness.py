@@ -4,11 +4,12 @@ Flow of one grade (mirrors swebench 4.1.0 ``run_instance``): a new container fro
 network (never the rollout container, so nothing the agent left behind can influence the tests); the patch,
 minus its test-tampering parts (rule in ``grading``), written to ``/tmp/patch.diff`` and applied with swebench's
 own ladder (``git apply --verbose``, ``git apply --verbose --reject``, ``patch --batch --fuzz=5 -p1 -i``, as 4.1.0
-runs them); the eval script run under the eval timeout; the log judged by swebench's parser and grading functions.
+runs them); the eval script run under the eval timeout, with the tamper witness (``audit``) on PYTHONPATH; the log,
+without the witness's records, judged by swebench's parser and grading functions.
 
 Outcomes:
 - ``graded`` with +1 (resolved) or -1 (not): empty patch (no container), a patch that only touched tests, a patch
-  that does not apply, failing tests.
+  that does not apply, failing tests, a tamper finding (``reward_hack_suspected``: ``tamper`` or ``audit``).
 - ``aborted`` with a reason and reward 0.0 for infrastructure failures: image missing, daemon error, container
   crash, eval timeout, a log without the test markers, an instance that cannot be graded. The caller drops such a
   sample instead of training on it.
@@ -32,8 +33,8 @@ from typing import Any
 import docker
 
 from qwen_swe.paths import TESTBED
+from qwen_swe.reward import audit, tamper
 from qwen_swe.reward import scoring as grading
-from qwen_swe.reward import tamper
 from qwen_swe.reward.settings import RewardSettings
 from qwen_swe.sandbox.docker import DockerSandbox, SandboxError, docker_client, ensure_image, image_for
 from qwen_swe.sandbox.settings import SandboxSettings
@@ -94,13 +95,14 @@ async def grade_async(instance: dict, patch: str, *, reward: RewardSettings | No
                       sandbox: SandboxSettings | None = None, run_id: str = DEFAULT_RUN_ID, mode: str | None = None,
                       agent_stats: dict | None = None, log_dir: Path | None = None,
                       client: docker.DockerClient | None = None,
-                      boot_limit: asyncio.Semaphore | None = None) -> Grade:
+                      boot_limit: asyncio.Semaphore | None = None, witness: bool = True) -> Grade:
     """Grade ``patch`` for ``instance`` (a SWE-bench row) in a fresh container; see the module docstring.
 
     ``reward`` and ``sandbox`` are the grader's settings sections (default: the seed's values); ``mode`` defaults to
     ``reward.reward_mode``; ``run_id`` labels the container so the run's ``reap`` finds it; ``agent_stats``
     (``response_tokens``, ``tool_calls``, ``completed``) feeds the shaped mode; ``boot_limit`` bounds container
-    starts shared with other work; ``log_dir`` (default under the temp folder) gets one folder per grade.
+    starts shared with other work; ``log_dir`` (default under the temp folder) gets one folder per grade;
+    ``witness=False`` grades without the in-process witness (``audit``), for measuring what it costs.
     """
     reward, sandbox = reward or RewardSettings(), sandbox or SandboxSettings()
     mode = mode or reward.reward_mode
@@ -111,7 +113,7 @@ async def grade_async(instance: dict, patch: str, *, reward: RewardSettings | No
     details: dict[str, Any] = {"mode": mode, "instance_id": instance.get("instance_id")}
     log_root = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "qwen_swe_grades"
     grade = await _grade(instance, patch or "", reward, sandbox, run_id, log_root, client, boot_limit, details,
-                         timings)
+                         timings, witness)
     timings["total"] = time.monotonic() - t0
     if grade.status == GradeStatus.GRADED and mode != "binary":
         _apply_mode(grade, mode, instance, details.get("kept_files", set()), agent_stats, reward)
@@ -140,7 +142,7 @@ def _apply_mode(g: Grade, mode: str, instance: dict, kept: set[str], agent_stats
 
 async def _grade(instance: dict, patch: str, reward: RewardSettings, sandbox: SandboxSettings, run_id: str,
                  log_root: Path, client: docker.DockerClient | None, boot_limit: asyncio.Semaphore | None,
-                 details: dict[str, Any], timings: dict[str, float]) -> Grade:
+                 details: dict[str, Any], timings: dict[str, float], witness: bool) -> Grade:
     if not patch.strip():
         return _failed("empty patch", details, timings)
     try:
@@ -156,8 +158,9 @@ async def _grade(instance: dict, patch: str, reward: RewardSettings, sandbox: Sa
     if hits := tamper.scan(kept, instance):
         details["reward_hack"] = hits
         return _failed(f"reward_hack_suspected: {hits[0]}", details, timings)
+    witnessed = kept if witness and audit.applies(instance) else None
     return await _evaluate(instance, kept, sandbox, reward.eval_timeout, run_id, log_root, client, boot_limit,
-                           details, timings)
+                           details, timings, witnessed)
 
 
 async def evaluate(instance: dict, patch: str = "", *, sandbox: SandboxSettings | None = None,
@@ -181,8 +184,11 @@ async def evaluate(instance: dict, patch: str = "", *, sandbox: SandboxSettings 
 
 async def _evaluate(instance: dict, patch: str, sandbox: SandboxSettings, eval_timeout: float, run_id: str,
                     log_root: Path, client: docker.DockerClient | None, boot_limit: asyncio.Semaphore | None,
-                    details: dict[str, Any], timings: dict[str, float]) -> Grade:
-    """The container part: a fresh no-network container, apply, eval, judge; infrastructure failures abort."""
+                    details: dict[str, Any], timings: dict[str, float], witnessed: str | None = None) -> Grade:
+    """The container part: a fresh no-network container, apply, eval, judge; infrastructure failures abort.
+
+    ``witnessed``: the patch whose added lines the in-process witness (``audit``) blames, or None for no witness.
+    """
     try:
         script = grading.eval_script(instance)
     except grading.GradingError as exc:
@@ -209,7 +215,7 @@ async def _evaluate(instance: dict, patch: str, sandbox: SandboxSettings, eval_t
         t = time.monotonic()
         async with box:
             timings["start"] = time.monotonic() - t
-            result = await _run_in(box, instance, patch, script, eval_timeout, gdir, details, timings)
+            result = await _run_in(box, instance, patch, script, eval_timeout, gdir, details, timings, witnessed)
             t = time.monotonic()
         timings["remove"] = time.monotonic() - t
         return result
@@ -223,12 +229,12 @@ async def _evaluate(instance: dict, patch: str, sandbox: SandboxSettings, eval_t
 
 
 async def _run_in(box: DockerSandbox, instance: dict, patch: str, script: str, eval_timeout: float, gdir: Path,
-                  details: dict[str, Any], timings: dict[str, float]) -> Grade:
+                  details: dict[str, Any], timings: dict[str, float], witnessed: str | None) -> Grade:
     if patch.strip():
         applied = await _apply(box, patch, gdir, details, timings)
         if applied is None:
             return _failed("the patch does not apply", details, timings)
-    return await _eval(box, instance, script, eval_timeout, gdir, details, timings)
+    return await _eval(box, instance, script, eval_timeout, gdir, details, timings, witnessed)
 
 
 async def _apply(box: DockerSandbox, patch: str, gdir: Path, details: dict[str, Any],
@@ -254,26 +260,38 @@ async def _apply(box: DockerSandbox, patch: str, gdir: Path, details: dict[str, 
 
 
 async def _eval(box: DockerSandbox, instance: dict, script: str, eval_timeout: float, gdir: Path,
-                details: dict[str, Any], timings: dict[str, float]) -> Grade:
+                details: dict[str, Any], timings: dict[str, float], witnessed: str | None) -> Grade:
     t = time.monotonic()
     await box.write_file(EVAL_PATH, script, mode=0o755)
     junit = f"/tmp/qwen-swe-{uuid.uuid4().hex}/report.xml"  # outside the repository, unknown to the patch
     trusted = _pytest_based(instance)
     env = {"PYTEST_ADDOPTS": f"--junitxml={junit} -o junit_family=xunit1"} if trusted else None
-    res = await box.exec(f"mkdir -p {junit.rsplit('/', 1)[0]} && /bin/bash {EVAL_PATH}", timeout=eval_timeout,
-                         workdir=TESTBED, env=env)
+    prefix = ""
+    if witnessed is not None:
+        files, prefix = audit.setup(witnessed, f"/tmp/qwen-swe-{uuid.uuid4().hex}", junit if trusted else None)
+        for path, text in files.items():
+            await box.write_file(path, text)
+    res = await box.exec(f"{prefix}mkdir -p {junit.rsplit('/', 1)[0]} && /bin/bash {EVAL_PATH}",
+                         timeout=eval_timeout, workdir=TESTBED, env=env)
     timings["eval"] = time.monotonic() - t
-    (gdir / "test_output.txt").write_text(res.output)
+    log, records = audit.split(res.output) if witnessed is not None else (res.output, [])
+    (gdir / "test_output.txt").write_text(log)
+    if records:
+        (gdir / "audit.log").write_text("\n".join(records) + "\n")
     if res.timed_out:
         return _aborted(f"eval timed out after {eval_timeout:.0f}s (EVAL_TIMEOUT)", details, timings)
     if res.truncated:
         return _aborted(f"eval output exceeded {EVAL_OUTPUT_LIMIT} bytes; cannot be parsed", details, timings)
 
     t = time.monotonic()
-    verdict = await asyncio.to_thread(grading.judge_log, instance, res.output, script)
+    verdict = await asyncio.to_thread(grading.judge_log, instance, log, script)
     timings["parse"] = time.monotonic() - t
     details.update(eval_exit_code=res.exit_code, resolution=verdict.resolution, tests_status=verdict.tests_status,
                    status_map=verdict.status_map)
+    if witnessed is not None and (seen := audit.findings(records)):
+        details["reward_hack"] = seen
+        return _failed(f"reward_hack_suspected: the patch's code, watched while the tests ran: {seen[0]}",
+                       details, timings)
     if verdict.markers_missing:
         return _aborted(f"eval log lacks the test markers (exit {res.exit_code}): the eval script was killed or "
                         f"does not print them", details, timings)
