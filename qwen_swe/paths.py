@@ -19,6 +19,12 @@ TESTBED = "/testbed"  # the repository inside every SWE-bench image
 AGENT_MOUNT = "/opt/qwen-swe-agent"  # the read-only qwen-code runtime bundle inside rollout containers
 
 
+def python_path(*extra: str | Path, inherited: str | None = None) -> str:
+    """PYTHONPATH for a child process that imports this project: the repository first, then ``extra``, then
+    ``inherited`` (the parent's, where the child should keep it)."""
+    return os.pathsep.join(p for p in (str(REPO_ROOT), *map(str, extra), inherited) if p)
+
+
 def cache_home() -> Path:
     """Where converted models, the agent runtime and image inputs are cached (``QWEN_SWE_HOME``)."""
     return Path(os.environ.get("QWEN_SWE_HOME") or Path.home() / ".cache" / "qwen_swe")

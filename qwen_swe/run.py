@@ -18,7 +18,7 @@ from qwen_swe.config.settings import Settings, given_settings, with_profile
 from qwen_swe.errors import SETUP_EXIT_CODE, SetupError, TaskPackError
 from qwen_swe.evaluate.__main__ import main as evaluate_main
 from qwen_swe.inference.launcher import serving
-from qwen_swe.paths import REPO_ROOT, cache_home, embedded_model_dir
+from qwen_swe.paths import REPO_ROOT, cache_home, embedded_model_dir, python_path
 from qwen_swe.plan.placement import devices_env
 from qwen_swe.sandbox.docker import reap, reap_until_quiet
 from qwen_swe.supervise import SUPERVISOR, Interrupted
@@ -66,7 +66,7 @@ def _default_procs() -> int:
 def run_trainer(settings: Settings, gpus: tuple[int, ...] = ()) -> int:
     """Run torchrun in its own process group, dying with this process; stopped by its group id on the way out."""
     env = {**os.environ, **devices_env(gpus), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+           "PYTHONPATH": python_path(inherited=os.environ.get("PYTHONPATH"))}
     cmd = trainer_command(settings, settings.write(settings.output_dir), gpus)  # with the started server's URL
     log.info("trainer: %s", " ".join(cmd))
     proc = SUPERVISOR.spawn(cmd, env=env, cwd=REPO_ROOT)

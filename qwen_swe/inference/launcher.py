@@ -119,7 +119,7 @@ class ServeConfig:
         if self.lora_rank > 0:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         if self.worker_extension:  # vLLM imports the extension from this repository
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(paths.REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+            env["PYTHONPATH"] = paths.python_path(inherited=os.environ.get("PYTHONPATH"))
         env.update(devices_env(self.devices))
         if self.cpu:
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_gib)

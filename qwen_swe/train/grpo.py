@@ -24,10 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from qwen_swe.train.settings import KL_TYPES
-
-ADVANTAGE_MODES = ("mean", "std", "loo")
-LOSS_NORMS = ("token", "sample")
+from qwen_swe.train.settings import ADVANTAGE_MODES, KL_TYPES, LOSS_NORMS
 
 
 def group_advantages(rewards: Tensor, mode: str = "mean", eps: float = 1e-6) -> Tensor:

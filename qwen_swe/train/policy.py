@@ -33,6 +33,7 @@ from torch.utils.checkpoint import checkpoint
 from qwen_swe.errors import TrainerError
 from qwen_swe.paths import ORIGIN_FILE, base_model_of
 from qwen_swe.train import loading
+from qwen_swe.train.settings import WEIGHT_LOADINGS
 
 log = logging.getLogger("qwen_swe.policy")
 
@@ -142,8 +143,8 @@ def build_policy(model_path: str, *, device: torch.device, lora_rank: int = 0, l
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    if weight_loading not in ("full", "meta"):
-        raise TrainerError(f"WEIGHT_LOADING={weight_loading!r} is not one of full, meta")
+    if weight_loading not in WEIGHT_LOADINGS:
+        raise TrainerError(f"WEIGHT_LOADING={weight_loading!r} is not one of {', '.join(WEIGHT_LOADINGS)}")
     meta = weight_loading == "meta"
     if meta:
         folder = loading.resolve_folder(model_path)

@@ -8,6 +8,9 @@ from qwen_swe.config.fields import opt, validate
 from qwen_swe.errors import ConfigError
 
 KL_TYPES = ("k1", "k2", "k3", "low_var_kl")  # slime's --kl-loss-type choices
+ADVANTAGE_MODES = ("mean", "std", "loo")
+LOSS_NORMS = ("token", "sample")
+WEIGHT_LOADINGS = ("full", "meta")
 
 
 @dataclass(frozen=True)
@@ -21,11 +24,11 @@ class TrainSettings:
     lr: float = opt(1e-6, "AdamW learning rate", minimum=0.0)
     lr_warmup_steps: int = opt(0, "updates over which the learning rate rises linearly to LR: update k (from 1) uses "
                                "LR * k / LR_WARMUP_STEPS; 0 = LR from the first update", minimum=0)
-    advantage_mode: str = opt("mean", "group baseline", choices=("mean", "std", "loo"))
+    advantage_mode: str = opt("mean", "group baseline", choices=ADVANTAGE_MODES)
     drop_zero_variance: bool = opt(True, "drop groups whose rewards are all equal")
     clip_eps: float = opt(0.2, "PPO clip range (lower)", minimum=0.0)
     clip_eps_high: float | None = opt(None, "PPO upper clip range; default = CLIP_EPS")
-    loss_norm: str = opt("token", "loss normalisation", choices=("token", "sample"))
+    loss_norm: str = opt("token", "loss normalisation", choices=LOSS_NORMS)
     kl_loss_coef: float = opt(0.0, "weight of a KL penalty to the run's start weights (MODEL), slime's --kl-loss-coef; "
                               "0 = none (no reference model is loaded)", minimum=0.0)
     kl_loss_type: str = opt("low_var_kl", "estimator of that KL on sampled tokens (slime's --kl-loss-type)",
@@ -40,7 +43,7 @@ class TrainSettings:
     mixed_precision: bool = opt(False, "bf16 compute with fp32 master weights and gradient reduction (FSDP2)")
     weight_loading: str = opt("full", "how each trainer rank loads the model: full = the whole model on every rank, "
                               "then shard; meta = build on the meta device, shard, read only the rank's rows from the "
-                              "safetensors files", choices=("full", "meta"))
+                              "safetensors files", choices=WEIGHT_LOADINGS)
     save_interval: int = opt(1, "checkpoint every N steps", minimum=1, resume="free")
     keep_checkpoints: int = opt(3, "checkpoints kept", minimum=1, resume="free")
     max_staleness: int = opt(0, "0 = strictly on-policy (each rollout waits for the previous update); N >= 1 = the "

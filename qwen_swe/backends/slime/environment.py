@@ -19,7 +19,7 @@ import urllib.request
 from typing import Any
 
 from qwen_swe.config.settings import Settings
-from qwen_swe.paths import REPO_ROOT
+from qwen_swe.paths import REPO_ROOT, python_path
 
 IMAGE_HINT = {
     "fsdp": "or run inside slime v0.2.2's image (docker/Dockerfile: slimerl/sglang:nightly-dev-20260107-dce8b060 "
@@ -98,7 +98,7 @@ def check_packages_in(python: str, backend: str = "fsdp") -> dict[str, Any]:
     """``check_packages`` run by ``python`` (the interpreter that will run train.py)."""
     if os.path.abspath(python) == os.path.abspath(sys.executable):  # not resolve(): venvs symlink one base
         return check_packages(backend)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": python_path(inherited=os.environ.get("PYTHONPATH"))}
     try:
         done = subprocess.run([python, "-m", "qwen_swe.backends.slime.launcher", "--check-env", backend], env=env,
                               cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)

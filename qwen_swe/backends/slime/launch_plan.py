@@ -4,7 +4,6 @@ written here."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -16,10 +15,10 @@ from qwen_swe.backends.slime.carry import extra_args_files
 from qwen_swe.backends.slime.checkout import detect_release, link_problem
 from qwen_swe.backends.slime.environment import check_packages_in, check_server
 from qwen_swe.backends.slime import features
-from qwen_swe.backends.slime.train_args import megatron_train_args, train_args
+from qwen_swe.backends.slime.train_args import global_batch_problems, megatron_train_args, train_args
 from qwen_swe.config.settings import Settings
 from qwen_swe.errors import SlimeBackendError
-from qwen_swe.paths import REPO_ROOT
+from qwen_swe.paths import python_path
 from qwen_swe.plan.placement import devices_env, parse_gpus
 
 
@@ -103,14 +102,12 @@ def build_plan(s: Settings, *, python: str | None = None, env_report: dict[str, 
         warnings += [f"ALLOW_FROZEN_SERVER is set, so the run trains against a frozen server: {p}" for p in frozen]
     else:
         problems += [p + " (ALLOW_FROZEN_SERVER=1 starts anyway, off-policy)" for p in frozen]
-    env = {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(slime_dir)]), **devices_env(placed)}
+    env = {"PYTHONPATH": python_path(slime_dir), **devices_env(placed)}
     steps: list[Step] = []
     if backend == "fsdp":
         args = train_args(s, gpus=gpus, model=s.model_name)
-        if (s.rollout_batch_size * s.n_samples) % gpus:
-            problems.append(f"ROLLOUT_BATCH_SIZE*N_SAMPLES={s.rollout_batch_size * s.n_samples} is not a multiple "
-                            f"of the {gpus} training GPUs; slime asserts the global batch divides evenly (set "
-                            "SLIME_GPUS)")
+        problems += global_batch_problems(s, gpus, f"the {gpus} training GPUs; slime asserts the global batch "
+                                                   "divides evenly (set SLIME_GPUS)")
     else:
         config = megatron.model_config(s.model_name)
         args, layout = megatron_train_args(s, config, gpus=gpus, model=s.model_name)

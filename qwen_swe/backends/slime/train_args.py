@@ -99,7 +99,13 @@ def megatron_train_args(s: Settings, config: dict[str, Any], *, gpus: int, model
             ])
     if s.train.activation_checkpointing:
         argv += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
-    if (s.rollout_batch_size * s.n_samples) % max(1, gpus // s.slime_tp):
-        problems.append(f"ROLLOUT_BATCH_SIZE*N_SAMPLES={s.rollout_batch_size * s.n_samples} is not a multiple of "
-                        f"Megatron's data-parallel size {gpus // s.slime_tp} (SLIME_GPUS / SLIME_TP)")
+    problems += global_batch_problems(s, gpus // s.slime_tp,
+                                      f"Megatron's data-parallel size {gpus // s.slime_tp} (SLIME_GPUS / SLIME_TP)")
     return argv, problems
+
+
+def global_batch_problems(s: Settings, ranks: int, what: str) -> list[str]:
+    """slime asserts its global batch (ROLLOUT_BATCH_SIZE*N_SAMPLES samples) splits evenly over the data-parallel
+    ranks; ``what`` names those ranks in the refusal."""
+    size = s.rollout_batch_size * s.n_samples
+    return [f"ROLLOUT_BATCH_SIZE*N_SAMPLES={size} is not a multiple of {what}"] if size % max(1, ranks) else []
