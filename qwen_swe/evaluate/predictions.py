@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from qwen_swe.errors import DataError
@@ -60,8 +60,3 @@ def _problem(row: object) -> str | None:
             return f"field {name!r} must be a non-empty string, got {row[name]!r:.60}"
     return None
 
-
-def write_predictions(path: str | Path, predictions: list[Prediction]) -> None:
-    with Path(path).open("w") as fh:
-        for p in predictions:
-            fh.write(json.dumps({k: v for k, v in asdict(p).items() if k in FIELDS}) + "\n")

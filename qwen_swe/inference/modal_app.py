@@ -64,10 +64,6 @@ def serve_config() -> ServeConfig:
                        gpu_memory_utilization=0.90, lora_rank=settings.train.lora_rank, python="python")
 
 
-def vllm_cmd() -> list[str]:
-    return serve_config().argv()
-
-
 def web_url(workspace: str, environment: str | None = None) -> str:
     """The OpenAI base URL of the deployed server (``label`` below fixes the host name)."""
     source = workspace + (f"-{environment}" if environment else "")

@@ -31,6 +31,7 @@ from aiohttp import web
 from qwen_swe.errors import ProxyError, UpstreamFailure
 from qwen_swe.traffic.forward import chat_forward
 from qwen_swe.traffic.sessions import PromptBuilder, Session
+from qwen_swe.traffic.sse import sse_chunks
 from qwen_swe.traffic.toolcalls import FORMATS, ParsedReply, parse_completion, split_reasoning, structural_tag
 from qwen_swe.traffic.trajectory import Turn
 
@@ -358,7 +359,7 @@ class RecordingProxy:
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await out.prepare(request)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        await out.write(b"".join(_sse_chunks(reply_id, model, message, finish, turn.usage if include_usage else None)))
+        await out.write(b"".join(sse_chunks(reply_id, model, message, finish, turn.usage if include_usage else None)))
         await out.write_eof()
         return out
 
@@ -373,34 +374,6 @@ def _forced_tools(tools: list[dict] | None, tool_choice: Any) -> list[dict] | No
         chosen = [t for t in tools if t.get("function", t).get("name") == name]
         return chosen or None
     return None
-
-
-def _sse_chunks(reply_id: str, model: str, message: dict[str, Any], finish: str,
-                usage: dict[str, Any] | None) -> list[bytes]:
-    created = int(time.time())
-
-    def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        obj = {"id": reply_id, "object": "chat.completion.chunk", "created": created, "model": model,
-               "choices": choices, **extra}
-        return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
-
-    def delta(d: dict[str, Any], finish_reason: str | None = None) -> bytes:
-        return chunk([{"index": 0, "delta": d, "logprobs": None, "finish_reason": finish_reason}])
-
-    out = [delta({"role": "assistant", "content": ""})]
-    if message.get("reasoning_content"):
-        out.append(delta({"reasoning_content": message["reasoning_content"]}))
-    if message.get("content"):
-        out.append(delta({"content": message["content"]}))
-    for i, call in enumerate(message.get("tool_calls") or ()):
-        out.append(delta({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
-                                          "function": {"name": call["function"]["name"],
-                                                       "arguments": call["function"]["arguments"]}}]}))
-    out.append(delta({}, finish))
-    if usage is not None:
-        out.append(chunk([], usage=usage))
-    out.append(b"data: [DONE]\n\n")
-    return out
 
 
 __all__ = ["RecordingProxy", "ProxyError", "Session", "Turn"]

@@ -152,24 +152,6 @@ def _parse_xml(body: str, tools: list[dict] | None) -> list[dict[str, Any]]:
     return calls
 
 
-def render_calls(calls: list[dict[str, Any]], fmt: str = "hermes") -> str:
-    """The text a model writes for these calls (OpenAI shape or ``{"name", "arguments"}``), joined by newlines."""
-    blocks = []
-    for call in calls:
-        fn = call.get("function", call)
-        args = fn.get("arguments", {})
-        args = json.loads(args) if isinstance(args, str) else args
-        if fmt == "hermes":
-            payload = json.dumps({"name": fn["name"], "arguments": args}, ensure_ascii=False)
-            blocks.append(f"{CALL_OPEN}\n{payload}\n{CALL_CLOSE}")
-        else:
-            params = "".join(
-                f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}\n</parameter>\n"
-                for k, v in args.items())
-            blocks.append(f"{CALL_OPEN}\n<function={fn['name']}>\n{params}</function>\n{CALL_CLOSE}")
-    return "\n".join(blocks)
-
-
 def _arguments_schema(tool: dict) -> dict[str, Any]:
     params = tool.get("function", tool).get("parameters")
     if not isinstance(params, dict) or params.get("type", "object") != "object":

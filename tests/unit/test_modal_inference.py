@@ -63,7 +63,7 @@ def test_gpu_volumes_and_timeouts(mi):
 
 
 def test_served_command_matches_the_local_launcher(mi):
-    argv = mi.vllm_cmd()
+    argv = mi.serve_config().argv()
     assert argv[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
     assert flag(argv, "--model") == DEFAULT_MODEL
     assert flag(argv, "--tool-call-parser") == "qwen3_coder" and "--enable-auto-tool-choice" in argv
@@ -80,7 +80,7 @@ def test_gpu_and_lora_from_env(monkeypatch, mi):
     sys.modules.pop(MODULE, None)
     mod = importlib.import_module(MODULE)
     spec, _ = modal_spec(mod.Server)
-    argv = mod.vllm_cmd()
+    argv = mod.serve_config().argv()
     assert spec.gpus == "H100:4" and flag(argv, "--tensor-parallel-size") == "4"
     assert "--enable-lora" in argv and mod.serve_config().env()["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
 

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from qwen_swe.traffic.toolcalls import parse_completion, render_calls, split_reasoning, structural_tag
+from qwen_swe.traffic.toolcalls import parse_completion, split_reasoning, structural_tag
+from tests.toolcall_text import render_calls
 
 TOOLS = [
     {"type": "function", "function": {"name": "run_shell_command", "description": "Run a command.",
