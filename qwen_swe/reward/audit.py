@@ -55,17 +55,17 @@ def added_line_numbers(patch: str, root: str = TESTBED) -> dict[str, list[int]]:
 
 
 def setup(patch: str, site_dir: str, report: str | None, root: str = TESTBED) -> tuple[dict[str, str], str]:
-    """(files to write into the container, a shell prefix for the eval command) for witnessing ``patch``.
+    """(files to write into the container, a shell prefix for the eval command) for witnessing ``patch``: one file,
+    ``sitecustomize.py`` with the settings (the added lines, the report's path) written into it.
 
     The prefix puts ``site_dir`` first on PYTHONPATH and records which pipe is the log, so only a process that
     writes to the log itself (not a child whose output a test captures) emits records.
     """
     config = {"mark": MARK, "added": added_line_numbers(patch, root), "machinery": MACHINERY, "report": report}
-    files = {f"{site_dir}/sitecustomize.py": SITE.read_text(), f"{site_dir}/config.json": json.dumps(config)}
+    site = SITE.read_text().replace("\nCONFIG = None ", f"\nCONFIG = {json.dumps(config)!r} ", 1)
     q = shlex.quote(site_dir)
-    prefix = (f"export PYTHONPATH={q}${{PYTHONPATH:+:$PYTHONPATH}} QWEN_SWE_AUDIT={q}/config.json "
-              f"QWEN_SWE_AUDIT_LOG=$(stat -L -c %d:%i /proc/$$/fd/1); ")
-    return files, prefix
+    prefix = f"export PYTHONPATH={q}${{PYTHONPATH:+:$PYTHONPATH}} QWEN_SWE_AUDIT_LOG=$(stat -L -c %d:%i /proc/$$/fd/1); "
+    return {f"{site_dir}/sitecustomize.py": site}, prefix
 
 
 def split(output: str) -> tuple[str, list[str]]:

@@ -20,6 +20,8 @@ only reach through audited introspection, so they cannot be forged. After END th
 Self-contained and written for Python 3.5+ (no f-strings); the audit hook needs 3.8, the rest works before.
 """
 
+CONFIG = None  # the grader puts its settings here (JSON text) when it writes this file into a container
+
 
 def _install():
     import _thread
@@ -30,13 +32,12 @@ def _install():
     import signal
     import sys
     import threading
-    import time
     from functools import partial
     from types import FunctionType, MethodType
 
-    config_path = os.environ.get("QWEN_SWE_AUDIT")
-    if not config_path:
+    if CONFIG is None:
         return
+    own_file = os.path.abspath(__file__)
     try:
         log_ident = tuple(int(x) for x in os.environ.get("QWEN_SWE_AUDIT_LOG", "").split(":"))
         st = os.fstat(1)
@@ -44,8 +45,7 @@ def _install():
         return
     if (st.st_dev, st.st_ino) != log_ident:
         return  # a child whose output is not the log (captured by a test): nothing to witness there
-    with open(config_path) as f:
-        config = json.load(f)
+    config = json.loads(CONFIG)
     mark = config["mark"]
     added = {path: frozenset(lines) for path, lines in config["added"].items()}
     machinery = tuple(config["machinery"])
@@ -55,14 +55,14 @@ def _install():
     pid = os.getpid()  # kept by forked children, so their records count as their parent's
     # bound now, before the code under test could replace them
     getframe, get_ident, fstat, write, dumps = sys._getframe, _thread.get_ident, os.fstat, os.write, json.dumps
-    listdir, dup2, open_fd, sleep, getsignal, modules = os.listdir, os.dup2, os.open, time.sleep, signal.getsignal, \
-        sys.modules
+    listdir, dup2, open_fd, getsignal, modules = os.listdir, os.dup2, os.open, signal.getsignal, sys.modules
     stdlib = os.path.dirname(os.__file__)
     helpers = frozenset(os.path.join(stdlib, name) for name in ("inspect.py", "traceback.py", "linecache.py"))
     busy = set()
     seen = set()
-    state = {"loaded": False, "done": False}
-    lock = _thread.allocate_lock()
+    state = {"loaded": False}
+    lock, stop = _thread.allocate_lock(), _thread.allocate_lock()
+    stop.acquire()
 
     def emit(kind, detail):
         line = "%s %s %d %s %s\n" % (mark, nonce, pid, kind, dumps(detail, default=repr))
@@ -132,7 +132,7 @@ def _install():
                 finding("opens the test report", where, text)
             elif text.startswith(("/proc/", "/dev/")) and text not in ("/dev/null", "/dev/urandom", "/dev/random"):
                 finding("opens a process or device file", where, text)
-            elif text == config_path:
+            elif text == own_file:
                 finding("reads the grader's audit settings", where, text)
 
     def adopt(code):
@@ -158,8 +158,8 @@ def _install():
                 except Exception:  # noqa: BLE001
                     pass
             return
-        if event not in introspection and event not in ("open", "compile"):
-            return
+        if not state["loaded"] or event not in introspection and event not in ("open", "compile"):
+            return  # before the patch's first line runs, nothing can be blamed on it
         try:
             where = blamed(event != "compile")  # an import compiles too, called by the import system
             if where is None:
@@ -194,7 +194,8 @@ def _install():
         setattr(owner, name, wrapper)
 
     # --- the watchdog -----------------------------------------------------------------------------
-    snapshot = {}  # id(owner) -> (owner, {name: value}) as first seen
+    snapshot = {}  # id(owner) -> (owner, {name: value} as first seen, their ids: the quick test; the dict keeps
+    # the values alive, so no id is reused)
     patched = frozenset(added)
     HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
     built = {}  # id -> code object the patch's lines compiled from strings (exec, eval)
@@ -243,11 +244,13 @@ def _install():
     def refresh():
         for owner, space in namespaces():
             if id(owner) not in snapshot:
-                snapshot[id(owner)] = (owner, dict(space))
+                snapshot[id(owner)] = (owner, dict(space), list(map(id, space.values())))
 
     def compare():
-        for owner, before in list(snapshot.values()):
+        for owner, before, ids in list(snapshot.values()):
             space = owner if owner is modules else vars(owner)
+            if list(map(id, space.values())) == ids:
+                continue
             for name, value in list(space.items()):
                 if before.get(name, space) is value:
                     continue
@@ -279,13 +282,12 @@ def _install():
         return None
 
     def watchdog():
-        while not state["done"]:
-            sleep(0.1)
-            if not state["done"]:
-                check()
+        while not stop.acquire(True, 0.1):
+            check()
+        stop.release()
 
     def end():
-        state["done"] = True
+        stop.release()  # the watchdog ends now: an exiting interpreter otherwise waits out its sleep
         failed = check() and check()  # once more if a thread changed a namespace under the first
         if failed is not None:  # at exit nothing else runs: a check that cannot finish is the code under test's doing
             finding("stops the witness's last check", "exit", repr(failed))
@@ -329,4 +331,4 @@ def _run():
 try:
     _run()
 finally:
-    del _install, _run
+    del _install, _run, CONFIG
