@@ -14,27 +14,30 @@ Why this shape:
   runs ``sleep infinity`` (under Docker's init, which reaps the processes ``exec`` kills), so there is nothing
   to shut down gracefully.
 - Every container carries labels (``LABEL``, run id, role) so ``reap`` can remove what a killed run left behind.
+- Whatever the engine or its HTTP client raises surfaces as ``SandboxError``, so callers handle one type.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import logging
-import shlex
 import tarfile
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import docker
 import docker.errors
+import requests
 
 from qwen_swe.errors import SandboxError
 from qwen_swe.paths import TESTBED
 from qwen_swe.sandbox.base import ExecResult, Sandbox
 from qwen_swe.sandbox.settings import SandboxSettings
+from qwen_swe.sandbox.shell import CHECKOUT_BASE, EXEC_WRAPPER, HIDE_FUTURE, KILL_GROUP, CappedOutput, sh
 
 LABEL = "qwen-swe"
 log = logging.getLogger("qwen_swe.sandbox")
@@ -42,52 +45,6 @@ ARCH = "x86_64"
 DOCKER_TIMEOUT = 120      # seconds a Docker API call may stall (exec streams are not bounded by it)
 KILL_GRACE = 10.0         # seconds to wait for an exec stream to end after its process group was killed
 _PG_DIR = "/tmp"
-
-# $0 = pg file, $1 = command.  The inner bash becomes the leader of a new session and process group (setsid -w
-# waits for it either way), writes its pid (= the group id) to the pg file and execs the command; afterwards the
-# outer shell kills whatever the command left running in that group, so the exec stream can end.
-_WRAPPER = (
-    'setsid -w bash -c \'echo $$ > "$0"; exec bash -c "$1"\' "$0" "$1"; rc=$?; '
-    'pg=$(cat "$0" 2>/dev/null) && kill -KILL -- "-$pg" 2>/dev/null; rm -f "$0"; exit $rc'
-)
-_KILLER = 'for i in $(seq 50); do [ -s "$0" ] && break; sleep 0.1; done; kill -KILL -- "-$(cat "$0")"'
-
-# Select the task: a generated task's image holds one commit per task under refs/tasks/ (one image per repository,
-# as SWE-smith does); check out base_commit when it is one of them.  Any other image must already be at
-# base_commit (the hide-the-future step refuses it otherwise).
-_CHECKOUT_BASE = r"""
-set -eu
-cd "$1"; base="$2"
-git config --global --add safe.directory '*'
-if [ "$(git rev-parse HEAD)" != "$base" ] && [ -n "$(git for-each-ref --points-at "$base" refs/tasks/)" ]; then
-  git checkout -q -f -B "$(git symbolic-ref -q --short HEAD || echo main)" "$base"
-fi
-"""
-
-# Hide the future: keep only HEAD (at base_commit) and its ancestry.  Drops every other ref (branches, tags,
-# remotes, notes, stash), expires reflogs, prunes unreachable objects, then proves no other commit is left.
-_HIDE_FUTURE = r"""
-set -eu
-cd "$1"; base="$2"
-git config --global --add safe.directory '*'
-head=$(git rev-parse HEAD)
-if [ -n "$base" ] && [ "$head" != "$(git rev-parse "$base^{commit}")" ]; then
-  echo "HEAD is $head, not base_commit $base" >&2; exit 3
-fi
-keep=$(git symbolic-ref -q HEAD || true)
-for r in $(git remote); do git remote remove "$r"; done
-git for-each-ref --format='%(refname)' | while read -r ref; do
-  [ "$ref" = "$keep" ] || git update-ref -d "$ref"
-done
-git reflog expire --expire=now --all
-git gc --prune=now --quiet
-reachable=$(git rev-list HEAD | wc -l)
-all=$(git rev-list --all --reflog | wc -l)
-objects=$(git cat-file --batch-all-objects --batch-check='%(objecttype)' | grep -c '^commit$' || true)
-if [ "$all" != "$reachable" ] || [ "$objects" != "$reachable" ]; then
-  echo "future still reachable: HEAD ancestry $reachable, all refs $all, commit objects $objects" >&2; exit 4
-fi
-"""
 
 T = TypeVar("T")
 
@@ -210,30 +167,19 @@ async def _finish(fn: Callable[[], T]) -> T:
         raise
 
 
-class _Capped:
-    """Collects a byte stream keeping the first and last ``limit/2`` bytes."""
+ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
 
-    def __init__(self, limit: int) -> None:
-        self.half = max(limit // 2, 1)
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.dropped = 0
 
-    def add(self, chunk: bytes) -> None:
-        room = self.half - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail += chunk
-            extra = len(self.tail) - self.half
-            if extra > 0:
-                del self.tail[:extra]
-                self.dropped += extra
-
-    def text(self) -> str:
-        mid = f"\n[... {self.dropped} bytes truncated ...]\n".encode() if self.dropped else b""
-        return bytes(self.head + mid + self.tail).decode("utf-8", errors="replace")
+def _engine_errors(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """A sandbox method whose Docker engine failures (API, connection, HTTP timeouts) raise ``SandboxError``."""
+    @functools.wraps(method)
+    async def wrapped(self: "DockerSandbox", *args: Any, **kwargs: Any) -> T:
+        try:
+            return await method(self, *args, **kwargs)
+        except ENGINE_ERRORS as exc:
+            raise SandboxError(f"the Docker engine failed during {method.__name__} of {self.name} ({self.image}): "
+                               f"{exc}") from exc
+    return wrapped
 
 
 class DockerSandbox(Sandbox):
@@ -262,11 +208,8 @@ class DockerSandbox(Sandbox):
         return cls(image_for(instance, settings.image_namespace), run_id=run_id, role=role, cpus=settings.sandbox_cpus,
                    memory=settings.sandbox_memory, network=network or settings.sandbox_network, **kw)
 
-    @property
-    def container_id(self) -> str | None:
-        return self._container.id if self._container is not None else None
-
     # --- lifecycle --------------------------------------------------------------------------
+    @_engine_errors
     async def start(self) -> None:
         if self.boot_limit is None:
             await self._boot()
@@ -279,9 +222,9 @@ class DockerSandbox(Sandbox):
             self._client = await asyncio.to_thread(docker_client)
         await asyncio.to_thread(ensure_image, self._client, self.image)
         await _finish(self._create)
-        script = (_CHECKOUT_BASE if self.base_commit else "") + (_HIDE_FUTURE if self.hide_future else "")
+        script = (CHECKOUT_BASE if self.base_commit else "") + (HIDE_FUTURE if self.hide_future else "")
         if script:
-            res = await self.exec(_sh(script, self.workdir, self.base_commit or ""), timeout=600)
+            res = await self.exec(sh(script, self.workdir, self.base_commit or ""), timeout=600)
             if res.exit_code != 0:
                 raise SandboxError(f"preparing {self.workdir} of {self.image} at base_commit {self.base_commit} "
                                    f"failed (exit {res.exit_code}): {res.output[-2000:]}")
@@ -299,6 +242,7 @@ class DockerSandbox(Sandbox):
         except docker.errors.APIError as exc:
             raise SandboxError(f"Docker could not start a container from {self.image}: {exc}") from exc
 
+    @_engine_errors
     async def stop(self) -> None:
         """Force-remove the container (found by name, so a half-finished start is covered too)."""
         if self._client is None:
@@ -324,6 +268,7 @@ class DockerSandbox(Sandbox):
             self._container = None
 
     # --- commands ---------------------------------------------------------------------------
+    @_engine_errors
     async def exec(self, cmd: str, timeout: float, *, workdir: str | None = None,
                    env: dict[str, str] | None = None) -> ExecResult:
         container = self._require()
@@ -332,14 +277,14 @@ class DockerSandbox(Sandbox):
         t0 = time.monotonic()
         try:
             created = await asyncio.to_thread(
-                api.exec_create, container.id, ["bash", "-c", _WRAPPER, pg_file, cmd],
+                api.exec_create, container.id, ["bash", "-c", EXEC_WRAPPER, pg_file, cmd],
                 workdir=workdir or self.workdir, environment=env or None, user="root")
             exec_id = created["Id"]
             stream = await asyncio.to_thread(api.exec_start, exec_id, stream=True)
         except docker.errors.APIError as exc:
             raise SandboxError(f"exec in container {self.name} ({self.image}) failed: {exc}; "
                                "the container may have crashed or been removed") from exc
-        buf = _Capped(self.output_limit)
+        buf = CappedOutput(self.output_limit)
         reader = asyncio.ensure_future(asyncio.to_thread(_drain, stream, buf))
         timed_out = False
         try:
@@ -368,7 +313,7 @@ class DockerSandbox(Sandbox):
     @staticmethod
     async def _kill_group(container: Any, pg_file: str) -> None:
         try:
-            await asyncio.to_thread(container.exec_run, ["bash", "-c", _KILLER, pg_file], user="root")
+            await asyncio.to_thread(container.exec_run, ["bash", "-c", KILL_GROUP, pg_file], user="root")
         except docker.errors.APIError:
             pass   # the container is gone, and with it the group
 
@@ -379,6 +324,7 @@ class DockerSandbox(Sandbox):
         except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - cleanup on cancel must not raise
             stream.close()
 
+    @_engine_errors
     async def read_file(self, path: str) -> bytes:
         container = self._require()
 
@@ -397,6 +343,7 @@ class DockerSandbox(Sandbox):
         except docker.errors.APIError as exc:
             raise SandboxError(f"reading {path} from container {self.name} failed: {exc}") from exc
 
+    @_engine_errors
     async def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
         """Write ``data`` to the absolute ``path`` (parents created), owned by root."""
         container = self._require()
@@ -421,14 +368,9 @@ class DockerSandbox(Sandbox):
         return self._container
 
 
-def _drain(stream: Any, buf: _Capped) -> None:
+def _drain(stream: Any, buf: CappedOutput) -> None:
     try:
         for chunk in stream:
             buf.add(chunk)
     except Exception:  # noqa: BLE001 - a closed stream ends the read; the caller knows why it closed it
         pass
-
-
-def _sh(script: str, *args: str) -> str:
-    """A shell command that runs ``script`` with positional arguments, quoted safely."""
-    return "bash -c " + shlex.quote(script) + " qwen-swe " + " ".join(shlex.quote(a) for a in args)

@@ -15,7 +15,8 @@ from swebench.harness.test_spec.test_spec import TestSpec as SwebSpec
 from qwen_swe.reward import scoring as grading
 from qwen_swe.reward.harness import grade
 from qwen_swe.reward.settings import RewardSettings
-from qwen_swe.sandbox.docker import _Capped, image_for, labels_for
+from qwen_swe.sandbox.docker import image_for, labels_for
+from qwen_swe.sandbox.shell import CappedOutput
 
 V5_COLUMNS = ("image", "eval_script", "log_parser", "eval_type")
 
@@ -197,12 +198,12 @@ def test_empty_patch_is_minus_one_without_docker(tmp_path):
 
 
 def test_capped_output_keeps_head_and_tail():
-    buf = _Capped(10)
+    buf = CappedOutput(10)
     for chunk in (b"0123", b"456789abcd", b"efghij"):
         buf.add(chunk)
     assert buf.dropped == 10
     assert buf.text() == "01234\n[... 10 bytes truncated ...]\nfghij"
-    small = _Capped(100)
+    small = CappedOutput(100)
     small.add(b"abc")
     assert small.text() == "abc" and small.dropped == 0
 
