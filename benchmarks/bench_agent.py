@@ -23,9 +23,9 @@ from qwen_swe.data.prompts import build_prompt
 from qwen_swe.paths import AGENT_MOUNT, TASK_PACK, agent_bundle_dir
 from qwen_swe.sandbox.docker import DockerSandbox, reap
 from qwen_swe.traffic.proxy import RecordingProxy
-from tests.integration.test_agent import _call
-from tests.task_pack import gold_edit
 from tests.scripted_server import ScriptedServer, smollm2_tokenizer
+from tests.task_pack import gold_edit
+from tests.toolcall_text import hermes_call
 
 
 def bench_bundle() -> tuple[float, float, float]:
@@ -43,8 +43,8 @@ def bench_bundle() -> tuple[float, float, float]:
 async def one_rollout(row: dict, run_id: str) -> dict[str, float]:
     path, old, new = gold_edit(row["patch"])
     target = f"/testbed/{path}"
-    script = [_call("read_file", file_path=target), _call("edit", file_path=target, old_string=old, new_string=new),
-              "Done."]
+    script = [hermes_call("read_file", file_path=target),
+              hermes_call("edit", file_path=target, old_string=old, new_string=new), "Done."]
     settings = load_settings([], env={}).replace(max_turns=8, agent_timeout=600.0)
     tok = smollm2_tokenizer()
     out: dict[str, float] = {}

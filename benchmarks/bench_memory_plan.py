@@ -39,7 +39,7 @@ def worker(model: str, tokens: int, samples: int, ckpt: bool, lora: int, out: Pa
 
     from qwen_swe.config.settings import Settings
     from qwen_swe.train.policy import build_policy
-    from qwen_swe.train.trainer import clip_and_step, train_on_batch
+    from qwen_swe.train.update import clip_and_step, train_on_batch
 
     MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(model))]
     dist.init_process_group("gloo")

@@ -29,15 +29,14 @@ from ray.cluster_utils import Cluster
 
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.prompts import build_prompt
-from qwen_swe.data.sample import Sample, Status
+from qwen_swe.data.sample import Sample, Status, run_of
 from qwen_swe.paths import TASK_PACK, embedded_model_dir
-from qwen_swe.rollout.engine import NODE_KEY
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.rollout.ray_pool import RayRolloutPool
 from qwen_swe.sandbox.docker import reap
-from tests.integration.test_agent import _call
+from tests.scripted_server import ServerThread
 from tests.task_pack import gold_edit
-from tests.integration.test_evaluate_agent import ServerThread
+from tests.toolcall_text import hermes_call
 
 
 def cpu_times() -> tuple[float, float]:
@@ -66,7 +65,7 @@ async def one_batch(settings: Settings, url: str, row: dict, n_groups: int, n_sa
     samples = [x for g in kept for x in g]
     return {"seconds": seconds, "start": started, "cpu_busy": (busy1 - busy0) / max(total1 - total0, 1.0), "completed": sum(x.status == Status.COMPLETED for x in samples),
             "resolved": sum(bool(x.metadata.get("resolved")) for x in samples), "dropped": stats.reasons,
-            "nodes": len({x.metadata.get(NODE_KEY) for x in samples}),
+            "nodes": len({run_of(x).rollout_node for x in samples}),
             "agent_mean": sum(x.metadata.get("agent_seconds", 0.0) for x in samples) / max(len(samples), 1),
             "grade_mean": sum(x.metadata.get("grade_seconds", 0.0) for x in samples) / max(len(samples), 1)}
 
@@ -97,9 +96,9 @@ def main(argv: list[str] | None = None) -> None:
     if row is None:
         sys.exit(f"no usable task in {TASK_PACK}; build the task pack first")
     path, old, new = gold_edit(row["patch"])
-    script = [_call("read_file", file_path=f"/testbed/{path}"),
-              _call("edit", file_path=f"/testbed/{path}", old_string=old, new_string=new),
-              _call("run_shell_command", command=f"sleep {args.tool_seconds:g}"), "Done."]
+    script = [hermes_call("read_file", file_path=f"/testbed/{path}"),
+              hermes_call("edit", file_path=f"/testbed/{path}", old_string=old, new_string=new),
+              hermes_call("run_shell_command", command=f"sleep {args.tool_seconds:g}"), "Done."]
     flags = " ".join(sys.argv[1:] if argv is None else argv)
     print(f"command: .venv/bin/python -m benchmarks.bench_ray_rollout {flags}".rstrip())
     print(f"host: {os.cpu_count()} cores; task {row['instance_id']}; 4 scripted turns (read, gold edit, "

@@ -41,7 +41,7 @@ def worker(model: str, chunk: int, samples: int, tokens: int, prompt: int, steps
 
     from qwen_swe.config.settings import Settings
     from qwen_swe.train.policy import build_policy
-    from qwen_swe.train.trainer import clip_and_step, train_on_batch
+    from qwen_swe.train.update import clip_and_step, train_on_batch
 
     dist.init_process_group("gloo")
     cpu = torch.device("cpu")

@@ -17,6 +17,7 @@ import functools
 import importlib.util
 import json
 import os
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -317,6 +318,22 @@ async def chat(http: aiohttp.ClientSession, base_url: str, body: dict[str, Any])
         if any(reasoning):
             message["reasoning_content"] = "".join(reasoning)
         return {"message": message, "finish_reason": finish, "usage": usage, "chunks": chunks}
+
+
+class ServerThread:
+    """The scripted model on its own event loop, so the evaluation entry point can run its own."""
+
+    def __init__(self, script: list) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.server = ScriptedServer(script, tokenizer=smollm2_tokenizer())
+        self.url = asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(60)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(60)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
 
 
 # --- command line: serve a fixed conversation script in its own process (benchmarks) -----------------

@@ -1,4 +1,5 @@
-"""The training sample: slime's ``Sample`` when slime is importable, else a type with the same fields.
+"""The training sample: slime's ``Sample`` when slime is importable, else a type with the same fields; and the
+``RunRecord`` of the attempt this project keeps in its ``metadata``.
 
 Only the fields this project reads or writes are declared on the fallback; their names, defaults and
 the ``Status`` values match slime v0.2.2's ``slime.utils.types.Sample``.
@@ -6,9 +7,11 @@ the ``Status`` values match slime v0.2.2's ``slime.utils.types.Sample``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
+
+from qwen_swe.errors import DropReason
 
 try:  # inside a slime checkout, emit slime's own type so its trainer accepts our samples as-is
     from slime.utils.types import Sample  # type: ignore[import-not-found]
@@ -57,3 +60,61 @@ except ImportError:
 
 
 Status = Sample.Status
+
+
+@dataclass
+class RunRecord:
+    """What one attempt adds to its sample, beyond slime's fields: read by attribute (``run_of``), written with
+    ``stamp``. It travels in slime's ``metadata`` dict under these field names (the sample stays slime's type, and
+    the dumps keep their keys); everything else in ``metadata`` is the instance's row. A retry starts from the row
+    alone (``attempt_row``), so nothing of a failed attempt can leak into the next."""
+
+    weight_version: int | None = None  # the version the attempt started on (the oldest its turns used)
+    attempt_seed: int | None = None  # an evaluation attempt's sampling seed
+    rollout_node: str | None = None  # the Ray node it ran on (ROLLOUT_BACKEND=ray)
+    outcome: str | None = None  # the agent's: completed, timeout, ...
+    patch: str | None = None
+    final_message: str | None = None
+    agent_seconds: float | None = None
+    tool_calls: int | None = None
+    conversation: list[dict[str, Any]] | None = None
+    turns: int | None = None
+    trajectory: dict[str, Any] | None = None  # the token-level trajectory's figures
+    resolved: bool | None = None
+    reward_hack_suspected: bool | None = None
+    f2p_passed: float | None = None
+    p2p_passed: float | None = None
+    grade_details: dict[str, Any] | None = None
+    grade_timings: dict[str, float] | None = None
+    grade_seconds: float | None = None
+    drop_reason: str | None = None  # a DropReason's value: the infrastructure's, never trained on
+    drop_detail: str | None = None
+    filtered: str | None = None  # complete, but its group was not trained on (equal rewards, a dropped sibling)
+
+
+RUN_FIELDS = frozenset(f.name for f in fields(RunRecord))
+
+
+def run_of(sample: Sample) -> RunRecord:
+    """The attempt's record (fields it has not reached yet are ``None``)."""
+    return RunRecord(**{k: v for k, v in sample.metadata.items() if k in RUN_FIELDS})
+
+
+def stamp(sample: Sample, **values: Any) -> Sample:
+    """Record ``values`` on ``sample``; a name that is not a ``RunRecord`` field is a TypeError naming it."""
+    RunRecord(**values)
+    sample.metadata.update(values)
+    return sample
+
+
+def attempt_row(sample: Sample) -> dict[str, Any]:
+    """The instance's own fields: the sample's metadata without any attempt's record."""
+    return {k: v for k, v in sample.metadata.items() if k not in RUN_FIELDS}
+
+
+def drop(sample: Sample, reason: DropReason, detail: str) -> Sample:
+    """Mark ``sample`` as dropped by the infrastructure (or as too stale): never trained on, never scored."""
+    sample.status = Status.ABORTED
+    sample.remove_sample = True
+    sample.reward = 0.0
+    return stamp(sample, drop_reason=reason.value, drop_detail=detail)

@@ -13,10 +13,11 @@ from typing import Any
 
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.prompts import build_prompt
-from qwen_swe.data.sample import Sample, Status
+from qwen_swe.data.sample import Sample, Status, run_of, stamp
 from qwen_swe.evaluate.grade_only import RESULTS, append_line, load_done
 from qwen_swe.evaluate.report import EMPTY, ERROR, RESOLVED, UNRESOLVED, AttemptResult
-from qwen_swe.rollout.engine import ATTEMPT_SEED, RolloutEngine
+from qwen_swe.rollout.contract import RolloutRunner
+from qwen_swe.rollout.engine import RolloutEngine
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.rollout.record import dump_rollouts
 from qwen_swe.traffic.sessions import derive_seed
@@ -45,7 +46,7 @@ def missing(rows: list[dict[str, Any]], eval_samples: int,
 
 
 async def run_attempts(rows: list[dict[str, Any]], settings: Settings, out: Path,
-                       engine: RolloutEngine | None = None) -> list[AttemptResult]:
+                       engine: RolloutRunner | None = None) -> list[AttemptResult]:
     """Run the missing attempts (``settings.eval_samples`` per row) and return every result, old and new.
 
     ``engine``: a running engine to share (the trainer's, for periodic evaluation); else one is started here.
@@ -62,14 +63,14 @@ async def run_attempts(rows: list[dict[str, Any]], settings: Settings, out: Path
         await engine.stop()
 
 
-async def _attempts(engine: RolloutEngine, rows: list[dict[str, Any]], settings: Settings,
+async def _attempts(engine: RolloutRunner, rows: list[dict[str, Any]], settings: Settings,
                     out: Path) -> list[AttemptResult]:
     out.mkdir(parents=True, exist_ok=True)
     done = load_done(out)
     # common random numbers: attempt k of a task samples with the same seeds in every evaluation of a run's SEED, so
     # two checkpoints sample alike wherever their policies agree and a paired comparison sees the policy's change
-    samples = [Sample(group_index=g, index=k, prompt=build_prompt(row),
-                      metadata={**row, ATTEMPT_SEED: derive_seed(settings.seed, row["instance_id"], k)})
+    samples = [stamp(Sample(group_index=g, index=k, prompt=build_prompt(row), metadata=dict(row)),
+                     attempt_seed=derive_seed(settings.seed, row["instance_id"], k))
                for g, row, k in missing(rows, settings.eval_samples, done)]
     stats = BatchStats()
 
@@ -77,7 +78,7 @@ async def _attempts(engine: RolloutEngine, rows: list[dict[str, Any]], settings:
         await engine.run_sample(sample, stats)
         result = outcome_of(sample)
         append_line(out / PREDICTIONS, {"instance_id": result.instance_id, "model_name_or_path": settings.model_name,
-                                        "model_patch": sample.metadata.get("patch") or ""})
+                                        "model_patch": run_of(sample).patch or ""})
         append_line(out / RESULTS, asdict(result))
         dump_rollouts(out / ROLLOUTS, [[sample]], [])
         done[(result.instance_id, result.attempt)] = result

@@ -25,6 +25,7 @@ from qwen_swe.evaluate.agent_runs import run_attempts
 from qwen_swe.evaluate.report import build_report
 from qwen_swe.inference.client import InferenceClient
 from qwen_swe.inference.weight_sync import ProbedSync, make_weight_sync
+from qwen_swe.rollout.contract import RolloutRunner, RolloutSource, WeightUpdate
 from qwen_swe.rollout.engine import RolloutEngine, batch_metrics
 from qwen_swe.rollout.progress import BatchStats, live_progress
 from qwen_swe.rollout.record import dump_rollout_data, dump_rollouts, not_kept
@@ -74,7 +75,7 @@ class RolloutDriver:
         with live_progress(stats, f"step {step}"):
             batch = fill_batch(self.data_source.get_samples, lambda g: self._call(self.engine.run_groups(g, stats)),
                                s.rollout_batch_size, dynamic=s.rollout.dynamic_sampling,
-                               rounds=s.rollout.sampling_rounds)
+                               rounds=s.rollout.sampling_rounds if s.rollout.dynamic_sampling else 1)
         return self._finish(step, batch, stats, time.monotonic() - t0, evaluated)
 
     def submit(self, step: int, weight_version: int) -> None:
@@ -134,10 +135,10 @@ class RolloutDriver:
                 "eval/graded_attempts": report["graded_attempts"], "eval/errors": report["error_instances"],
                 "time/eval": time.monotonic() - t0}
 
-    def sync_weights(self, hf_dir: Path, version: int) -> None:
-        """Serve ``hf_dir`` as weight ``version`` before the next rollout; its metrics go out with that rollout."""
-        self.last_sync = self.weight_sync.push(hf_dir, version)
-        self.engine.set_weight_version(version)
+    def sync_weights(self, update: WeightUpdate) -> None:
+        """Serve ``update`` before the next rollout; its metrics go out with that rollout."""
+        self.last_sync = self.weight_sync.push(update.payload, update.version)
+        self.engine.set_weight_version(update.version)
 
     def state_dict(self) -> dict[str, Any]:
         """The position as of the batches collected so far: batches in flight are not trained on yet."""
@@ -171,22 +172,23 @@ async def _cancel(tasks: list[asyncio.Task]) -> None:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-def make_engine(settings: Settings, *, upstream: str, model: str, served_model: str | None = None) -> RolloutEngine:
+
+
+def make_engine(settings: Settings, *, upstream: str, model: str, served_model: str | None = None) -> RolloutRunner:
     """Where the rollouts run: this process (ROLLOUT_BACKEND=local) or the Ray cluster's workers (ray)."""
     if settings.rollout.rollout_backend == "ray":
         from qwen_swe.rollout.ray_pool import RayRolloutPool  # late: imports ray, which only this backend needs
 
-        return RayRolloutPool(settings, upstream=upstream, model=model,  # type: ignore[return-value]
-                              served_model=served_model)
+        return RayRolloutPool(settings, upstream=upstream, model=model, served_model=served_model)
     return RolloutEngine(settings, upstream=upstream, model=model, served_model=served_model)
 
 
-def make_driver(settings: Settings) -> RolloutDriver:
+def make_driver(settings: Settings) -> RolloutSource:
     """The driver the trainer builds on rank 0."""
     if settings.train.train_mode == "sft":
-        return DemoDriver(settings)  # type: ignore[return-value]  # the warm start: demonstrations, no rollouts
+        return DemoDriver(settings)  # the warm start: demonstrations, no rollouts
     if settings.train.load_rollout_data:
-        return ReplayDriver(settings)  # type: ignore[return-value]  # a saved run's rollouts, no server
+        return ReplayDriver(settings)  # a saved run's rollouts, no server
     upstream = settings.inference.url
     if not upstream:
         raise ConfigError("no inference server: set VLLM_URL, or start the run with run_grpo.sh "

@@ -15,13 +15,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable
 
-import docker
-import requests
-
 from qwen_swe.agent.qwen import AgentResult, run_agent, take_diff
 from qwen_swe.config.settings import Settings
-from qwen_swe.data.sample import Sample, Status
-from qwen_swe.errors import DropReason, InfraError, SandboxError
+from qwen_swe.data.sample import Sample, Status, attempt_row, drop, run_of, stamp
+from qwen_swe.errors import DropReason, InfraError
 from qwen_swe.paths import AGENT_MOUNT, agent_bundle_dir
 from qwen_swe.reward.harness import Grade, GradeStatus, grade_async
 from qwen_swe.rollout.progress import BatchStats
@@ -93,32 +90,28 @@ class RolloutEngine:
                 stats.count(sample)
 
     async def _run_sample(self, sample: Sample) -> Sample:
-        meta = sample.metadata
-        instance = {k: v for k, v in meta.items() if k not in _RUN_KEYS}
-        meta["weight_version"] = self.weight_version
+        instance = attempt_row(sample)
+        stamp(sample, weight_version=self.weight_version)
         t0 = time.monotonic()
-        session = self.proxy.open_session({"instance_id": meta["instance_id"], "index": sample.index},
-                                          seed=meta.get(ATTEMPT_SEED))
+        session = self.proxy.open_session({"instance_id": instance["instance_id"], "index": sample.index},
+                                          seed=run_of(sample).attempt_seed)
 
         def fresh_session() -> str:  # a re-run of the agent starts from an empty session
             nonlocal session
             session = self.proxy.restart_session(session.id)
             return session.base_url
 
-        try:
+        try:  # the sandbox raises SandboxError (an InfraError) for whatever its engine does
             async with self._start_sandbox(instance) as sandbox:
                 agent = await self._run_agent(sandbox, session.base_url, str(sample.prompt), fresh_session)
                 patch = await take_diff(sandbox)
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            raise SandboxError(f"the Docker engine failed during the rollout: {exc}") from exc
         finally:
             turns = self.proxy.close_session(session.id)
         if session.bug is not None:  # a bug in the proxy, not the infrastructure: fail loudly
             raise session.bug
-        meta["conversation"] = transcript(turns)
         t_agent = time.monotonic()
-        meta.update(outcome=agent.outcome, patch=patch, final_message=agent.final_message,
-                    agent_seconds=round(t_agent - t0, 3), tool_calls=agent.tool_calls)
+        stamp(sample, conversation=transcript(turns), outcome=agent.outcome, patch=patch,
+              final_message=agent.final_message, agent_seconds=round(t_agent - t0, 3), tool_calls=agent.tool_calls)
         _check_agent(agent, turns)
         traj = self._build_trajectory(turns)
         grade = await self._grade(instance, patch, agent, traj)
@@ -158,13 +151,12 @@ class RolloutEngine:
             sample.rollout_log_probs = None
         sample.reward = float(grade.reward)
         sample.status = Status.TRUNCATED if traj.metadata.get("truncated") else Status.COMPLETED
-        sample.metadata.update(resolved=grade.resolved, reward_hack_suspected=bool(grade.details.get("reward_hack")),
-                               f2p_passed=grade.f2p_passed, p2p_passed=grade.p2p_passed,
-                               grade_details=_jsonable(grade.details), grade_timings=grade.timings,
-                               trajectory=_jsonable(traj.metadata), turns=len(turns),
-                               grade_seconds=round(grade_seconds, 3))
-        # every version a turn was sampled with (a trajectory may span a sync); metadata keeps the oldest, the start's
-        versions = {int(v) for v in sample.weight_versions} | {int(sample.metadata["weight_version"])}
+        stamp(sample, resolved=grade.resolved, reward_hack_suspected=bool(grade.details.get("reward_hack")),
+              f2p_passed=grade.f2p_passed, p2p_passed=grade.p2p_passed, grade_details=_jsonable(grade.details),
+              grade_timings=grade.timings, trajectory=_jsonable(traj.metadata), turns=len(turns),
+              grade_seconds=round(grade_seconds, 3))
+        # every version a turn was sampled with (a trajectory may span a sync); the record keeps the oldest, the start's
+        versions = {int(v) for v in sample.weight_versions} | {int(run_of(sample).weight_version)}
         sample.weight_versions = [str(v) for v in sorted(versions)]
         return sample
 
@@ -210,18 +202,12 @@ async def run_batch(run_samples: GroupRunner, groups: list[list[Sample]], stats:
     return [t.result() for t in tasks if t not in late and t.result() is not None]
 
 
-NODE_KEY = "rollout_node"  # metadata: the Ray node a sample ran on (ROLLOUT_BACKEND=ray)
-ATTEMPT_SEED = "attempt_seed"  # metadata: the sampling seed of an evaluation attempt
-_RUN_KEYS = {"weight_version", "outcome", "patch", "final_message", "agent_seconds", "tool_calls", "resolved",
-             "reward_hack_suspected", "f2p_passed", "p2p_passed", "grade_details", "grade_timings", "trajectory",
-             "turns", "grade_seconds", "drop_reason", "drop_detail", "conversation", NODE_KEY, ATTEMPT_SEED}
-
-
 def _fresh_copy(sample: Sample) -> Sample:
-    """A new attempt at the same instance, for ``dropped_policy=replace``."""
+    """A new attempt at the same instance, for ``dropped_policy=replace``: the row without the failed attempt's
+    record."""
     fresh = copy.deepcopy(sample)
     fresh.status = Status.PENDING
-    fresh.metadata = {k: v for k, v in sample.metadata.items() if k not in _RUN_KEYS}
+    fresh.metadata = attempt_row(sample)
     fresh.tokens, fresh.loss_mask, fresh.rollout_log_probs, fresh.reward = [], None, None, None
     return fresh
 
@@ -245,32 +231,23 @@ def _check_agent(agent: AgentResult, turns: list) -> None:
         raise AgentFailure(DropReason.NO_MODEL_TURNS, "the agent made no successful model call")
 
 
-def drop(sample: Sample, reason: DropReason, detail: str) -> Sample:
-    """Mark ``sample`` as dropped by the infrastructure: never trained on, never scored."""
-    sample.status = Status.ABORTED
-    sample.remove_sample = True
-    sample.reward = 0.0
-    sample.metadata["drop_reason"] = reason.value
-    sample.metadata["drop_detail"] = detail
-    return sample
-
-
 def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
 def batch_metrics(stats: BatchStats, groups: list[list[Sample]], seconds: float) -> dict[str, float]:
     samples = [x for g in groups for x in g]
+    runs = [run_of(x) for x in samples]
     n = max(len(samples), 1)
     return {
         "rollout/groups_requested": stats.groups,
         "rollout/groups_kept": len(groups),
         "rollout/dropped_samples": stats.dropped,
         "rollout/reward_mean": sum(float(x.reward) for x in samples) / n if samples else 0.0,
-        "rollout/resolve_rate": sum(bool(x.metadata.get("resolved")) for x in samples) / n if samples else 0.0,
-        "rollout/reward_hack_suspected": sum(bool(x.metadata.get("reward_hack_suspected")) for x in samples),
+        "rollout/resolve_rate": sum(bool(r.resolved) for r in runs) / n if samples else 0.0,
+        "rollout/reward_hack_suspected": sum(bool(r.reward_hack_suspected) for r in runs),
         "rollout/response_len_mean": sum(x.response_length for x in samples) / n if samples else 0.0,
-        "rollout/agent_seconds_mean": sum(x.metadata.get("agent_seconds", 0.0) for x in samples) / n,
-        "rollout/grade_seconds_mean": sum(x.metadata.get("grade_seconds", 0.0) for x in samples) / n,
+        "rollout/agent_seconds_mean": sum(r.agent_seconds or 0.0 for r in runs) / n,
+        "rollout/grade_seconds_mean": sum(r.grade_seconds or 0.0 for r in runs) / n,
         "time/rollout": seconds,
     }

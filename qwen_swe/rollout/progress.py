@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from qwen_swe.data.sample import Sample, Status
+from qwen_swe.data.sample import Sample, Status, run_of
 
 
 @dataclass
@@ -33,12 +33,12 @@ class BatchStats:
             return
         if sample.status == Status.ABORTED:
             self.dropped += 1
-            key = sample.metadata.get("drop_reason", "unknown")
+            key = run_of(sample).drop_reason or "unknown"
             self.reasons[key] = self.reasons.get(key, 0) + 1
         else:
             self.graded += 1
             self.rewards.append(float(sample.reward))
-            self.resolved += bool(sample.metadata.get("resolved"))
+            self.resolved += bool(run_of(sample).resolved)
 
 
 def render(stats: BatchStats, title: str) -> Table:

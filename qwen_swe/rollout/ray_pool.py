@@ -26,9 +26,9 @@ import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from qwen_swe.config.settings import Settings
-from qwen_swe.data.sample import Sample
+from qwen_swe.data.sample import Sample, drop
 from qwen_swe.errors import DropReason, InfraError, SetupError
-from qwen_swe.rollout.engine import drop, run_batch
+from qwen_swe.rollout.engine import run_batch
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.rollout.ray_worker import RolloutWorker
 from qwen_swe.sandbox.docker import reap

@@ -16,8 +16,8 @@ from typing import Any
 import ray
 
 from qwen_swe.config.settings import Settings
-from qwen_swe.data.sample import Sample
-from qwen_swe.rollout.engine import NODE_KEY, RolloutEngine
+from qwen_swe.data.sample import Sample, stamp
+from qwen_swe.rollout.engine import RolloutEngine
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.sandbox.docker import reap
 
@@ -40,7 +40,7 @@ class RolloutWorker:
         """Run one sample to the end (graded or dropped with its reason) and hand it back."""
         self.engine.set_weight_version(weight_version)
         await self.engine.run_sample(sample, BatchStats())  # the pool keeps the batch's counters
-        sample.metadata[NODE_KEY] = self.node_id
+        stamp(sample, rollout_node=self.node_id)
         return sample
 
     async def stop(self) -> int:

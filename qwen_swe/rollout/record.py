@@ -7,9 +7,8 @@ import gzip
 import json
 from pathlib import Path
 
-from qwen_swe.data.sample import Sample, Status
-from qwen_swe.rollout.engine import NODE_KEY
-from qwen_swe.rollout.sampling import FILTERED_KEY, GROUP_DROPPED
+from qwen_swe.data.sample import Sample, Status, run_of, stamp
+from qwen_swe.rollout.sampling import GROUP_DROPPED
 
 
 def not_kept(drawn: list[list[Sample]], complete: list[list[Sample]]) -> list[Sample]:
@@ -17,8 +16,8 @@ def not_kept(drawn: list[list[Sample]], complete: list[list[Sample]]) -> list[Sa
     kept = {id(x) for g in complete for x in g}
     left = [x for g in drawn for x in g if id(x) not in kept]
     for x in left:
-        if x.status != Status.ABORTED:
-            x.metadata.setdefault(FILTERED_KEY, GROUP_DROPPED)
+        if x.status != Status.ABORTED and run_of(x).filtered is None:
+            stamp(x, filtered=GROUP_DROPPED)
     return left
 
 
@@ -27,24 +26,24 @@ def dump_rollouts(path: Path, groups: list[list[Sample]], dropped: list[Sample])
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as fh:
         for x in [s for g in groups for s in g] + dropped:
-            m = x.metadata
+            r = run_of(x)
             fh.write(json.dumps({
-                "instance_id": m.get("instance_id"), "group_index": x.group_index, "index": x.index,
+                "instance_id": x.metadata.get("instance_id"), "group_index": x.group_index, "index": x.index,
                 "status": x.status.value if hasattr(x.status, "value") else str(x.status),
-                "reward": x.reward, "resolved": m.get("resolved"),
-                "reward_hack_suspected": m.get("reward_hack_suspected"),
-                "drop_reason": m.get("drop_reason"), "drop_detail": m.get("drop_detail"),
-                "filtered": m.get(FILTERED_KEY),
-                "outcome": m.get("outcome"), "patch": m.get("patch"), "turns": m.get("turns"),
-                "response_length": x.response_length, "weight_version": m.get("weight_version"),
+                "reward": x.reward, "resolved": r.resolved,
+                "reward_hack_suspected": r.reward_hack_suspected,
+                "drop_reason": r.drop_reason, "drop_detail": r.drop_detail,
+                "filtered": r.filtered,
+                "outcome": r.outcome, "patch": r.patch, "turns": r.turns,
+                "response_length": x.response_length, "weight_version": r.weight_version,
                 "weight_versions": x.weight_versions,
-                "agent_seconds": m.get("agent_seconds"), "grade_seconds": m.get("grade_seconds"),
-                "grade": m.get("grade_details"), "trajectory": m.get("trajectory"),
-                "reward_components": (m.get("grade_details") or {}).get("components"),
-                "sampled_tokens": (m.get("trajectory") or {}).get("sampled_tokens"),
+                "agent_seconds": r.agent_seconds, "grade_seconds": r.grade_seconds,
+                "grade": r.grade_details, "trajectory": r.trajectory,
+                "reward_components": (r.grade_details or {}).get("components"),
+                "sampled_tokens": (r.trajectory or {}).get("sampled_tokens"),
                 "trained_tokens": sum(x.loss_mask) if x.loss_mask else 0,
-                "rollout_node": m.get(NODE_KEY),
-                "conversation": m.get("conversation"),
+                "rollout_node": r.rollout_node,
+                "conversation": r.conversation,
             }, default=str) + "\n")
 
 
@@ -55,9 +54,10 @@ def dump_rollout_data(path: Path, groups: list[list[Sample]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt") as fh:
         for x in [s for g in groups for s in g]:
+            r = run_of(x)
             fh.write(json.dumps({
                 "instance_id": x.metadata.get("instance_id"), "group_index": x.group_index, "index": x.index,
-                "reward": x.reward, "resolved": x.metadata.get("resolved"),
-                "weight_version": x.metadata.get("weight_version"), "tokens": list(x.tokens),
+                "reward": x.reward, "resolved": r.resolved,
+                "weight_version": r.weight_version, "tokens": list(x.tokens),
                 "response_length": x.response_length, "loss_mask": x.loss_mask,
                 "rollout_log_probs": x.rollout_log_probs}) + "\n")

@@ -17,8 +17,9 @@ from typing import Any
 
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.records import read_records
-from qwen_swe.data.sample import Sample, Status
+from qwen_swe.data.sample import Sample, Status, stamp
 from qwen_swe.errors import DataError
+from qwen_swe.rollout.contract import WeightUpdate
 from qwen_swe.rollout.record import dump_rollout_data
 from qwen_swe.rollout.sampling import rewards_differ
 
@@ -54,16 +55,19 @@ class ReplayDriver:
     def generate(self, step: int, weight_version: int) -> tuple[list[Sample], dict[str, Any]]:
         samples = load_step(self.folder / f"step_{step:06d}.jsonl.gz")
         for x in samples:
-            x.metadata["weight_version"] = weight_version
+            stamp(x, weight_version=weight_version)
         return samples, {}
 
-    def sync_weights(self, hf_dir: Path, version: int) -> None:
+    def sync_weights(self, update: WeightUpdate) -> None:
         """Nothing serves a replay: the exported folder is the result."""
 
     def state_dict(self) -> dict[str, Any]:
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
         pass
 
 

@@ -10,12 +10,11 @@ from typing import Callable
 
 import torch
 
-from qwen_swe.data.sample import Sample
+from qwen_swe.data.sample import Sample, stamp
 from qwen_swe.train.grpo import zero_variance_mask
 
 Groups = list[list[Sample]]
 
-FILTERED_KEY = "filtered"  # metadata of a complete sample whose group was not trained on, with the reason
 EQUAL_REWARDS = "equal_rewards"
 GROUP_DROPPED = "group_dropped"  # graded, but a sibling was dropped by the infrastructure, and the group with it
 
@@ -42,10 +41,13 @@ class Batch:
 
 def fill_batch(draw: Callable[[int], Groups], run: Callable[[Groups], Groups], size: int, *, dynamic: bool,
                rounds: int) -> Batch:
-    """Draw ``size`` groups and run them (``run`` returns the complete ones). With ``dynamic``, keep only groups
-    whose rewards differ and draw again for the missing ones, at most ``rounds`` times in all."""
+    """Draw ``size`` groups and run them (``run`` returns the complete ones); draw again for the missing ones, at
+    most ``rounds`` times in all. With ``dynamic``, only groups whose rewards differ count towards ``size``.
+
+    The one place lost groups are refilled: the built-in driver (dynamic sampling's rounds, else one round) and
+    slime's rollout function (which must return exactly ``size`` groups) both call it."""
     batch = Batch()
-    for _ in range(rounds if dynamic else 1):
+    for _ in range(rounds):
         groups = draw(size - len(batch.trained))
         if not groups:
             break
@@ -57,7 +59,7 @@ def fill_batch(draw: Callable[[int], Groups], run: Callable[[Groups], Groups], s
                 batch.trained.append(group)
             else:
                 for x in group:
-                    x.metadata[FILTERED_KEY] = EQUAL_REWARDS
+                    stamp(x, filtered=EQUAL_REWARDS)
         if len(batch.trained) >= size:
             break
     return batch

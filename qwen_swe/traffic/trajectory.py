@@ -15,6 +15,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Iterable
 
+from qwen_swe.data.sample import stamp
 from qwen_swe.errors import TrajectoryError
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
@@ -292,7 +293,7 @@ def to_sample(traj: Trajectory, sample: Any) -> Any:
     sample.loss_mask = list(traj.loss_mask)
     sample.rollout_log_probs = list(traj.rollout_log_probs) if traj.rollout_log_probs is not None else None
     sample.weight_versions = list(traj.metadata.get("weight_versions", []))
-    sample.metadata = {**(sample.metadata or {}), "trajectory": dict(traj.metadata)}
+    stamp(sample, trajectory=dict(traj.metadata))
     if traj.metadata.get("truncated"):
         sample.status = type(sample).Status.TRUNCATED
     return sample

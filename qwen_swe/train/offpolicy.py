@@ -8,18 +8,11 @@ driver's checkpointed data position excludes the batches in flight, so a resume 
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Sequence
 
-from qwen_swe.data.sample import Sample, Status
+from qwen_swe.data.sample import Sample, drop, run_of
 from qwen_swe.errors import DropReason, TrainerError
-
-
-class AsyncRolloutDriver(Protocol):
-    """MAX_STALENESS >= 1: a batch starts with ``submit`` and runs in the background until ``collect``; its
-    ``state_dict`` is the data position from before the oldest batch still in flight was drawn."""
-
-    def submit(self, step: int, weight_version: int) -> None: ...
-    def collect(self, step: int) -> tuple[list[Sample], dict]: ...
+from qwen_swe.rollout.contract import AsyncRolloutSource, RolloutSource
 
 
 class Prefetch:
@@ -29,8 +22,8 @@ class Prefetch:
     staleness is bounded by ``depth`` (= MAX_STALENESS) by construction; ``drop_stale`` enforces it anyway.
     """
 
-    def __init__(self, driver: AsyncRolloutDriver, depth: int, first_step: int, last_step: int) -> None:
-        if not (callable(getattr(driver, "submit", None)) and callable(getattr(driver, "collect", None))):
+    def __init__(self, driver: RolloutSource, depth: int, first_step: int, last_step: int) -> None:
+        if not isinstance(driver, AsyncRolloutSource):
             raise TrainerError(f"MAX_STALENESS={depth} needs a driver with submit/collect; "
                                f"{type(driver).__name__} has none: set MAX_STALENESS=0")
         self.driver, self.depth, self.next, self.last = driver, depth, first_step, last_step
@@ -49,19 +42,17 @@ class Prefetch:
 def drop_stale(samples: Sequence[Sample], version: int, max_staleness: int) -> tuple[list[Sample], dict]:
     """Keep the groups whose every sample is at most ``max_staleness`` versions behind ``version``.
 
-    A sample's version is the oldest its trajectory was sampled with (``metadata['weight_version']``). A group loses
+    A sample's version is the oldest its trajectory was sampled with (``RunRecord.weight_version``). A group loses
     all its samples when one is too old: its advantages are relative to the whole group. The staleness of the kept
     samples goes into the metrics; so do the stale ones without rollout log-probs, for which the PPO ratio is 1
     (the trainer's own log-probs stand in for the behaviour policy's, and nothing corrects for the lag).
     """
-    staleness = {id(s): version - int(s.metadata.get("weight_version", version)) for s in samples}
+    staleness = {id(s): version - _started_on(s, version) for s in samples}
     stale_groups = {s.group_index for s in samples if staleness[id(s)] > max_staleness}
     kept, dropped = [], 0
     for s in samples:
         if s.group_index in stale_groups:
-            s.status, s.remove_sample = Status.ABORTED, True
-            detail = f"{staleness[id(s)]} versions behind the trainer (MAX_STALENESS={max_staleness})"
-            s.metadata.update(drop_reason=DropReason.STALE.value, drop_detail=detail)
+            drop(s, DropReason.STALE, f"{staleness[id(s)]} versions behind the trainer (MAX_STALENESS={max_staleness})")
             dropped += 1
         else:
             kept.append(s)
@@ -73,3 +64,8 @@ def drop_stale(samples: Sequence[Sample], version: int, max_staleness: int) -> t
     for lag in sorted(set(values)):
         metrics[f"async/staleness_{lag}"] = values.count(lag)
     return kept, metrics
+
+
+def _started_on(sample: Sample, default: int) -> int:
+    started = run_of(sample).weight_version
+    return default if started is None else int(started)

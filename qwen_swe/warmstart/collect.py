@@ -15,7 +15,7 @@ from typing import Any
 
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.prompts import build_prompt
-from qwen_swe.data.sample import Sample, Status
+from qwen_swe.data.sample import Sample, Status, run_of
 from qwen_swe.rollout.engine import RolloutEngine
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.warmstart.demos import demo_line, mask_out
@@ -69,7 +69,7 @@ async def collect(rows: list[dict[str, Any]], settings: Settings, out: Path, rec
     stumbled = await _play(stumbler, stumbling, settings) if stumbling else []
     samples = straight + stumbled
     out.mkdir(parents=True, exist_ok=True)
-    resolved = [s for s in samples if s.status != Status.ABORTED and s.metadata.get("resolved")]
+    resolved = [s for s in samples if s.status != Status.ABORTED and run_of(s).resolved]
     stumbles: Counter[str] = Counter()
     second = {id(s) for s in stumbled}
     with (out / DEMOS).open("w") as f:
@@ -82,7 +82,7 @@ async def collect(rows: list[dict[str, Any]], settings: Settings, out: Path, rec
     dropped = drops(samples)
     report = {"tasks": len(rows), "skipped": skipped, "attempts": len(samples), "demonstrations": len(resolved),
               "dropped": len(dropped), "drop_reasons": dict(Counter(d["reason"] for d in dropped)), "drops": dropped,
-              "unresolved": sum(s.status != Status.ABORTED and not s.metadata.get("resolved") for s in samples),
+              "unresolved": sum(s.status != Status.ABORTED and not run_of(s).resolved for s in samples),
               "tokens": sum(len(s.tokens) for s in resolved),
               "trained_tokens": sum(sum(s.loss_mask or []) for s in resolved), "recover": recover,
               "stumbles": dict(stumbles)}
@@ -92,6 +92,6 @@ async def collect(rows: list[dict[str, Any]], settings: Settings, out: Path, rec
 
 def drops(samples: list[Sample]) -> list[dict[str, str]]:
     """The rollouts an infrastructure failure dropped, each with its task, reason and detail, so none is lost."""
-    return [{"instance_id": str(s.metadata.get("instance_id")), "reason": str(s.metadata.get("drop_reason")),
-             "detail": str(s.metadata.get("drop_detail") or "")[:500]}
+    return [{"instance_id": str(s.metadata.get("instance_id")), "reason": str(run_of(s).drop_reason),
+             "detail": str(run_of(s).drop_detail or "")[:500]}
             for s in samples if s.status == Status.ABORTED]

@@ -17,6 +17,7 @@ from qwen_swe.config.settings import Settings
 from qwen_swe.data.records import read_records
 from qwen_swe.data.sample import Sample, Status
 from qwen_swe.errors import DataError
+from qwen_swe.rollout.contract import WeightUpdate
 
 FIELDS = ("instance_id", "tokens", "response_length", "loss_mask")
 
@@ -78,7 +79,7 @@ class DemoDriver:
         self.position += self.batch
         return samples, {"sft/epoch": self.position / len(self.demos)}
 
-    def sync_weights(self, hf_dir: Path, version: int) -> None:
+    def sync_weights(self, update: WeightUpdate) -> None:
         """Nothing serves during the warm start: the exported folder is the result."""
 
     def state_dict(self) -> dict[str, Any]:
@@ -86,3 +87,6 @@ class DemoDriver:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.position = int(state["position"])
+
+    def close(self) -> None:
+        pass

@@ -30,6 +30,7 @@ from qwen_swe.traffic.proxy import RecordingProxy
 from qwen_swe.traffic.trajectory import build_sample
 from tests.scripted_server import Reply, ScriptedServer, fake_logprob, qwen3_tokenizer, smollm2_tokenizer
 from tests.task_pack import gold_edit, replayable_task
+from tests.toolcall_text import hermes_call
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +43,6 @@ def run_id():
     rid = f"test-agent-{uuid.uuid4().hex[:8]}"
     yield rid
     assert reap(rid) == 0, f"the test left containers labelled {LABEL}.run={rid}"
-
-
-def _call(name: str, **arguments: Any) -> str:
-    """A completion text in the Hermes format the proxy parses (what the embedded model is asked to write)."""
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
 def _box(task: dict, run_id: str) -> DockerSandbox:
@@ -119,11 +115,11 @@ def test_scripted_rollout_edits_records_and_masks(task, run_id):
     path, old, new = gold_edit(task["patch"])
     target = f"/testbed/{path}"
     script = [
-        _call("run_shell_command", command=f"cat {target}"),
-        _call("read_file", file_path=target),  # qwen-code refuses to edit a file it has not read
-        _call("edit", file_path=target, old_string=old, new_string=new),
+        hermes_call("run_shell_command", command=f"cat {target}"),
+        hermes_call("read_file", file_path=target),  # qwen-code refuses to edit a file it has not read
+        hermes_call("edit", file_path=target, old_string=old, new_string=new),
         # agents commit although told not to; the patch must still be the change since the start
-        _call("run_shell_command", command="git -c user.email=a@b.c -c user.name=agent commit -qam wip"),
+        hermes_call("run_shell_command", command="git -c user.email=a@b.c -c user.name=agent commit -qam wip"),
         "Fixed the bug.",
     ]
     settings = load_settings([], env={}).replace(max_turns=8, agent_timeout=300.0)
@@ -176,8 +172,8 @@ def test_full_profile_with_qwen3_tokens(task, run_id):
     """The real-model path: qwen-code's own system prompt, 7 tools, no forced tool choice, Qwen3's template."""
     path, old, new = gold_edit(task["patch"])
     target = f"/testbed/{path}"
-    script = [_call("read_file", file_path=target), _call("edit", file_path=target, old_string=old, new_string=new),
-              "Done."]
+    script = [hermes_call("read_file", file_path=target),
+              hermes_call("edit", file_path=target, old_string=old, new_string=new), "Done."]
     settings = load_settings([], env={"VLLM_URL": "http://unused:8000", "AGENT_MAX_TOKENS": "4096"}).replace(
         max_turns=10, agent_timeout=300.0)
     result, turns, tok, *_ = asyncio.run(_rollout(task, run_id, script, settings, profile="full",
@@ -198,7 +194,8 @@ def test_full_profile_with_qwen3_tokens(task, run_id):
 @pytest.mark.agent
 def test_turn_limit(task, run_id):
     settings = load_settings([], env={}).replace(max_turns=2, agent_timeout=300.0)
-    result, turns, *_ = asyncio.run(_rollout(task, run_id, [_call("run_shell_command", command="true")], settings))
+    script = [hermes_call("run_shell_command", command="true")]
+    result, turns, *_ = asyncio.run(_rollout(task, run_id, script, settings))
     assert result.outcome == "turn_limit" and result.exit_code == qa.EXIT_TURN_LIMIT and not result.infra
     assert len(turns) == 2 and result.tool_calls == 2
     assert result.patch == ""
@@ -208,8 +205,8 @@ def test_turn_limit(task, run_id):
 @pytest.mark.docker
 @pytest.mark.agent
 def test_hung_server_hits_the_budget_and_leaves_nothing_behind(task, run_id):
-    script = [_call("run_shell_command", command="echo started > /tmp/bg-started; exec sleep 300", is_background=True,
-                    description="a background job that would outlive a careless kill"),
+    script = [hermes_call("run_shell_command", command="echo started > /tmp/bg-started; exec sleep 300",
+                          is_background=True, description="a background job that would outlive a careless kill"),
               # silent for twice the budget: to the agent a hung server; it still answers in the end, so the
               # proxy and the scripted server shut down at once instead of waiting out aiohttp's grace period
               Reply(text="late", delay=40.0)]

@@ -396,7 +396,7 @@ def _publish_worker(out: Path, lora: int) -> None:
 
     from qwen_swe.config.settings import Settings
     from qwen_swe.train.policy import build_policy, full_state_dict
-    from qwen_swe.train.trainer import WeightExporter, publish
+    from qwen_swe.train.publish import WeightExporter, publish
     from tests.tiny_model import tiny_model_dir
 
     dist.init_process_group("gloo")
@@ -415,8 +415,8 @@ def _publish_worker(out: Path, lora: int) -> None:
     class Driver:  # the rollout driver's sync side, as RolloutDriver does it
         sync = _sync(stand_in) if rank == 0 else None
 
-        def sync_weights(self, weights, version):
-            self.metrics = self.sync.push(weights, version)
+        def sync_weights(self, update):
+            self.metrics = self.sync.push(update.payload, update.version)
 
     driver = Driver() if rank == 0 else None
     exporter = WeightExporter(out, model, policy)
@@ -490,9 +490,9 @@ def make_broadcast_driver(settings):
             self.stand_in = _StandIn()
             self.sync = _sync(self.stand_in)
 
-        def sync_weights(self, weights, version) -> None:
-            self._event(kind="sync", version=version, folder=None)
-            self.sync.push(weights, version)
+        def sync_weights(self, update) -> None:
+            self._event(kind="sync", version=update.version, folder=None)
+            self.sync.push(update.payload, update.version)
             received = {k: v.float() for k, v in self.stand_in.loaded.items()}
             missing, unexpected = self.model.load_state_dict(received, strict=False)
             assert not unexpected, unexpected
@@ -514,8 +514,7 @@ def _train_broadcast(out: Path, steps: int) -> None:
     path = settings.write(out)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "qwen_swe.train.trainer", "--driver", "tests.integration.test_broadcast_sync:make_broadcast_driver",
-           "--settings", str(path)]
+           "-m", "tests.fake_trainer", "broadcast", "--settings", str(path)]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-6000:]
 

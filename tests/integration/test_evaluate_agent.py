@@ -4,36 +4,18 @@ instance whose image is missing is an error (not unresolved), and a re-run resum
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 import uuid
 
 import pytest
 
 from qwen_swe.evaluate.__main__ import main
 from qwen_swe.paths import TASK_PACK, embedded_model_dir
-from tests.integration.test_agent import _call
+from tests.scripted_server import ServerThread
 from tests.task_pack import gold_edit
-from tests.scripted_server import ScriptedServer, smollm2_tokenizer
+from tests.toolcall_text import hermes_call
 
 pytestmark = [pytest.mark.docker, pytest.mark.agent]
-
-
-class ServerThread:
-    """The scripted model on its own event loop, so the evaluation entry point can run its own."""
-
-    def __init__(self, script: list) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.server = ScriptedServer(script, tokenizer=smollm2_tokenizer())
-        self.url = asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(60)
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(60)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 def test_agent_evaluation_writes_predictions_and_a_report_and_resumes(tmp_path, monkeypatch, capsys):
@@ -43,8 +25,8 @@ def test_agent_evaluation_writes_predictions_and_a_report_and_resumes(tmp_path, 
     broken = dict(row, instance_id="qwenswe__missing-image-1", image="qwen-swe-test-missing-image:none")
     dataset = tmp_path / "rows.jsonl"
     dataset.write_text(json.dumps(row) + "\n" + json.dumps(broken) + "\n")
-    server = ServerThread([_call("read_file", file_path=f"/testbed/{path}"),
-                           _call("edit", file_path=f"/testbed/{path}", old_string=old, new_string=new),
+    server = ServerThread([hermes_call("read_file", file_path=f"/testbed/{path}"),
+                           hermes_call("edit", file_path=f"/testbed/{path}", old_string=old, new_string=new),
                            "Fixed the bug."])
     try:
         for key, value in {"VLLM_URL": server.url, "MODEL": str(embedded_model_dir()), "SERVED_MODEL_NAME": "scripted",
@@ -86,8 +68,8 @@ def test_periodic_evaluation_through_the_trainers_driver(tmp_path):
     path, old, new = gold_edit(row["patch"])
     dataset = tmp_path / "eval.jsonl"
     dataset.write_text(json.dumps(row) + "\n")
-    server = ServerThread([_call("read_file", file_path=f"/testbed/{path}"),
-                           _call("edit", file_path=f"/testbed/{path}", old_string=old, new_string=new),
+    server = ServerThread([hermes_call("read_file", file_path=f"/testbed/{path}"),
+                           hermes_call("edit", file_path=f"/testbed/{path}", old_string=old, new_string=new),
                            "Fixed the bug."])
     driver = None
     try:

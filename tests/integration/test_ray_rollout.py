@@ -22,16 +22,15 @@ from ray.cluster_utils import Cluster
 
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.prompts import build_prompt
-from qwen_swe.data.sample import Sample, Status
+from qwen_swe.data.sample import Sample, Status, run_of
 from qwen_swe.paths import embedded_model_dir
-from qwen_swe.rollout.engine import NODE_KEY, RolloutEngine
+from qwen_swe.rollout.engine import RolloutEngine
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.rollout.ray_pool import RayRolloutPool
 from qwen_swe.sandbox.docker import LABEL
-from tests.integration.test_agent import _call
-from tests.task_pack import gold_edit
-from tests.integration.test_evaluate_agent import ServerThread
-from tests.task_pack import replayable_task
+from tests.scripted_server import ServerThread
+from tests.task_pack import gold_edit, replayable_task
+from tests.toolcall_text import hermes_call
 
 pytestmark = [pytest.mark.docker, pytest.mark.agent]
 
@@ -97,8 +96,8 @@ async def _with(engine: Any, work: Any) -> Any:
 
 def test_groups_spread_over_the_nodes_and_match_the_local_backend(cluster, task, run_id, tmp_path):
     path, old, new = gold_edit(task["patch"])
-    server = ServerThread([_call("read_file", file_path=f"/testbed/{path}"),
-                           _call("edit", file_path=f"/testbed/{path}", old_string=old, new_string=new),
+    server = ServerThread([hermes_call("read_file", file_path=f"/testbed/{path}"),
+                           hermes_call("edit", file_path=f"/testbed/{path}", old_string=old, new_string=new),
                            "Fixed the bug."])
     try:
         settings = _settings(server.url, tmp_path, run_id)
@@ -114,7 +113,7 @@ def test_groups_spread_over_the_nodes_and_match_the_local_backend(cluster, task,
     reference = local[0][0]
     assert reference.status == Status.COMPLETED and reference.reward == 1.0, reference.metadata.get("drop_detail")
     assert len(kept) == 2, [x.metadata.get("drop_detail") for g in groups for x in g]
-    assert {g[0].metadata[NODE_KEY] for g in kept} == _worker_nodes(cluster)  # one group on each node
+    assert {run_of(g[0]).rollout_node for g in kept} == _worker_nodes(cluster)  # one group on each node
     for x in (g[0] for g in kept):
         assert (x.status, x.reward, x.metadata["resolved"]) == (Status.COMPLETED, 1.0, True)
         assert x.metadata["patch"] == reference.metadata["patch"] and f"+{new}" in x.metadata["patch"]
@@ -124,7 +123,7 @@ def test_groups_spread_over_the_nodes_and_match_the_local_backend(cluster, task,
 
 
 def test_a_node_killed_mid_rollout_costs_only_its_samples(cluster, task, run_id, tmp_path):
-    server = ServerThread([_call("run_shell_command", command="sleep 20"), "Done."])
+    server = ServerThread([hermes_call("run_shell_command", command="sleep 20"), "Done."])
     left_by_the_dead: list[str] = []
     try:
         settings = _settings(server.url, tmp_path, run_id)
@@ -159,7 +158,7 @@ def test_a_node_killed_mid_rollout_costs_only_its_samples(cluster, task, run_id,
     assert victim[:12] in lost[0].metadata["drop_detail"]
     assert lost[0].reward == 0.0 and lost[0].remove_sample
     assert len(kept) == 1 and kept[0][0].status == Status.COMPLETED and kept[0][0].reward == -1.0
-    assert {kept[0][0].metadata[NODE_KEY]} == survivor
+    assert {run_of(kept[0][0]).rollout_node} == survivor
     assert stats.reasons == {"worker_lost": 1} and stats.graded == 1 and stats.running == 0
     print(f"batch with a node killed: {seconds:.1f} s; containers the dead worker left before the reap: "
           f"{left_by_the_dead}")

@@ -49,7 +49,7 @@ def _worker(model: str, out: Path, lora: int) -> None:
 
     from qwen_swe.config.settings import Settings
     from qwen_swe.train.policy import build_policy
-    from qwen_swe.train.trainer import clip_and_step, train_on_batch
+    from qwen_swe.train.update import clip_and_step, train_on_batch
 
     dist.init_process_group("gloo")
     rank, cpu = dist.get_rank(), torch.device("cpu")
@@ -122,10 +122,10 @@ def test_meta_load_assembles_fused_moe_experts(tmp_path):
 
 
 def test_trainer_with_weight_loading_meta_exports_what_it_trains(tmp_path):
-    from tests.integration.test_trainer_fsdp import _metrics, _train
+    from tests.integration.test_trainer_fsdp import metrics_rows, run_trainer
 
-    _train(tmp_path / "run", str(tiny_model_dir()), steps=2, weight_loading="meta")
-    rows = _metrics(tmp_path / "run")
+    run_trainer(tmp_path / "run", str(tiny_model_dir()), steps=2, weight_loading="meta")
+    rows = metrics_rows(tmp_path / "run")
     assert [r["weight_version"] for r in rows] == [1, 2]
     # step 2 was sampled from the v1 export: the policy it trained is the one it loaded and exported
     assert abs(rows[1]["ratio_mean"] - 1) < 1e-5 and rows[1]["approx_kl"] < 1e-6

@@ -26,11 +26,9 @@ import torch
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir
+from qwen_swe.rollout.contract import WeightUpdate
 from qwen_swe.supervise import run_rank
 from tests.tiny_model import tiny_model_dir
-
-DRIVER = "tests.integration.test_trainer_fsdp:make_driver"
-
 
 class FakeDriver:
     """Deterministic groups; instance 2, 5, 8, ... has flat rewards (a zero-variance group)."""
@@ -74,9 +72,9 @@ class FakeDriver:
                                                            "weight_version": weight_version, "resolved": reward > 0}))
         return out
 
-    def sync_weights(self, hf_dir: Path, version: int) -> None:
-        self._event(kind="sync", version=version, folder=str(hf_dir))
-        self._load(hf_dir)
+    def sync_weights(self, update: WeightUpdate) -> None:
+        self._event(kind="sync", version=update.version, folder=str(update.folder))
+        self._load(update.folder)
 
     def state_dict(self) -> dict:
         return {"position": self.position}
@@ -84,6 +82,9 @@ class FakeDriver:
     def load_state_dict(self, state: dict) -> None:
         self._event(kind="load_state", state=state)
         self.position = state["position"]
+
+    def close(self) -> None:
+        pass
 
 
 class SleepyDriver(FakeDriver):
@@ -137,19 +138,19 @@ def _torchrun(args: list[str], timeout: float = 600) -> subprocess.CompletedProc
     return proc
 
 
-def _train(out: Path, model: str, steps: int, **extra) -> subprocess.CompletedProcess:
+def run_trainer(out: Path, model: str, steps: int, **extra) -> subprocess.CompletedProcess:
     """The trainer reads its settings from the run's settings.json, as under run_grpo.sh."""
     settings = Settings.build(**{"model": model, "vllm_url": "http://127.0.0.1:9", "output_dir": out,
                                  "num_rollouts": steps, "rollout_batch_size": 3, "n_samples": 2, "lr": 1e-3, **extra})
     path = settings.write(out)
-    return _torchrun(["-m", "qwen_swe.train.trainer", "--driver", DRIVER, "--settings", str(path)])
+    return _torchrun(["-m", "tests.fake_trainer", "fsdp", "--settings", str(path)])
 
 
 def _events(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "driver_events.jsonl").read_text().splitlines()]
 
 
-def _metrics(out: Path) -> list[dict]:
+def metrics_rows(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
@@ -162,7 +163,7 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("trainer") / "run"
-    proc = _train(out, str(tiny_model_dir()), steps=2)
+    proc = run_trainer(out, str(tiny_model_dir()), steps=2)
     yield out, proc
     shutil.rmtree(out.parent, ignore_errors=True)  # ~0.5 GiB of checkpoints; retention only covers tmp_path
 
@@ -171,7 +172,7 @@ def test_two_ranks_train_export_and_sync_in_order(first_run):
     out, proc = first_run
     kinds = [(e["kind"], e.get("step"), e["version"]) for e in _events(out)]
     assert kinds == [("generate", 0, 0), ("sync", None, 1), ("generate", 1, 1), ("sync", None, 2)]
-    rows = _metrics(out)
+    rows = metrics_rows(out)
     assert [r["step"] for r in rows] == [0, 1] and [r["weight_version"] for r in rows] == [1, 2]
     for r in rows:
         assert not r["skipped_update"] and r["zero_variance_groups"] == 1 and r["trainable_samples"] == 4
@@ -191,14 +192,14 @@ def test_resume_restores_state_and_syncs_first(first_run):
     before = len(_events(out))
     (out / "checkpoints" / "step_000003.tmp").mkdir()
     (out / "checkpoints" / "step_000004").mkdir()  # no marker: a save that died
-    proc = _train(out, str(tiny_model_dir()), steps=3)
+    proc = run_trainer(out, str(tiny_model_dir()), steps=3)
     assert "ignoring half-written checkpoint" in proc.stderr and "step_000004" in proc.stderr
     new = [(e["kind"], e.get("step"), e["version"] if "version" in e else e["state"]) for e in _events(out)[before:]]
     assert new == [("load_state", None, {"position": 6}), ("sync", None, 2), ("generate", 2, 2), ("sync", None, 3)]
     assert _events(out)[before + 2]["position"] == 6  # the next groups, not the first ones again
     resumed_v2 = _weights(out / "weights/v000002")  # re-exported from the loaded checkpoint
     assert all(torch.equal(saved_v2[k], resumed_v2[k]) for k in saved_v2)
-    rows = _metrics(out)
+    rows = metrics_rows(out)
     assert [r["step"] for r in rows] == [0, 1, 2] and rows[2]["weight_version"] == 3
     assert rows[2]["approx_kl"] < 1e-8
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_000001", "step_000002", "step_000003"]
@@ -208,7 +209,7 @@ def test_resume_restores_state_and_syncs_first(first_run):
 @pytest.fixture(scope="module")
 def async_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("trainer_async") / "run"
-    _train(out, str(tiny_model_dir()), steps=3, max_staleness=1)
+    run_trainer(out, str(tiny_model_dir()), steps=3, max_staleness=1)
     yield out
     shutil.rmtree(out.parent, ignore_errors=True)
 
@@ -225,7 +226,7 @@ def test_off_policy_rollouts_overlap_training_and_record_their_versions(async_ru
         train_start, train_end = at[("collect", k)]["t"], at[("sync", k + 1)]["t"]
         gen_start, gen_end = at[("generated", k + 1)]["start"], at[("generated", k + 1)]["t"]
         assert gen_start < train_end and gen_end > train_start, (k, gen_start, gen_end, train_start, train_end)
-    rows = _metrics(out)
+    rows = metrics_rows(out)
     assert [r["weight_version"] for r in rows] == [1, 2, 3]
     assert [r["async/staleness_max"] for r in rows] == [0, 1, 1]  # batch k+1 was sampled from v_k, trained at v_k+1
     assert rows[1]["async/staleness_1"] == 6 and rows[1]["dropped/stale"] == 0
@@ -239,11 +240,11 @@ def test_off_policy_resume_serves_the_batch_that_was_in_flight_again(async_run):
     for name in ("step_000002", "step_000003"):  # as if killed after step 1's checkpoint, batch 1 in flight
         shutil.rmtree(out / "checkpoints" / name)
     before = len(_events(out))
-    _train(out, str(tiny_model_dir()), steps=2, max_staleness=1)
+    run_trainer(out, str(tiny_model_dir()), steps=2, max_staleness=1)
     new = [(e["kind"], e.get("step"), e.get("position", e.get("state"))) for e in _events(out)[before:]
            if e["kind"] in ("load_state", "submit")]
     assert new == [("load_state", None, {"position": 3}), ("submit", 1, 3)]  # step 1's groups, not step 2's
-    assert [r["step"] for r in _metrics(out)] == [0, 1]
+    assert [r["step"] for r in metrics_rows(out)] == [0, 1]
 
 
 def test_checkpoint_round_trip_bit_identical_on_two_ranks(tmp_path):
@@ -264,7 +265,7 @@ def test_flat_rewards_skip_the_update_but_count_the_step(tmp_path):
     result = train(settings, FakeDriver(settings, flat=True), model_path=settings.model_name)
     assert result["step"] == 1 and result["skipped_update"] and result["weight_version"] == 0
     assert [(e["kind"], e["version"]) for e in _events(settings.output_dir)] == [("generate", 0), ("generate", 0)]
-    assert [r["zero_variance_groups"] for r in _metrics(settings.output_dir)] == [2, 2]
+    assert [r["zero_variance_groups"] for r in metrics_rows(settings.output_dir)] == [2, 2]
     assert not (settings.output_dir / "weights").exists()
     assert (settings.output_dir / "checkpoints" / "step_000002" / "complete").exists()
 
@@ -275,7 +276,7 @@ def test_lora_exports_merged_weights(tmp_path):
     settings = Settings.build(vllm_url="http://127.0.0.1:9", model=str(tiny_model_dir()), output_dir=tmp_path / "run",
                         num_rollouts=2, rollout_batch_size=3, n_samples=2, lr=1e-2, lora_rank=4, lr_warmup_steps=2)
     train(settings, FakeDriver(settings), model_path=settings.model_name)
-    rows = _metrics(settings.output_dir)
+    rows = metrics_rows(settings.output_dir)
     assert [r["lr"] for r in rows] == [5e-3, 1e-2]  # the warm-up's first update at half the rate
     # step 2 was sampled from the merged v1 export: it reproduces the adapted model to float precision
     assert abs(rows[1]["ratio_mean"] - 1) < 1e-5 and rows[1]["weight_version"] == 2
@@ -296,7 +297,7 @@ def test_kl_penalty_measures_the_distance_from_the_start_weights(tmp_path, lora_
                               num_rollouts=2, rollout_batch_size=3, n_samples=2, lr=1e-2, lora_rank=lora_rank,
                               mixed_precision=mixed_precision, kl_loss_coef=0.5)
     train(settings, FakeDriver(settings), model_path=settings.model_name)
-    first, second = _metrics(settings.output_dir)
+    first, second = metrics_rows(settings.output_dir)
     assert not first["skipped_update"] and not second["skipped_update"]
     assert first["kl_ref"] < 1e-7 and first["approx_kl"] < 1e-5  # bf16 compute against fp32 rollout log-probs
     assert second["kl_ref"] > 1e-4 and second["approx_kl"] < 1e-5  # far from the start, on-policy for its rollout
@@ -308,8 +309,8 @@ def test_one_step_on_smollm2(tmp_path):
     if not (model / "config.json").exists():
         pytest.skip(f"no SmolLM2 folder at {model}; it is made by scripts/setup/50_model.sh")
     out = tmp_path / "smol"
-    _train(out, str(model), steps=1, rollout_batch_size=2, lr=1e-5)
-    row = _metrics(out)[0]
+    run_trainer(out, str(model), steps=1, rollout_batch_size=2, lr=1e-5)
+    row = metrics_rows(out)[0]
     assert not row["skipped_update"] and row["grad_norm"] > 0 and row["approx_kl"] < 1e-6
     base, v1 = _weights(model), _weights(out / "weights/v000001")
     assert any(not torch.equal(base[k], v1[k]) for k in base if k in v1)
@@ -321,7 +322,7 @@ def _roundtrip(out: Path) -> None:
 
     from qwen_swe.train import checkpoint as ckpt
     from qwen_swe.train.policy import build_policy
-    from qwen_swe.train.trainer import clip_and_step, train_on_batch
+    from qwen_swe.train.update import clip_and_step, train_on_batch
 
     dist.init_process_group("gloo")
     rank, cpu = dist.get_rank(), torch.device("cpu")
@@ -399,7 +400,7 @@ def test_a_replay_of_saved_rollouts_reproduces_the_live_update_and_the_probe_see
                             **common)
     assert replay.offline and not live.offline
     train(replay, make_driver(replay), model_path=replay.model_name)
-    for a, b in zip(_metrics(live.output_dir), _metrics(replay.output_dir)):
+    for a, b in zip(metrics_rows(live.output_dir), metrics_rows(replay.output_dir)):
         assert [a[k] for k in ("loss", "trainable_samples", "approx_kl")] == [
             b[k] for k in ("loss", "trainable_samples", "approx_kl")]
     ours, theirs = _weights(live.output_dir / "weights/v000002"), _weights(replay.output_dir / "weights/v000002")

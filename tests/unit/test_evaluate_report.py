@@ -14,13 +14,12 @@ import pytest
 from swebench.harness import reporting
 
 from qwen_swe.config.settings import Settings
-from qwen_swe.data.sample import Sample, Status
+from qwen_swe.data.sample import Sample, Status, run_of
 from qwen_swe.evaluate import __main__ as evaluate_main
 from qwen_swe.evaluate.agent_runs import run_attempts
 from qwen_swe.evaluate.grade_only import RESULTS, append_line
 from qwen_swe.evaluate.predictions import read_predictions
 from qwen_swe.evaluate.report import EMPTY, ERROR, RESOLVED, UNRESOLVED, AttemptResult, build_report, pass_at_k, wilson
-from qwen_swe.rollout.engine import ATTEMPT_SEED
 
 
 def test_pass_at_k_against_hand_values():
@@ -80,7 +79,7 @@ class _SeedRecorder:
         self.seeds: dict[tuple[str, int], int] = {}
 
     async def run_sample(self, sample: Sample, stats) -> Sample:
-        self.seeds[(sample.metadata["instance_id"], sample.index)] = sample.metadata[ATTEMPT_SEED]
+        self.seeds[(sample.metadata["instance_id"], sample.index)] = run_of(sample).attempt_seed
         sample.status, sample.reward = Status.COMPLETED, -1.0
         sample.metadata.update(resolved=False, patch="", outcome="completed")
         return sample

@@ -195,7 +195,7 @@ def test_logprob_mismatch_on_hand_computed_values():
 def test_warmup_rises_linearly_then_holds_and_slime_gets_the_same_schedule(tmp_path):
     from qwen_swe.backends.slime import launcher as sb
     from qwen_swe.config.settings import Settings
-    from qwen_swe.train.trainer import warmup_lr
+    from qwen_swe.train.update import warmup_lr
 
     assert [warmup_lr(1.0, 0, k) for k in range(3)] == [1.0, 1.0, 1.0]
     assert [warmup_lr(1.0, 4, k) for k in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]

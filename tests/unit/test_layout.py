@@ -126,3 +126,89 @@ def test_the_seed_entry_points_stay_thin():
         defs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
         assert not defs, f"{path.relative_to(REPO_ROOT)} defines {[d.name for d in defs]}: put logic in qwen_swe/"
         assert len(path.read_text().splitlines()) <= 30, f"{path.relative_to(REPO_ROOT)} is not thin"
+
+
+# --- the seams (issue 37): one typed rollout contract, its record, no test code in the library, small modules ---
+
+SEAM = ("rollout/contract.py", "rollout/driver.py", "rollout/replay.py", "warmstart/demos.py", "train/trainer.py",
+        "train/publish.py", "train/offpolicy.py", "data/sample.py")
+MAX_MODULE_LINES = 400
+
+
+def test_the_rollout_contract_needs_no_type_ignore():
+    # data/sample.py's fallback type is slime's Sample re-declared where slime is absent: the only ignores allowed
+    allowed = {"data/sample.py": 3}
+    bad = {rel: n for rel in SEAM if (n := (PACKAGE_DIR / rel).read_text().count("type: ignore")) > allowed.get(rel, 0)}
+    assert not bad, f"`type: ignore` on the trainer/rollout seam: {bad}; implement qwen_swe.rollout.contract instead"
+
+
+def test_what_a_rollout_records_goes_through_the_run_record():
+    """Outside data/sample.py a sample's metadata is written only through ``stamp`` (a ``RunRecord`` field) or
+    replaced by ``attempt_row`` (a retry): so a retry drops every field an attempt wrote, by construction."""
+    bad = []
+    for name, path in MODULES.items():
+        if path == PACKAGE_DIR / "data" / "sample.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Assign, ast.AugAssign)):
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    item = isinstance(target, ast.Subscript) and _is_metadata(target.value)
+                    whole = _is_metadata(target) and not (isinstance(node.value, ast.Call)
+                                                          and getattr(node.value.func, "id", "") == "attempt_row")
+                    if item or whole:
+                        bad.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {ast.unparse(node)[:90]}")
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _is_metadata(node.func.value)
+                  and node.func.attr in ("update", "setdefault", "pop", "clear", "__setitem__")):
+                bad.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {ast.unparse(node)[:90]}")
+    assert not bad, "metadata written around RunRecord (use qwen_swe.data.sample.stamp):\n" + "\n".join(bad)
+
+
+def _is_metadata(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "metadata"
+
+
+def test_the_library_carries_no_test_hooks():
+    bad = []
+    for name, path in MODULES.items():
+        text = path.read_text()
+        if "--driver" in text or "tests." in "".join(i for i, *_ in _all_imports(path)):
+            bad.append(str(path.relative_to(REPO_ROOT)))
+    assert not bad, f"test-only code paths in the library (put them under tests/): {bad}"
+
+
+def test_tests_and_benchmarks_import_no_private_names_of_each_other():
+    bad = []
+    for path in sorted([*(REPO_ROOT / "tests").rglob("*.py"), *(REPO_ROOT / "benchmarks").glob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("tests", "benchmarks")):
+                bad += [f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {node.module}.{a.name}"
+                        for a in node.names if a.name.startswith("_")]
+    assert not bad, "private helpers imported across test/benchmark files (give them a shared home):\n" + "\n".join(bad)
+
+
+def test_no_module_is_over_the_size_limit():
+    big = {str(p.relative_to(REPO_ROOT)): n for p in MODULES.values()
+           if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not big, f"modules over {MAX_MODULE_LINES} lines (split them by job): {big}"
+
+
+def _all_imports(path: Path) -> list[tuple[str, int]]:
+    """Every imported module name in ``path`` (ours or not), with its line."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.module, node.lineno))
+        elif isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names]
+    return out
+
+
+def test_docker_is_imported_only_where_containers_are_made():
+    """The rollout engine, the agent and the trainer see containers through ``qwen_swe.sandbox`` only (its errors are
+    ``SandboxError``). The grader and the task pack's image build still hold a Docker client of their own; a second
+    sandbox backend would move them behind the interface too."""
+    allowed = ("sandbox/", "reward/harness.py", "data/taskpack/")
+    bad = [str(path.relative_to(REPO_ROOT)) for path in MODULES.values()
+           if any(m == "docker" or m.startswith("docker.") for m, _ in _all_imports(path))
+           and not str(path.relative_to(PACKAGE_DIR)).startswith(allowed)]
+    assert not bad, f"modules importing docker outside the sandbox: {bad}"

@@ -16,7 +16,7 @@ from qwen_swe.errors import DropReason, TrainerError
 from qwen_swe.paths import TASK_PACK
 from qwen_swe.rollout.driver import RolloutDriver
 from qwen_swe.train.offpolicy import Prefetch, drop_stale
-from qwen_swe.train.trainer import prepare_batch
+from qwen_swe.train.update import prepare_batch
 
 
 def _sample(group: int, index: int, version: int, logprobs: bool = True) -> Sample:

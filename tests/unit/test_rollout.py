@@ -13,12 +13,12 @@ import json
 import pytest
 
 from qwen_swe.config.settings import Settings
-from qwen_swe.data.sample import Sample, Status
+from qwen_swe.data.sample import RUN_FIELDS, Sample, Status, attempt_row, drop, run_of, stamp
 from qwen_swe.errors import DropReason, SandboxError
 from qwen_swe.reward.harness import Grade, GradeStatus
 from qwen_swe.rollout.record import dump_rollout_data, dump_rollouts, not_kept
 from qwen_swe.rollout.sampling import GROUP_DROPPED
-from qwen_swe.rollout.engine import RolloutEngine, batch_metrics, drop
+from qwen_swe.rollout.engine import RolloutEngine, batch_metrics
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.traffic.trajectory import Trajectory
 
@@ -151,3 +151,15 @@ def test_served_logprobs_are_kept_unless_a_forced_tool_call_masked_them(tool_cho
     assert sample.rollout_log_probs == ([-0.5, -1.5] if kept else None)
     assert settings.uses_served_logprobs is kept
     assert (sample.tokens, sample.loss_mask, sample.reward) == ([1, 2, 3, 4], [1, 1], 1.0)
+
+
+def test_a_retry_starts_from_the_instance_row_whatever_an_attempt_recorded():
+    """``RunRecord`` is the whole list of what an attempt writes: a retry (``attempt_row``) keeps only the row, and a
+    field the record does not declare cannot be written at all."""
+    sample = Sample(metadata={"instance_id": "repo__1", "repo": "owner/repo", "base_commit": "abc"})
+    for name in RUN_FIELDS:
+        stamp(sample, **{name: f"from the attempt: {name}"})
+    assert attempt_row(sample) == {"instance_id": "repo__1", "repo": "owner/repo", "base_commit": "abc"}
+    assert run_of(sample).patch == "from the attempt: patch" and run_of(Sample()).patch is None
+    with pytest.raises(TypeError, match="grade_detail"):
+        stamp(sample, grade_detail={})  # a typo of grade_details

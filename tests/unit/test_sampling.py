@@ -12,13 +12,12 @@ import threading
 import pytest
 
 from qwen_swe.config.settings import Settings
-from qwen_swe.data.sample import Sample, Status
+from qwen_swe.data.sample import Sample, Status, drop, run_of
 from qwen_swe.data.source import SWEBenchDataSource
 from qwen_swe.errors import ConfigError, DropReason
 from qwen_swe.paths import TASK_PACK
 from qwen_swe.rollout.driver import RolloutDriver
-from qwen_swe.rollout.engine import drop
-from qwen_swe.rollout.sampling import EQUAL_REWARDS, FILTERED_KEY, fill_batch, rewards_differ
+from qwen_swe.rollout.sampling import EQUAL_REWARDS, fill_batch, rewards_differ
 
 
 def _group(g: int, rewards: list[float]) -> list[Sample]:
@@ -48,10 +47,18 @@ def test_rewards_differ_is_a_nonzero_spread():
 
 def test_plain_sampling_trains_on_every_complete_group_in_one_round():
     pool = Pool([[1, 1], [1, -1], None])
-    batch = fill_batch(pool.draw, pool.run, 3, dynamic=False, rounds=4)
+    batch = fill_batch(pool.draw, pool.run, 3, dynamic=False, rounds=1)
     assert pool.draws == [3] and batch.rounds == 1
     assert [g[0].group_index for g in batch.trained] == [0, 1] == [g[0].group_index for g in batch.complete]
-    assert not any(FILTERED_KEY in x.metadata for g in batch.complete for x in g)
+    assert not any(run_of(x).filtered for g in batch.complete for x in g)
+
+
+def test_plain_sampling_with_rounds_refills_only_the_lost_groups():
+    """slime's rollout function: exactly ``size`` complete groups, equal rewards included, lost ones drawn again."""
+    pool = Pool([[1, 1], None, None, [1, -1], None, [-1, -1]])
+    batch = fill_batch(pool.draw, pool.run, 3, dynamic=False, rounds=3)
+    assert pool.draws == [3, 2, 1] and batch.rounds == 3
+    assert [g[0].group_index for g in batch.trained] == [0, 3, 5] == [g[0].group_index for g in batch.complete]
 
 
 def test_dynamic_sampling_replaces_equal_and_lost_groups_with_new_draws_until_full():
@@ -61,7 +68,7 @@ def test_dynamic_sampling_replaces_equal_and_lost_groups_with_new_draws_until_fu
     assert pool.draws == [3, 2, 1] and batch.rounds == 3  # only the missing groups are drawn; the last is left
     assert [g[0].group_index for g in batch.trained] == [1, 4, 5]
     assert [g[0].group_index for g in batch.complete] == [0, 1, 3, 4, 5]  # the lost group 2 is in neither
-    filtered = {g[0].group_index for g in batch.complete for x in g if x.metadata.get(FILTERED_KEY) == EQUAL_REWARDS}
+    filtered = {g[0].group_index for g in batch.complete for x in g if run_of(x).filtered == EQUAL_REWARDS}
     assert filtered == {0, 3}
     assert batch.metrics() == {"sampling/rounds": 3, "sampling/groups_drawn": 6, "sampling/groups_trained": 3,
                                "sampling/groups_filtered": 2}

@@ -12,7 +12,7 @@ from qwen_swe.agent.qwen import escape_at
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample, Status
 from qwen_swe.errors import DataError
-from qwen_swe.train.trainer import prepare_batch
+from qwen_swe.train.update import prepare_batch
 from qwen_swe.warmstart.collect import drops, usable
 from qwen_swe.warmstart.demos import DemoDriver, mask_out
 from qwen_swe.warmstart.expert import (DONE, GIVE_UP, NOOP, SWAP, ExpertServer, expert_turn, imported_names,

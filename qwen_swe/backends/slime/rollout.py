@@ -9,11 +9,14 @@ from qwen_swe.backends.slime.batch import remove_zero_variance, trim_trailing_pa
 from qwen_swe.backends.slime.carry import settings_from_slime_args
 from qwen_swe.backends.slime.weights import SlimeWeightSync
 from qwen_swe.config.settings import Settings
-from qwen_swe.data.sample import Status
+from qwen_swe.data.sample import Sample, Status
 from qwen_swe.inference.client import InferenceClient
 from qwen_swe.inference.weight_sync import make_weight_sync
 from qwen_swe.rollout.engine import RolloutEngine
 from qwen_swe.rollout.progress import BatchStats
+from qwen_swe.rollout.sampling import fill_batch
+
+REFILL_ROUNDS = 3  # draws of fresh groups for the ones lost to infrastructure, before the rollout fails
 
 
 def weight_sync_for(settings: Settings, args: Any) -> SlimeWeightSync:
@@ -49,13 +52,17 @@ async def _slime_rollout(settings: Settings, args: Any, rollout_id: int, data_so
     await engine.start()
     try:
         engine.set_weight_version(version)
-        want, kept, stats, attempts = settings.rollout_batch_size, [], BatchStats(), 0
-        while len(kept) < want and attempts < 3:
-            attempts += 1
-            kept += await engine.run_groups(data_source.get_samples(want - len(kept)), stats)
+        want, stats, loop = settings.rollout_batch_size, BatchStats(), asyncio.get_running_loop()
+
+        def run(groups: list[list[Sample]]) -> list[list[Sample]]:  # from fill_batch's thread, on this loop
+            return asyncio.run_coroutine_threadsafe(engine.run_groups(groups, stats), loop).result()
+
+        batch = await asyncio.to_thread(fill_batch, data_source.get_samples, run, want, dynamic=False,
+                                        rounds=REFILL_ROUNDS)
+        kept = batch.complete
         if len(kept) < want:
-            raise RuntimeError(f"rollout {rollout_id}: only {len(kept)} of {want} groups survived 3 attempts; "
-                               f"dropped samples by reason: {stats.reasons}")
+            raise RuntimeError(f"rollout {rollout_id}: only {len(kept)} of {want} groups survived {REFILL_ROUNDS} "
+                               f"attempts; dropped samples by reason: {stats.reasons}")
         kept = sorted(kept[:want], key=lambda g: g[0].index)
         for x in (x for g in kept for x in g):
             trim_trailing_pad(x)
