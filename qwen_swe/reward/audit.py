@@ -1,4 +1,4 @@
-"""The grader's second tamper check: a witness inside the test process that does not read the patch's text.
+"""The tamper check that does not read the patch's text: a witness inside the test process.
 
 ``tamper.scan`` recognises tricks it has rules for. This check instead watches what the patch's code *does* while
 the tests run: ``audit_site/sitecustomize.py`` is put on PYTHONPATH of the eval, so Python loads it before any
