@@ -22,7 +22,8 @@ from typing import Any, Iterable, Mapping
 from qwen_swe.paths import TESTBED
 from qwen_swe.reward.tamper import SELF_TESTING_REPOS
 
-SITE = Path(__file__).with_name("audit_site") / "sitecustomize.py"
+FILE = "sitecustomize.py"  # the name Python imports at start-up, before any repository code
+SITE = Path(__file__).with_name("audit_site") / FILE
 MARK = "\x1eqwen-swe-audit"
 MACHINERY = ("_pytest", "pytest", "pluggy", "unittest", "py._")
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
@@ -54,9 +55,9 @@ def added_line_numbers(patch: str, root: str = TESTBED) -> dict[str, list[int]]:
     return found
 
 
-def setup(patch: str, site_dir: str, report: str | None, root: str = TESTBED) -> tuple[dict[str, str], str]:
-    """(files to write into the container, a shell prefix for the eval command) for witnessing ``patch``: one file,
-    ``sitecustomize.py`` with the settings (the added lines, the report's path) written into it.
+def setup(patch: str, site_dir: str, report: str | None, root: str = TESTBED) -> tuple[str, str]:
+    """(the text of ``site_dir/FILE``, a shell prefix for the eval command) for witnessing ``patch``: the witness
+    with its settings (the added lines, the report's path) written into it.
 
     The prefix puts ``site_dir`` first on PYTHONPATH and records which pipe is the log, so only a process that
     writes to the log itself (not a child whose output a test captures) emits records.
@@ -65,7 +66,7 @@ def setup(patch: str, site_dir: str, report: str | None, root: str = TESTBED) ->
     site = SITE.read_text().replace("\nCONFIG = None ", f"\nCONFIG = {json.dumps(config)!r} ", 1)
     q = shlex.quote(site_dir)
     prefix = f"export PYTHONPATH={q}${{PYTHONPATH:+:$PYTHONPATH}} QWEN_SWE_AUDIT_LOG=$(stat -L -c %d:%i /proc/$$/fd/1); "
-    return {f"{site_dir}/sitecustomize.py": site}, prefix
+    return site, prefix
 
 
 def split(output: str) -> tuple[str, list[str]]:

@@ -268,9 +268,9 @@ async def _eval(box: DockerSandbox, instance: dict, script: str, eval_timeout: f
     env = {"PYTEST_ADDOPTS": f"--junitxml={junit} -o junit_family=xunit1"} if trusted else None
     prefix = ""
     if witnessed is not None:
-        files, prefix = audit.setup(witnessed, f"/tmp/qwen-swe-{uuid.uuid4().hex}", junit if trusted else None)
-        for path, text in files.items():
-            await box.write_file(path, text)
+        site_dir = f"/tmp/qwen-swe-{uuid.uuid4().hex}"
+        site, prefix = audit.setup(witnessed, site_dir, junit if trusted else None)
+        await box.write_file(f"{site_dir}/{audit.FILE}", site)
     res = await box.exec(f"{prefix}mkdir -p {junit.rsplit('/', 1)[0]} && /bin/bash {EVAL_PATH}",
                          timeout=eval_timeout, workdir=TESTBED, env=env)
     timings["eval"] = time.monotonic() - t

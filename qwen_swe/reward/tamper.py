@@ -1,4 +1,4 @@
-"""Patches that try to win the grade without fixing the bug: the two checks that read text.
+"""Patches that try to win the grade without fixing the bug: the two checks that know what they look for.
 
 The path filter (``testfiles``) drops edits to tests and test configuration. What it cannot see is code in a
 non-test file that runs inside the test process and changes what the log says. So:
@@ -14,8 +14,8 @@ non-test file that runs inside the test process and changes what the log says. S
    lines, an early exit, a report rewritten by a hook) is a failed attempt.
 
 Either finding is a graded -1 with its reason recorded (``reward_hack_suspected``), never an aborted grade: the
-attempt is the model's doing. Both know what they look for; the check that does not is ``audit``, a witness in the
-test process that records what the patch's added lines do while the tests run.
+attempt is the model's doing. The check that does not need to know is ``audit``, a witness in the test process that
+records what the patch's added lines do while the tests run.
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -152,9 +151,8 @@ def _witnessed(tmp_path, extra: str) -> tuple[str, list[str]]:
     (project / "tests" / "test_add.py").write_text(test)
     patch = "".join(difflib.unified_diff(BUGGY.splitlines(True), (BUGGY + extra).splitlines(True),
                                          "a/pkg/__init__.py", "b/pkg/__init__.py"))
-    files, prefix = audit.setup(patch, str(site), None, root=str(project))
-    for path, text in files.items():
-        Path(path).write_text(text)
+    text, prefix = audit.setup(patch, str(site), None, root=str(project))
+    (site / audit.FILE).write_text(text)
     command = f"{prefix}{shlex.quote(sys.executable)} -m pytest -p no:cacheprovider -rA tests"
     run = subprocess.run(["bash", "-c", command], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, timeout=120)
