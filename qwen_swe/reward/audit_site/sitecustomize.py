@@ -151,7 +151,7 @@ def _install():
                 state["loaded"] = True
                 emit("LOADED", {"file": name})
                 check()  # the machinery as it is just before the patch's first line runs
-            elif isinstance(name, str) and name.startswith("<") and not name.startswith("<frozen"):
+            elif state["loaded"] and isinstance(name, str) and name.startswith("<") and not name.startswith("<frozen"):
                 try:
                     if blamed() is not None:
                         adopt(code)
@@ -176,14 +176,14 @@ def _install():
             pass
 
     # --- wrappers for what raises no audit event --------------------------------------------------
-    def watch(owner, name, what, check=None):
+    def watch(owner, name, what, applies=None):
         original = getattr(owner, name, None)
         if original is None:
             return
 
         def wrapper(*args, **kwargs):
             try:
-                where = blamed() if check is None or check(args) else None
+                where = blamed() if applies is None or applies(args) else None
                 if where is not None:
                     finding(what, where, getattr(args[0], "__name__", "") if args else "")
             except Exception:  # noqa: BLE001 - the call itself must behave as without us
