@@ -47,7 +47,7 @@ class Settings:
                             "re-running into one that holds a checkpoint resumes with its settings.json",
                             resume="new")
     dataset: str | None = opt(None, f"HF dataset name or local .json/.jsonl/.parquet; default {DEFAULT_DATASET} "
-                                    "with VLLM_URL, the local task pack without")
+                                    "with VLLM_URL, the localized generated train tasks of seed 0 without")
     instance_list: Path | None = opt(None, "file of instance ids, one a line")
     seed: int = opt(1234, "data shuffle and sampling seed")
 

@@ -1,0 +1,34 @@
+"""The README's settings table is the one the settings' fields generate: a new or changed setting, default,
+embedded value or help fails here until ``python -m qwen_swe.config.reference --write README.md`` is run."""
+
+from __future__ import annotations
+
+import pytest
+
+from qwen_swe.config import reference
+from qwen_swe.config.fields import env_name
+from qwen_swe.config.settings import EMBEDDED_PROFILE, all_fields
+from qwen_swe.paths import REPO_ROOT
+
+
+def test_the_readme_table_is_the_generated_one():
+    text = (REPO_ROOT / "README.md").read_text()
+    start, end = reference.block(text)
+    assert text[start:end] == reference.settings_table(), (
+        "README.md's settings table is stale: run python -m qwen_swe.config.reference --write README.md")
+
+
+def test_every_setting_has_a_row_with_its_embedded_value():
+    rows = {line.split("`")[1]: line for line in reference.settings_table().splitlines()[2:]}
+    assert list(rows) == [env_name(f.name) for f in all_fields()]
+    assert "`4` |" in rows["N_SAMPLES"] and EMBEDDED_PROFILE["n_samples"] == 4
+    assert "$TMPDIR" in rows["OUTPUT_DIR"] and "/tmp/" not in rows["OUTPUT_DIR"]  # no machine's own path
+
+
+def test_a_readme_without_the_markers_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="settings:begin"):
+        reference.block("# a README with no block\n")
+    stale = tmp_path / "README.md"
+    stale.write_text(f"intro\n{reference.BEGIN}\n| old |\n{reference.END}\nafter\n")
+    assert reference.main(["--write", str(stale)]) == 0
+    assert stale.read_text() == f"intro\n{reference.BEGIN}\n{reference.settings_table()}{reference.END}\nafter\n"
