@@ -17,6 +17,20 @@ def missing(reason: str) -> None:
     pytest.skip(reason)
 
 
+def require_images(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows``, once every row's image is built (else skipped locally, failed under CI)."""
+    import docker
+
+    client = docker.from_env(timeout=60)
+    try:
+        absent = [r["image"] for r in rows if not client.images.list(name=r["image"])]
+    finally:
+        client.close()
+    if absent:
+        missing(f"task images missing ({', '.join(absent)}); {BUILD_HINT}")
+    return rows
+
+
 def gold_edit(patch: str) -> tuple[str, str, str] | None:
     """(path, old line, new line) of the gold patch's first single-line replacement in a non-test file."""
     path = None

@@ -23,7 +23,7 @@ from qwen_swe.reward.harness import Grade, grade_async
 from qwen_swe.reward.settings import RewardSettings
 from qwen_swe.sandbox.docker import reap
 from qwen_swe.sandbox.settings import SandboxSettings
-from tests.task_pack import BUILD_HINT, missing
+from tests.task_pack import BUILD_HINT, missing, require_images
 
 pytestmark = pytest.mark.docker
 TASK_ID = "qwenswe__confparse-1"
@@ -333,14 +333,7 @@ def _package_init(row: dict) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def pack():
-    client = docker.from_env(timeout=60)
-    try:
-        absent = [r["image"] for r in PACK if not client.images.list(name=r["image"])]
-    finally:
-        client.close()
-    if absent:
-        missing(f"task images {absent} are missing; {BUILD_HINT}")
-    return PACK
+    return require_images(PACK)
 
 
 def _grade_all(rows: list[dict], patches: list[str], tmp_path, run_id: str) -> list[Grade]:

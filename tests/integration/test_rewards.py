@@ -23,7 +23,7 @@ from qwen_swe.paths import REPO_ROOT, TASK_PACK
 from qwen_swe.reward import scoring as grading
 from qwen_swe.reward.harness import Grade, grade_async
 from qwen_swe.sandbox.docker import LABEL, DockerSandbox, reap
-from tests.task_pack import BUILD_HINT, missing
+from tests.task_pack import BUILD_HINT, missing, require_images
 
 pytestmark = pytest.mark.docker
 
@@ -59,14 +59,7 @@ IDS = [t["instance_id"] for t in TASKS] or ["no-task-pack"]
 def tasks() -> dict[str, dict]:
     if not TASKS:
         missing(f"no task pack at {TASK_PACK}; {BUILD_HINT}")
-    client = docker.from_env(timeout=60)
-    try:
-        absent = [t["image"] for t in TASKS if not client.images.list(name=t["image"])]
-    finally:
-        client.close()
-    if absent:
-        missing(f"task images missing ({', '.join(absent)}); {BUILD_HINT}")
-    return {t["instance_id"]: t for t in TASKS}
+    return {t["instance_id"]: t for t in require_images(TASKS)}
 
 
 @pytest.fixture
