@@ -16,9 +16,10 @@ import time
 import docker
 import pytest
 
-from qwen_swe.config.settings import load_settings
+from qwen_swe.config.settings import Settings
 from qwen_swe.data.source import SWEBenchDataSource
 from qwen_swe.paths import REPO_ROOT
+from tests.warm_start import small_run_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.vllm, pytest.mark.agent]
 RUN_ID = "qwen-swe-e2e-async"
@@ -27,7 +28,8 @@ STEPS = 3
 
 def _env(out) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("VLLM_URL", "MODEL", "DATASET")}
-    env.update(OUTPUT_DIR=str(out), NUM_ROLLOUTS=str(STEPS), RUN_ID=RUN_ID, MAX_STALENESS="1", STOP_TIMEOUT="20")
+    env.update(OUTPUT_DIR=str(out), NUM_ROLLOUTS=str(STEPS), RUN_ID=RUN_ID, MAX_STALENESS="1", STOP_TIMEOUT="20",
+               **small_run_env())
     return env
 
 
@@ -72,7 +74,7 @@ def test_off_policy_run_records_versions_and_resumes_exactly_after_sigterm(tmp_p
     assert proc.returncode == 0, f"the resumed run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     assert "resuming from" in proc.stdout + proc.stderr
 
-    settings = load_settings([], {"OUTPUT_DIR": str(out)})
+    settings = Settings.from_json(out / "settings.json")  # what the run used: the small warm start's sizes
     ds = SWEBenchDataSource.from_settings(settings)
     expected = [sorted(x.metadata["instance_id"] for g in ds.get_samples(settings.rollout_batch_size) for x in g)
                 for _ in range(STEPS)]

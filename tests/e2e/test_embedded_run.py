@@ -11,7 +11,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import docker
@@ -21,25 +20,15 @@ from safetensors.torch import load_file
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.source import SWEBenchDataSource
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir
+from tests.warm_start import small_run_env, small_warm_start
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.vllm, pytest.mark.agent]
 RUN_ID = "qwen-swe-e2e"
 
 
-def _small_warm_start() -> Path:
-    """A warm start of the embedded default's kind, built by the same stage, small enough for CI (the default's own
-    takes minutes; the test command's set-up leaves it to the main job), cached by its key like any other."""
-    proc = subprocess.run([sys.executable, "-m", "qwen_swe.warmstart", "build", "--demos", "2", "--steps", "1",
-                           "--batch", "2"], cwd=REPO_ROOT, text=True, capture_output=True, timeout=1800)
-    assert proc.returncode == 0, f"warm start failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return Path(proc.stdout.splitlines()[-1])
-
-
-def _run(out, num_rollouts: int, model: Path) -> subprocess.CompletedProcess:
+def _run(out, num_rollouts: int) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("VLLM_URL", "MODEL", "DATASET")}
-    # The default's groups are 3 x 4 a step; 2 x 2 keep the test's two runs as short as they were.
-    env.update(OUTPUT_DIR=str(out), NUM_ROLLOUTS=str(num_rollouts), RUN_ID=RUN_ID, MODEL=str(model),
-               ROLLOUT_BATCH_SIZE="2", N_SAMPLES="2")
+    env.update(OUTPUT_DIR=str(out), NUM_ROLLOUTS=str(num_rollouts), RUN_ID=RUN_ID, **small_run_env())
     proc = subprocess.run(["bash", "examples/qwen_swe/run_grpo.sh"], cwd=REPO_ROOT, env=env, text=True,
                           capture_output=True, timeout=2700)
     (out / f"run{num_rollouts}.log").write_text(proc.stdout + proc.stderr)
@@ -58,15 +47,14 @@ def _served_ids(out, step_file: str) -> list[str]:
 def test_embedded_default_trains_syncs_and_resumes(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
-    model = _small_warm_start()
-    _run(out, 1, model)
+    _run(out, 1)
     metrics = _jsonl(out / "metrics.jsonl")
     assert len(metrics) == 1
     checkpoints = sorted(p.name for p in (out / "checkpoints").iterdir())
     assert checkpoints and all(not c.endswith(".tmp") for c in checkpoints)
     assert (out / "checkpoints" / checkpoints[-1] / "complete").exists()
 
-    _run(out, 2, model)
+    _run(out, 2)
     metrics = _jsonl(out / "metrics.jsonl")
     assert len(metrics) == 2, metrics
 
@@ -91,7 +79,7 @@ def test_embedded_default_trains_syncs_and_resumes(tmp_path):
     # deterministically.) A sync of version 0 (a resume before any update) serves the base weights again.
     newest = sorted((out / "weights").iterdir())[-1]
     start = Path(settings.model_name)  # the warm-started policy, not the base model
-    assert start == model != embedded_model_dir() and (start.parent / "warmstart.json").is_file(), start
+    assert start == small_warm_start() != embedded_model_dir() and (start.parent / "warmstart.json").is_file(), start
     base, trained = load_file(start / "model.safetensors"), load_file(newest / "model.safetensors")
     moved = [k for k in base if k in trained and not base[k].float().equal(trained[k].float())]
     updated = [m for m in metrics if not m["skipped_update"]]

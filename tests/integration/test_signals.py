@@ -16,6 +16,7 @@ import docker
 import pytest
 
 from qwen_swe.paths import REPO_ROOT
+from tests.warm_start import small_run_env
 
 PARENT = textwrap.dedent("""
     import signal, sys, time
@@ -123,7 +124,7 @@ class Run:
         self.marker, self.out, self.run_id = uuid.uuid4().hex, out, run_id
         env = {k: v for k, v in os.environ.items() if k not in ("VLLM_URL", "MODEL", "DATASET")}
         env.update(OUTPUT_DIR=str(out), NUM_ROLLOUTS=str(num_rollouts), RUN_ID=run_id, STOP_TIMEOUT="20",
-                   QWEN_SWE_TEST_MARKER=self.marker)
+                   QWEN_SWE_TEST_MARKER=self.marker, **small_run_env())
         self.log = (out.parent / f"{run_id}-{self.marker[:6]}.log").open("w")
         self.proc = subprocess.Popen(["bash", "examples/qwen_swe/run_grpo.sh"], cwd=REPO_ROOT, env=env,
                                      stdout=self.log, stderr=subprocess.STDOUT)
@@ -187,7 +188,7 @@ def test_the_run_stops_cleanly_at_every_phase_and_resumes(tmp_path):
     final = subprocess.run(["bash", "examples/qwen_swe/run_grpo.sh"], cwd=REPO_ROOT, timeout=2400,
                            capture_output=True, text=True,
                            env={**{k: v for k, v in os.environ.items() if k not in ("VLLM_URL", "MODEL", "DATASET")},
-                                "OUTPUT_DIR": str(out), "NUM_ROLLOUTS": "2", "RUN_ID": run_id})
+                                "OUTPUT_DIR": str(out), "NUM_ROLLOUTS": "2", "RUN_ID": run_id, **small_run_env()})
     assert final.returncode == 0, final.stderr[-4000:]
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
     assert client.containers.list(all=True, filters={"label": f"qwen-swe.run={run_id}"}) == []

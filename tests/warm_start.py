@@ -1,0 +1,29 @@
+"""A small warm start for the tests that run the embedded default.
+
+The default's own policy (48 demonstrations, 12 SFT steps) takes about half an hour to build, so the test
+command's set-up (``setup.sh --tests``) leaves it to the main job; a test that ran the default without ``MODEL``
+would build it inside its timeout. These tests train this one instead: the same stage, 2 demonstrations and 1 SFT
+step, cached by its key like any other, and groups of 2 x 2, the sizes the tests were written for.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+from qwen_swe.paths import REPO_ROOT
+
+
+@cache
+def small_warm_start() -> Path:
+    proc = subprocess.run([sys.executable, "-m", "qwen_swe.warmstart", "build", "--demos", "2", "--steps", "1",
+                           "--batch", "2"], cwd=REPO_ROOT, text=True, capture_output=True, timeout=1800)
+    assert proc.returncode == 0, f"warm start failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return Path(proc.stdout.splitlines()[-1])
+
+
+def small_run_env() -> dict[str, str]:
+    """The settings a test's embedded run adds: the small warm start and groups of 2 x 2."""
+    return {"MODEL": str(small_warm_start()), "ROLLOUT_BATCH_SIZE": "2", "N_SAMPLES": "2"}
