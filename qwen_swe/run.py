@@ -92,8 +92,8 @@ def ensure_task_images(settings: Settings) -> None:
 
 def ensure_policy(settings: Settings) -> Settings:
     """The embedded default trains the warm-started SmolLM2: the base model supervised on expert demonstrations of
-    train tasks, built here once (minutes; ``scripts/setup.sh`` builds it ahead) and reused while its inputs are the
-    same. MODEL=<folder> trains that folder instead, the base model included."""
+    train tasks, built here once (about half an hour on 2 cores; ``scripts/setup.sh`` builds it ahead) and reused
+    while its inputs are the same. MODEL=<folder> trains that folder instead, the base model included."""
     if not settings.embedded or settings.inference.model or settings.offline:
         return settings
     log.info("embedded default: the policy is the warm-started SmolLM2 (python -m qwen_swe.warmstart build; "
