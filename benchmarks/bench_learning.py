@@ -294,7 +294,7 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
         t = time.monotonic()
         fit_before = _evaluate("fit_start", start_model, fit_rows, args.fit_k, work, args.seed, temperature)
         clock.add("fit_start", time.monotonic() - t)
-    if args.eval_base and before:  # what the warm start itself did on the held-out tasks: the same attempts on the base model
+    if args.eval_base and before:  # what the warm start did on the held-out tasks: the same attempts, base model
         t = time.monotonic()
         base = _evaluate("eval_base", Path(model), heldout_rows, args.k, work,
                          args.seed, temperature)
