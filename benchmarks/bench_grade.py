@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import tempfile
@@ -20,7 +19,8 @@ from pathlib import Path
 import docker
 
 from qwen_swe.config.settings import Settings
-from qwen_swe.paths import TASK_PACK
+from qwen_swe.data.taskpack import pack_task
+from qwen_swe.errors import TaskPackError
 from qwen_swe.reward import scoring as grading
 from qwen_swe.reward.harness import grade_async
 from qwen_swe.sandbox.docker import labels_for, reap
@@ -48,12 +48,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--task", default=None, help="instance id from the local task pack (default: the first)")
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
-    if not TASK_PACK.is_file():
-        sys.exit(f"no task pack at {TASK_PACK}; build it with `python -m qwen_swe.data.taskpack build`")
-    tasks = [json.loads(line) for line in TASK_PACK.read_text().splitlines() if line.strip()]
-    task = next((t for t in tasks if t["instance_id"] == args.task), None) if args.task else tasks[0]
-    if task is None:
-        sys.exit(f"--task {args.task} is not in {TASK_PACK}")
+    try:
+        task = pack_task(args.task)
+    except TaskPackError as exc:
+        sys.exit(str(exc))
     run_id = f"bench-grade-{uuid.uuid4().hex[:8]}"
     client = docker.from_env(timeout=300)
     graded, by_hand, parts = [], [], {}
