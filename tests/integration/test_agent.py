@@ -122,7 +122,7 @@ def test_scripted_rollout_edits_records_and_masks(task, run_id):
         hermes_call("run_shell_command", command="git -c user.email=a@b.c -c user.name=agent commit -qam wip"),
         "Fixed the bug.",
     ]
-    settings = load_settings([], env={}).replace(max_turns=8, agent_timeout=300.0)
+    settings = load_settings([], env={}).replace(max_turns=8, agent_timeout=300.0, tool_choice="required")
 
     async def plant_repo_settings(box):  # a repository's own settings must not win over ours
         await box.write_file("/testbed/.qwen/settings.json", json.dumps(
@@ -225,7 +225,7 @@ def test_hung_server_hits_the_budget_and_leaves_nothing_behind(task, run_id):
 @pytest.mark.docker
 @pytest.mark.agent
 def test_server_error_is_an_infrastructure_failure(task, run_id):
-    settings = load_settings([], env={}).replace(max_turns=8, agent_timeout=300.0)
+    settings = load_settings([], env={}).replace(max_turns=8, agent_timeout=300.0, tool_choice="required")
     result, turns, *_ = asyncio.run(_rollout(task, run_id, [Reply(status=500)], settings))
     assert result.outcome == "agent_error" and result.infra, result.log_tail
     assert "API Error" in result.log_tail
@@ -253,7 +253,7 @@ exec {AGENT_MOUNT}/node/bin/node "$@"
 @pytest.mark.docker
 @pytest.mark.agent
 def test_a_run_that_lost_its_prompt_is_run_again_from_a_clean_session(task, run_id):
-    settings = load_settings([], env={}).replace(max_turns=8, agent_timeout=300.0)
+    settings = load_settings([], env={}).replace(max_turns=8, agent_timeout=300.0, tool_choice="required")
 
     async def wrapped_bundle(box):  # the real bundle, its node reached through the wrapper above
         await box.write_file("/tmp/late/node/bin/node", _LOST_PROMPT, mode=0o755)
