@@ -3,7 +3,7 @@
 # Idempotent: each step keeps a stamp and is skipped when its inputs have not changed.
 # Where nvidia-smi lists a GPU, or with --gpu, the CUDA builds of torch and vLLM (scripts/setup/vllm_cuda.sh) take
 # the place of vLLM's CPU build (30_vllm.sh). --plan prints the steps it would run, and what the vLLM step would
-# install, and changes nothing. --tests: what the tests need, which is all but the main job's warm start (minutes of
+# install, and changes nothing. --tests: what the tests need, which is all but the main job's warm start (half an hour of
 # SFT; the tests build a small one of their own, and the main job builds the default's on its first run if set-up
 # has not).
 set -euo pipefail
