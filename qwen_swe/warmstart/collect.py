@@ -63,7 +63,8 @@ async def collect(rows: list[dict[str, Any]], settings: Settings, out: Path, rec
 
     rows, skipped = usable(rows)
     tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, settings.model_name)
-    straight = await _play(ExpertServer(rows, tokenizer), rows, settings)
+    expert = ExpertServer(rows, tokenizer)
+    straight = await _play(expert, rows, settings)
     stumbler = ExpertServer(rows, tokenizer, recover=recover)
     stumbling = [row for row in rows if stumble_for(row["problem_statement"], recover) is not None]
     stumbled = await _play(stumbler, stumbling, settings) if stumbling else []
@@ -85,7 +86,7 @@ async def collect(rows: list[dict[str, Any]], settings: Settings, out: Path, rec
               "unresolved": sum(s.status != Status.ABORTED and not run_of(s).resolved for s in samples),
               "tokens": sum(len(s.tokens) for s in resolved),
               "trained_tokens": sum(sum(s.loss_mask or []) for s in resolved), "recover": recover,
-              "stumbles": dict(stumbles)}
+              "stumbles": dict(stumbles), "gave_up": expert.gave_up + stumbler.gave_up}
     (out / "demos_report.json").write_text(json.dumps(report, indent=1) + "\n")
     return report
 

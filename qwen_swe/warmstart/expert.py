@@ -142,6 +142,9 @@ class ExpertServer:
             raise DataError(f"recover={recover}: the fraction of tasks with a stumble must be in [0, 1]")
         self.tokenizer, self.model, self.search, self.recover = tokenizer, model, search, recover
         self.fixes: dict[str, Fix] = {}
+        self.ids: dict[str, str] = {}
+        # the rollouts the expert gave up on, with the output it could not follow, so an unresolved one is explained
+        self.gave_up: list[dict[str, Any]] = []
         for row in rows:
             fix = one_line_fix(row.get("patch", ""))
             if fix is None:
@@ -151,6 +154,7 @@ class ExpertServer:
                 raise DataError(f"{row['instance_id']}: another task has the same problem statement and a different "
                                 "fix; give the expert tasks with distinct statements")
             self.fixes[statement] = fix
+            self.ids[statement] = str(row.get("instance_id"))
         self.end_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -162,8 +166,11 @@ class ExpertServer:
         traced = fix.path in traceback_paths(statement)
         names = imported_names(statement) if self.search and not traced else None
         last_output = prompt_text.rsplit(ASSISTANT, 1)[0].rsplit("<tool_response>", 1)[-1]
-        return expert_turn(fix, max(prompt_text.count(ASSISTANT) - 1, 0), names, last_output,
-                           stumble_for(statement, self.recover))
+        turn = max(prompt_text.count(ASSISTANT) - 1, 0)
+        out = expert_turn(fix, turn, names, last_output, stumble_for(statement, self.recover))
+        if out == GIVE_UP:
+            self.gave_up.append({"instance_id": self.ids[statement], "turn": turn, "output": last_output[-500:]})
+        return out
 
     def mistake_ids(self, row: dict[str, Any]) -> tuple[str | None, list[int]]:
         """A task's stumble and the token ids of its completion (to keep out of the loss); (None, []) without."""

@@ -41,7 +41,11 @@ def test_small_protocol(tmp_path):
     assert demos["demonstrations"] == len(lines) >= 1 and not demos["dropped"], demos  # the rest: no demo
     assert demos["demonstrations"] + demos["unresolved"] == demos["attempts"] > demos["tasks"], demos
     straight = {demo["instance_id"] for demo in lines if not demo["stumble"]}
-    assert demo_ids == straight and len(straight) < len(lines), lines  # a recovery adds to a task's straight demo
+    assert len(straight) < len(lines), lines  # a recovery adds to a task's straight demo
+    # every rollout left unresolved is one the expert gave up on, with the output it could not follow (once in CI a
+    # straight attempt ended unresolved while its stumbling twin resolved; the report now says why)
+    gave_up = {g["instance_id"] for g in demos["gave_up"]}
+    assert demos["unresolved"] == len(demos["gave_up"]) and demo_ids - straight <= gave_up, demos
     stumbles = {}
     for demo in lines:
         row = next(r for r in train if r["instance_id"] == demo["instance_id"])

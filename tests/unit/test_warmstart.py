@@ -64,7 +64,9 @@ def test_expert_searches_for_the_imported_names_and_reads_only_a_file_the_search
 
 def test_expert_finds_the_task_and_turn_from_the_prompt():
     rows = [_row("a", "bug A"), _row("b", "bug B", PATCH.replace("mod.py", "other.py"))]
-    assert ExpertServer(rows, _Tok()).reply("<|im_start|>user\nbug B<|im_end|>\n<|im_start|>assistant\n") == GIVE_UP
+    searching = ExpertServer(rows, _Tok())
+    assert searching.reply("<|im_start|>user\nbug B<|im_end|>\n<|im_start|>assistant\n") == GIVE_UP
+    assert [(g["instance_id"], g["turn"]) for g in searching.gave_up] == [("b", 0)]  # why it is unresolved
     server = ExpertServer(rows, _Tok(), search=False)
     prompt = "<|im_start|>user\nbug B<|im_end|>\n<|im_start|>assistant\n"
     assert "other.py" in server.reply(prompt) and "read_file" in server.reply(prompt)
