@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_run_settings(args)
         if settings.backend == "slime":
-            return launch_slime(settings)
+            return launch_slime(settings, given=frozenset(given_settings(args)))
         return run(settings)
     except SetupError as exc:
         print(f"qwen-swe: {exc}", file=sys.stderr)

@@ -27,7 +27,7 @@ from qwen_swe.backends.slime.batch import remove_zero_variance
 from qwen_swe.backends.slime.weights import SlimeWeightSync
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample, Status
-from qwen_swe.errors import ConfigError, WeightSyncError
+from qwen_swe.errors import SETUP_EXIT_CODE, ConfigError, WeightSyncError
 from qwen_swe.paths import embedded_model_dir
 from tests.conftest import SLIME_VENDOR
 from tests.unit.test_slime_backend import closed_port_url, flag_values, seed_env  # noqa: F401 - the fixture
@@ -247,9 +247,19 @@ def test_settings_slime_cannot_honour_are_refused_by_name(setting, needle, tmp_p
             full_plan(root, tmp_path, **setting)
 
 
-def test_fp32_training_is_named_as_what_slime_does_not_do(tmp_path):
-    assert any(w.startswith("MIXED_PRECISION=0: slime trains in bf16") for w in full_plan(V031, tmp_path).warnings)
+def test_fp32_training_is_named_as_what_slime_does_not_do(tmp_path, capsys):
+    # unset, the built-in trainer's fp32 default: slime's bf16 is a warning, so the default settings still launch
+    assert any(w.startswith("MIXED_PRECISION is unset: slime trains in bf16")
+               for w in full_plan(V031, tmp_path).warnings)
     assert not full_plan(V022, tmp_path, mixed_precision=True).warnings
+    # asked for by the user: refused, by build_plan and by the launcher's own entry point
+    s = Settings.build(backend="slime", slime_dir=V022, vllm_url=closed_port_url(), output_dir=tmp_path / "run",
+                       model=seed_model_folder(tmp_path))
+    with pytest.raises(sb.SlimeBackendError, match="cannot honour these settings: MIXED_PRECISION=0"):
+        sb.build_plan(s, python="python", env_report=OK, check_server_routes=False, given={"mixed_precision"})
+    assert sb.launch(s, dry_run=True, given={"mixed_precision"}) == SETUP_EXIT_CODE
+    assert "MIXED_PRECISION=0: slime trains in bf16 on both its backends, fp32 is not available there" in \
+        capsys.readouterr().err
 
 
 def test_the_megatron_layout_is_checked_against_the_gpus_and_the_model(tmp_path):

@@ -14,11 +14,13 @@ engine, and our rollout function, which replaces slime's, drives the external vL
 
 Off-policy: MAX_STALENESS=1 runs slime's ``train_async.py`` (the next rollout runs while a step trains, one in
 flight); MAX_STALENESS=0 runs ``train.py``. Precision: both slime backends compute in bf16 (v0.2.2's FSDP
-mixed-precision policy, v0.3.x's ``args.bf16``), as MIXED_PRECISION=1 does; MIXED_PRECISION=0 (the built-in
-trainer's fp32 default) gets a warning, not a refusal, so the default settings still launch.
+mixed-precision policy, v0.3.x's ``args.bf16``), as MIXED_PRECISION=1 does. MIXED_PRECISION=0 given by the user is
+refused; left unset (the built-in trainer's fp32 default) it gets a warning, so the default settings still launch.
 """
 
 from __future__ import annotations
+
+from typing import Collection
 
 from qwen_swe.config.settings import Settings
 
@@ -30,9 +32,13 @@ def script(s: Settings) -> str:
     return ASYNC_SCRIPT if s.train.max_staleness == 1 else SYNC_SCRIPT
 
 
-def refusals(s: Settings) -> list[str]:
-    """Every setting of ``s`` slime cannot honour, each naming the setting and what to set instead."""
+def refusals(s: Settings, given: Collection[str] = ()) -> list[str]:
+    """Every setting of ``s`` slime cannot honour, each naming the setting and what to set instead; ``given``: the
+    settings the user set (``given_settings``), for those refused only when asked for."""
     out = []
+    if "mixed_precision" in given and not s.train.mixed_precision:
+        out.append("MIXED_PRECISION=0: slime trains in bf16 on both its backends, fp32 is not available there; unset "
+                   "MIXED_PRECISION (or set 1), or use BACKEND=fsdp for fp32")
     if s.train.lora_rank:
         out.append(f"LORA_RANK={s.train.lora_rank}: slime trains every parameter (no LoRA in v0.2.2's FSDP actor "
                    "nor in v0.3.x's Megatron actor); set LORA_RANK=0 or use BACKEND=fsdp")
@@ -72,9 +78,9 @@ def refusals(s: Settings) -> list[str]:
     return out
 
 
-def warnings(s: Settings) -> list[str]:
+def warnings(s: Settings, given: Collection[str] = ()) -> list[str]:
     """Settings slime runs differently from the built-in trainer without changing what is learned from."""
-    if not s.train.mixed_precision:
-        return ["MIXED_PRECISION=0: slime trains in bf16 on both its backends (as MIXED_PRECISION=1 does); the "
-                "built-in trainer's fp32 is not available there"]
+    if not s.train.mixed_precision and "mixed_precision" not in given:
+        return ["MIXED_PRECISION is unset: slime trains in bf16 on both its backends (as MIXED_PRECISION=1 does), "
+                "not in the built-in trainer's default fp32"]
     return []

@@ -8,7 +8,7 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from qwen_swe.backends.slime import megatron
 from qwen_swe.backends.slime.carry import extra_args_files
@@ -67,14 +67,17 @@ class LaunchPlan:
 
 
 def build_plan(s: Settings, *, python: str | None = None, env_report: dict[str, Any] | None = None,
-               check_server_routes: bool = True) -> LaunchPlan:
+               check_server_routes: bool = True, given: Collection[str] = ()) -> LaunchPlan:
     """The full launch plan for ``s``, with every problem found. Raises SlimeBackendError when no command line can
-    be built at all (a setting slime cannot honour, no SLIME_DIR, a model without Megatron arguments)."""
+    be built at all (a setting slime cannot honour, no SLIME_DIR, a model without Megatron arguments). ``given``:
+    the settings the user set, as ``given_settings`` names them."""
     if s.slime_dir is None:
         raise SlimeBackendError("BACKEND=slime needs SLIME_DIR: a slime v0.2.2 or v0.3.x checkout")
+    if refused := features.refusals(s, given):
+        raise SlimeBackendError("slime cannot honour these settings: " + "; ".join(refused))
     slime_dir = Path(s.slime_dir).expanduser().resolve()
     problems: list[str] = []
-    warnings = features.warnings(s)
+    warnings = features.warnings(s, given)
     backend = "fsdp"
     try:
         release = detect_release(slime_dir)

@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Collection, Sequence
 
 from qwen_swe.backends.slime.batch import batch_problems, trim_trailing_pad, validate_rollout_batch
 from qwen_swe.backends.slime.carry import SETTINGS_FILE, extra_args_files, settings_from_slime_args
@@ -28,7 +28,7 @@ from qwen_swe.backends.slime.environment import IMAGE_HINT, PACKAGES, check_pack
 from qwen_swe.backends.slime.launch_plan import LaunchPlan, Step, build_plan
 from qwen_swe.backends.slime.train_args import (DATA_SOURCE_PATH, EXTRA_ARGS_FILE, ROLLOUT_FUNCTION_PATH,
                                                 megatron_train_args, train_args)
-from qwen_swe.config.settings import Settings, load_settings
+from qwen_swe.config.settings import Settings, given_settings, load_settings
 from qwen_swe.errors import SETUP_EXIT_CODE, ConfigError, SlimeBackendError
 
 __all__ = ["DATA_SOURCE_PATH", "EXTRA_ARGS_FILE", "IMAGE_HINT", "PACKAGES", "PACKAGE_DIR", "ROLLOUT_FUNCTION_PATH",
@@ -50,19 +50,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         settings = load_settings(rest, profile=False)
+        given = frozenset(given_settings(rest))
     except ConfigError as exc:
         print(f"slime backend: {exc}", file=sys.stderr)
         return SETUP_EXIT_CODE
-    return launch(settings, dry_run=ours.dry_run)
+    return launch(settings, dry_run=ours.dry_run, given=given)
 
 
-def launch(settings: Settings, *, dry_run: bool = False) -> int:
+def launch(settings: Settings, *, dry_run: bool = False, given: Collection[str] = ()) -> int:
     """Check everything, run the steps, then replace this process with slime's train.py (or print the plan with
-    ``dry_run``)."""
+    ``dry_run``). ``given``: the settings the user set (some are refused only when asked for)."""
     try:
         if settings.backend != "slime":
             settings = settings.replace(backend="slime")
-        plan = build_plan(settings)
+        plan = build_plan(settings, given=given)
     except (ConfigError, SlimeBackendError) as exc:
         print(f"slime backend: {exc}", file=sys.stderr)
         return SETUP_EXIT_CODE
