@@ -1,13 +1,15 @@
 """One GRPO training step on 2 gloo ranks (FSDP2, CPU): tokens/s, and the chunked response log-probs
 against the full-logits reference (``[B*T, vocab]`` fp32 logits at once) measured in the same run; with
-``--mixed-precision`` also bf16 compute (``MIXED_PRECISION=true``) against the fp32 chunked step.
+``--mixed-precision`` also bf16 compute (``MIXED_PRECISION=true``) against the fp32 chunked step; with ``--recompute``
+the bf16 step with recomputed activations (``ACTIVATION_CHECKPOINTING=true``, the warm start's SFT before it ran
+without) against the same step without.
 
 Each (model, variant) runs in its own torchrun so peak memory is not shared between variants. Peak memory
 is the rise of the kernel's peak RSS (VmHWM, reset via /proc/self/clear_refs) over the RSS before the
 timed steps, per rank; glibc is told to return large frees to the OS so the rise is the step's own.
 
 Run: .venv/bin/python -m benchmarks.bench_train_step [--samples 4] [--tokens 256] [--prompt 64] [--steps 2]
-     [--mixed-precision]
+     [--mixed-precision] [--recompute]
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def _status_kb(field: str) -> int:
 
 
 def worker(model: str, chunk: int, samples: int, tokens: int, prompt: int, steps: int, out: Path,
-           mixed_precision: bool = False) -> None:
+           mixed_precision: bool = False, recompute: bool = False) -> None:
     """torchrun worker: warm-up step, then ``steps`` timed steps; rank 0 writes the figures."""
     import torch
     import torch.distributed as dist
@@ -46,7 +48,8 @@ def worker(model: str, chunk: int, samples: int, tokens: int, prompt: int, steps
     dist.init_process_group("gloo")
     cpu = torch.device("cpu")
     torch.manual_seed(0)
-    policy = build_policy(model, device=cpu, chunk_size=chunk, mixed_precision=mixed_precision)
+    policy = build_policy(model, device=cpu, chunk_size=chunk, mixed_precision=mixed_precision,
+                          activation_checkpointing=recompute)
     opt = torch.optim.AdamW(policy.parameters(), lr=1e-6, weight_decay=0.0)
     settings = Settings.build(vllm_url="http://127.0.0.1:9", micro_batch_size=samples)
     rng = random.Random(0)
@@ -77,12 +80,14 @@ def worker(model: str, chunk: int, samples: int, tokens: int, prompt: int, steps
     dist.destroy_process_group()
 
 
-def run_variant(model: str, chunk: int, args: argparse.Namespace, mixed_precision: bool = False) -> dict:
+def run_variant(model: str, chunk: int, args: argparse.Namespace, mixed_precision: bool = False,
+                recompute: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                "-m", "benchmarks.bench_train_step", "--worker", model, str(chunk), str(args.samples),
-               str(args.tokens), str(args.prompt), str(args.steps), str(out), str(int(mixed_precision))]
+               str(args.tokens), str(args.prompt), str(args.steps), str(out), str(int(mixed_precision)),
+               str(int(recompute))]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "MALLOC_MMAP_THRESHOLD_": "65536",
                "PYTHONPATH": str(REPO_ROOT)}
         proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800)
@@ -94,9 +99,9 @@ def run_variant(model: str, chunk: int, args: argparse.Namespace, mixed_precisio
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
-        m, chunk, samples, tokens, prompt, steps, out, mixed = argv[1:9]
+        m, chunk, samples, tokens, prompt, steps, out, mixed, recompute = argv[1:10]
         run_rank(lambda: worker(m, int(chunk), int(samples), int(tokens), int(prompt), int(steps), Path(out),
-                                mixed == "1"))
+                                mixed == "1", recompute == "1"))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=256)
@@ -105,6 +110,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chunk", type=int, default=256, help="lm_head chunk (response tokens)")
     parser.add_argument("--mixed-precision", action="store_true",
                         help="also time bf16 compute (MIXED_PRECISION) against the fp32 chunked step")
+    parser.add_argument("--recompute", action="store_true",
+                        help="time only the bf16 step with recomputed activations against the bf16 step without")
     args = parser.parse_args(argv)
 
     from tests.tiny_model import tiny_model_dir
@@ -125,6 +132,16 @@ def main(argv: list[str] | None = None) -> None:
               f"peak RSS rise per rank {r['peak_rise_mb']:7.0f} MB  grad norm {r['grad_norm']:.6f}")
 
     for name, path in models:
+        if args.recompute:
+            plain = run_variant(path, args.chunk, args, mixed_precision=True)
+            again = run_variant(path, args.chunk, args, mixed_precision=True, recompute=True)
+            print(f"{name}:")
+            line("bf16, activations kept", plain)
+            line("bf16, activations recomputed", again)
+            print(f"  ratio recomputed/kept: time {again['step_s'] / plain['step_s']:.2f}x, peak memory "
+                  f"{again['peak_rise_mb'] / max(plain['peak_rise_mb'], 1e-9):.2f}x, grad norm equal: "
+                  f"{again['grad_norm'] == plain['grad_norm']}")
+            continue
         chunked = run_variant(path, args.chunk, args)
         full = run_variant(path, 0, args)
         print(f"{name}:")
