@@ -24,6 +24,7 @@ from qwen_swe.errors import TaskPackError
 from qwen_swe.reward import scoring as grading
 from qwen_swe.reward.harness import grade_async
 from qwen_swe.sandbox.docker import labels_for, reap
+from qwen_swe.sandbox.factory import DockerSandboxes
 
 _BY_HAND = "cd /testbed && printf %s \"$PATCH\" > /tmp/p.diff && git apply /tmp/p.diff && printf %s \"$EVAL\" > /eval.sh " \
            "&& bash /eval.sh"
@@ -62,7 +63,8 @@ def main(argv: list[str] | None = None) -> None:
             for _ in range(args.runs):
                 t0 = time.perf_counter()
                 g = asyncio.run(grade_async(task, task["patch"], reward=settings.reward, sandbox=settings.sandbox,
-                                            log_dir=settings.output_dir / "grades", run_id=run_id, client=client))
+                                            log_dir=settings.output_dir / "grades", run_id=run_id,
+                                            sandboxes=DockerSandboxes(settings.sandbox, client=client)))
                 graded.append(time.perf_counter() - t0)
                 if not g.resolved:
                     sys.exit(f"the gold patch of {task['instance_id']} did not resolve: {g.status} {g.reason}")

@@ -23,6 +23,7 @@ from qwen_swe.errors import TaskPackError
 from qwen_swe.reward.harness import Grade, grade_async
 from qwen_swe.reward.settings import RewardSettings
 from qwen_swe.sandbox.docker import reap
+from qwen_swe.sandbox.factory import DockerSandboxes
 from qwen_swe.sandbox.settings import SandboxSettings
 
 
@@ -30,7 +31,8 @@ def _grade(task: dict, witness: bool, log_dir: Path, run_id: str, client: docker
     t0 = time.perf_counter()
     grade = asyncio.run(grade_async(task, task["patch"], reward=RewardSettings(eval_timeout=300.0),
                                     sandbox=SandboxSettings(image_namespace=""), run_id=run_id, log_dir=log_dir,
-                                    client=client, witness=witness))
+                                    sandboxes=DockerSandboxes(SandboxSettings(image_namespace=""), client=client),
+                                    witness=witness))
     seconds = time.perf_counter() - t0
     if not grade.resolved or "reward_hack" in grade.details:
         sys.exit(f"the gold patch of {task['instance_id']} (witness {witness}) was not resolved cleanly: "

@@ -1,11 +1,12 @@
 """Grade a model patch the way SWE-bench does, in a fresh container, and turn the verdict into a reward.
 
-Flow of one grade (mirrors swebench 4.1.0 ``run_instance``): a new container from the instance image with no
-network (never the rollout container, so nothing the agent left behind can influence the tests); the patch,
-minus its test-tampering parts (rule in ``grading``), written to ``/tmp/patch.diff`` and applied with swebench's
-own ladder (``git apply --verbose``, ``git apply --verbose --reject``, ``patch --batch --fuzz=5 -p1 -i``, as 4.1.0
-runs them); the eval script run under the eval timeout, with the tamper witness (``audit``) on PYTHONPATH; the log,
-without the witness's records, judged by swebench's parser and grading functions.
+Flow of one grade (mirrors swebench 4.1.0 ``run_instance``): a new sandbox from the instance image, with no
+network unless GRADE_NETWORK says otherwise (never the rollout container, so nothing the agent left behind can
+influence the tests); the patch, minus its test-tampering parts (rule in ``grading``), written to
+``/tmp/patch.diff`` and applied with swebench's own ladder (``git apply --verbose``, ``git apply --verbose
+--reject``, ``patch --batch --fuzz=5 -p1 -i``, as 4.1.0 runs them); the eval script run under the eval timeout,
+with the tamper witness (``audit``) on PYTHONPATH; the log, without the witness's records, judged by swebench's
+parser and grading functions.
 
 Outcomes:
 - ``graded`` with +1 (resolved) or -1 (not): empty patch (no container), a patch that only touched tests, a patch
@@ -14,29 +15,36 @@ Outcomes:
   crash, eval timeout, a log without the test markers, an instance that cannot be graded. The caller drops such a
   sample instead of training on it.
 
+The machine comes from a ``SandboxFactory`` (default: Docker containers with the sandbox section's limits), so the
+grader holds no engine client and runs on any backend of ``qwen_swe.sandbox.base``.
+
 Each grade writes its own folder ``<log_dir>/<instance_id>/<grade id>/`` (patch, eval script, test output,
-grade.json) and uses no shared logger, so concurrent grades of one instance never mix their logs.
+grade.json) and shares no log file, so concurrent grades of one instance never mix their logs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import logging
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
-import docker
-
+from qwen_swe.errors import SandboxError
 from qwen_swe.paths import TESTBED
 from qwen_swe.reward import audit, tamper
 from qwen_swe.reward import scoring as grading
 from qwen_swe.reward.settings import RewardSettings
-from qwen_swe.sandbox.docker import DockerSandbox, SandboxError, docker_client, ensure_image, image_for
+from qwen_swe.sandbox.base import Sandbox, SandboxFactory, SandboxRequest
+from qwen_swe.sandbox.factory import DockerSandboxes
 from qwen_swe.sandbox.settings import SandboxSettings
 
 PATCH_PATH = "/tmp/patch.diff"
@@ -45,6 +53,7 @@ EVAL_OUTPUT_LIMIT = 64 << 20   # an eval log is parsed, so it must not be cut; l
 APPLY_TIMEOUT = 300.0
 MODES = ("binary", "fractional", "shaped")
 DEFAULT_RUN_ID = "qwen-swe-grade"  # the container label of a grade outside a run
+log = logging.getLogger(__name__)
 
 
 class GradeStatus(str, Enum):
@@ -68,8 +77,47 @@ class Grade:
         return self.status == GradeStatus.ABORTED
 
 
-def _aborted(reason: str, details: dict[str, Any], timings: dict[str, float]) -> Grade:
-    return Grade(0.0, False, GradeStatus.ABORTED, reason, 0.0, 0.0, details, timings)
+@dataclass(frozen=True)
+class Bench:
+    """Where grades run, the same for every grade of a caller: the machines, their label, network and time limit,
+    and the folder that gets one sub-folder per grade."""
+
+    sandboxes: SandboxFactory
+    run_id: str
+    log_root: Path
+    eval_timeout: float
+    network: str = "none"
+
+
+@dataclass
+class Record:
+    """One grade in progress: its row, what it has found (``details``, written to grade.json) and its phase times."""
+
+    instance: dict
+    details: dict[str, Any]
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def failed(self, reason: str) -> Grade:
+        return self.verdict(-1.0, GradeStatus.GRADED, reason)
+
+    def aborted(self, reason: str) -> Grade:
+        return self.verdict(0.0, GradeStatus.ABORTED, reason)
+
+    def verdict(self, reward: float, status: GradeStatus, reason: str | None, resolved: bool = False,
+                f2p: float = 0.0, p2p: float = 0.0) -> Grade:
+        return Grade(reward=reward, resolved=resolved, status=status, reason=reason, f2p_passed=f2p, p2p_passed=p2p,
+                     details=self.details, timings=self.timings)
+
+    @contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        """Record the phase's seconds when it finishes (a phase that raises is not timed, as before)."""
+        t = time.monotonic()
+        yield
+        self.timings[phase] = time.monotonic() - t
+
+
+def _log_root(log_dir: Path | None) -> Path:
+    return Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "qwen_swe_grades"
 
 
 def _pytest_based(instance: dict) -> bool:
@@ -80,46 +128,41 @@ def _pytest_based(instance: dict) -> bool:
         return False
 
 
-async def _read_optional(box: DockerSandbox, path: str) -> str | None:
+async def _read_optional(box: Sandbox, path: str) -> str | None:
     try:
         return (await box.read_file(path)).decode("utf-8", "replace")
     except SandboxError:
         return None
 
 
-def _failed(reason: str, details: dict[str, Any], timings: dict[str, float]) -> Grade:
-    return Grade(-1.0, False, GradeStatus.GRADED, reason, 0.0, 0.0, details, timings)
-
-
 async def grade_async(instance: dict, patch: str, *, reward: RewardSettings | None = None,
                       sandbox: SandboxSettings | None = None, run_id: str = DEFAULT_RUN_ID, mode: str | None = None,
                       agent_stats: dict | None = None, log_dir: Path | None = None,
-                      client: docker.DockerClient | None = None,
-                      boot_limit: asyncio.Semaphore | None = None, witness: bool = True) -> Grade:
-    """Grade ``patch`` for ``instance`` (a SWE-bench row) in a fresh container; see the module docstring.
+                      sandboxes: SandboxFactory | None = None, witness: bool = True) -> Grade:
+    """Grade ``patch`` for ``instance`` (a SWE-bench row) in a fresh sandbox; see the module docstring.
 
     ``reward`` and ``sandbox`` are the grader's settings sections (default: the seed's values); ``mode`` defaults to
     ``reward.reward_mode``; ``run_id`` labels the container so the run's ``reap`` finds it; ``agent_stats``
-    (``response_tokens``, ``tool_calls``, ``completed``) feeds the shaped mode; ``boot_limit`` bounds container
-    starts shared with other work; ``log_dir`` (default under the temp folder) gets one folder per grade;
-    ``witness=False`` grades without the in-process witness (``audit``), for measuring what it costs.
+    (``response_tokens``, ``tool_calls``, ``completed``) feeds the shaped mode; ``sandboxes`` makes the machine
+    (default: ``DockerSandboxes(sandbox)``; pass one to share a client or bound starts with other work);
+    ``log_dir`` (default under the temp folder) gets one folder per grade; ``witness=False`` grades without the
+    in-process witness (``audit``), for measuring what it costs.
     """
     reward, sandbox = reward or RewardSettings(), sandbox or SandboxSettings()
     mode = mode or reward.reward_mode
     if mode not in MODES:
         raise ValueError(f"reward mode {mode!r} is not one of {', '.join(MODES)}")
     t0 = time.monotonic()
-    timings: dict[str, float] = {}
-    details: dict[str, Any] = {"mode": mode, "instance_id": instance.get("instance_id")}
-    log_root = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "qwen_swe_grades"
-    grade = await _grade(instance, patch or "", reward, sandbox, run_id, log_root, client, boot_limit, details,
-                         timings, witness)
-    timings["total"] = time.monotonic() - t0
+    bench = Bench(sandboxes or DockerSandboxes(sandbox), run_id, _log_root(log_dir), reward.eval_timeout,
+                  reward.grade_network)
+    rec = Record(instance, {"mode": mode, "instance_id": instance.get("instance_id")})
+    grade = await _grade(bench, rec, patch or "", witness)
+    rec.timings["total"] = time.monotonic() - t0
     if grade.status == GradeStatus.GRADED and mode != "binary":
-        _apply_mode(grade, mode, instance, details.get("kept_files", set()), agent_stats, reward)
-    details.pop("kept_files", None)
-    if "log_dir" in details:
-        Path(details["log_dir"], "grade.json").write_text(json.dumps(asdict(grade), indent=2, default=str) + "\n")
+        _apply_mode(grade, mode, instance, rec.details.get("kept_files", set()), agent_stats, reward)
+    rec.details.pop("kept_files", None)
+    if "log_dir" in rec.details:
+        Path(rec.details["log_dir"], "grade.json").write_text(json.dumps(asdict(grade), indent=2, default=str) + "\n")
     return grade
 
 
@@ -140,131 +183,118 @@ def _apply_mode(g: Grade, mode: str, instance: dict, kept: set[str], agent_stats
         g.details["components"] = vars(comps)
 
 
-async def _grade(instance: dict, patch: str, reward: RewardSettings, sandbox: SandboxSettings, run_id: str,
-                 log_root: Path, client: docker.DockerClient | None, boot_limit: asyncio.Semaphore | None,
-                 details: dict[str, Any], timings: dict[str, float], witness: bool) -> Grade:
+async def _grade(bench: Bench, rec: Record, patch: str, witness: bool) -> Grade:
+    """The guards before any machine: empty patch, ungradable row, test-only patch, the static tamper scan."""
+    instance, details = rec.instance, rec.details
     if not patch.strip():
-        return _failed("empty patch", details, timings)
+        return rec.failed("empty patch")
     try:
         grading.eval_script(instance)
         grading.parser_for(instance)
     except grading.GradingError as exc:
-        return _aborted(str(exc), details, timings)
+        return rec.aborted(str(exc))
     kept, dropped = grading.filter_patch(patch, grading.patch_files(instance.get("test_patch") or ""))
     details.update(dropped=dropped, dropped_hunks=sum(d["hunks"] for d in dropped),
                    kept_files=grading.patch_files(kept))
     if not kept.strip():
-        return _failed("the patch only changes tests or test configuration", details, timings)
+        return rec.failed("the patch only changes tests or test configuration")
     if hits := tamper.scan(kept, instance):
         details["reward_hack"] = hits
-        return _failed(f"reward_hack_suspected: {hits[0]}", details, timings)
+        return rec.failed(f"reward_hack_suspected: {hits[0]}")
     witnessed = kept if witness and audit.applies(instance) else None
-    return await _evaluate(instance, kept, sandbox, reward.eval_timeout, run_id, log_root, client, boot_limit,
-                           details, timings, witnessed)
+    return await _evaluate(bench, rec, kept, witnessed)
 
 
 async def evaluate(instance: dict, patch: str = "", *, sandbox: SandboxSettings | None = None,
                    eval_timeout: float = 1800.0, run_id: str = DEFAULT_RUN_ID, log_dir: Path | None = None,
-                   client: docker.DockerClient | None = None) -> Grade:
-    """Run the instance's eval in a fresh container after applying ``patch`` as it is (empty: the base commit)
-    and judge the log with swebench's logic: the binary verdict plus ``details["status_map"]`` (test -> status).
+                   sandboxes: SandboxFactory | None = None) -> Grade:
+    """Run the instance's eval in a fresh no-network sandbox after applying ``patch`` as it is (empty: the base
+    commit) and judge the log with swebench's logic: the binary verdict plus ``details["status_map"]``.
 
     This is the grader without its guards (no test-file filtering, no empty-patch shortcut), for proving tasks.
     """
-    details: dict[str, Any] = {"mode": "binary", "instance_id": instance.get("instance_id")}
-    timings: dict[str, float] = {}
-    log_root = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "qwen_swe_grades"
+    rec = Record(instance, {"mode": "binary", "instance_id": instance.get("instance_id")})
     try:
         grading.parser_for(instance)
     except grading.GradingError as exc:
-        return _aborted(str(exc), details, timings)
-    return await _evaluate(instance, patch, sandbox or SandboxSettings(), eval_timeout, run_id, log_root, client,
-                           None, details, timings)
+        return rec.aborted(str(exc))
+    bench = Bench(sandboxes or DockerSandboxes(sandbox or SandboxSettings()), run_id, _log_root(log_dir),
+                  eval_timeout)
+    return await _evaluate(bench, rec, patch, None)
 
 
-async def _evaluate(instance: dict, patch: str, sandbox: SandboxSettings, eval_timeout: float, run_id: str,
-                    log_root: Path, client: docker.DockerClient | None, boot_limit: asyncio.Semaphore | None,
-                    details: dict[str, Any], timings: dict[str, float], witnessed: str | None = None) -> Grade:
-    """The container part: a fresh no-network container, apply, eval, judge; infrastructure failures abort.
+async def _evaluate(bench: Bench, rec: Record, patch: str, witnessed: str | None) -> Grade:
+    """The machine part: a fresh sandbox, apply, eval, judge; infrastructure failures abort.
 
     ``witnessed``: the patch whose added lines the in-process witness (``audit``) blames, or None for no witness.
     """
+    instance, details = rec.instance, rec.details
     try:
         script = grading.eval_script(instance)
     except grading.GradingError as exc:
-        return _aborted(str(exc), details, timings)
-    gdir = log_root / str(instance["instance_id"]) / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        return rec.aborted(str(exc))
+    gdir = bench.log_root / str(instance["instance_id"]) / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
     gdir.mkdir(parents=True, exist_ok=True)
     (gdir / "patch.diff").write_text(patch)
     (gdir / "eval.sh").write_text(script)
     details.update(log_dir=str(gdir), log_path=str(gdir / "test_output.txt"))
-
-    image = image_for(instance, sandbox.image_namespace)
-    details["image"] = image
-    own = client is None
-    try:
-        t = time.monotonic()
-        if client is None:
-            client = await asyncio.to_thread(docker_client)
-        await asyncio.to_thread(ensure_image, client, image)
-        timings["image"] = time.monotonic() - t
-        box = DockerSandbox.for_instance(sandbox, instance, run_id=run_id, role="grade", network="none",
+    if bench.network != "none":
+        log.warning("grading %s with network %r (GRADE_NETWORK): the code under test can reach out",
+                    instance.get("instance_id"), bench.network)
+        details["network"] = bench.network
+    box = bench.sandboxes(SandboxRequest(instance, bench.run_id, "grade", network=bench.network,
                                          base_commit=instance.get("base_commit"), hide_future=False,
-                                         boot_limit=boot_limit, output_limit=EVAL_OUTPUT_LIMIT,
-                                         client=client)
+                                         output_limit=EVAL_OUTPUT_LIMIT))
+    details["image"] = box.image
+    try:
+        with rec.timed("image"):
+            await box.prepare()
         t = time.monotonic()
         async with box:
-            timings["start"] = time.monotonic() - t
-            result = await _run_in(box, instance, patch, script, eval_timeout, gdir, details, timings, witnessed)
+            rec.timings["start"] = time.monotonic() - t
+            result = await _run_in(box, bench, rec, gdir, patch, script, witnessed)
             t = time.monotonic()
-        timings["remove"] = time.monotonic() - t
+        rec.timings["remove"] = time.monotonic() - t
         return result
     except SandboxError as exc:
-        return _aborted(str(exc), details, timings)
-    except docker.errors.DockerException as exc:
-        return _aborted(f"Docker error while grading: {exc}", details, timings)
-    finally:
-        if own and client is not None:
-            client.close()
+        return rec.aborted(str(exc))
 
 
-async def _run_in(box: DockerSandbox, instance: dict, patch: str, script: str, eval_timeout: float, gdir: Path,
-                  details: dict[str, Any], timings: dict[str, float], witnessed: str | None) -> Grade:
+async def _run_in(box: Sandbox, bench: Bench, rec: Record, gdir: Path, patch: str, script: str,
+                  witnessed: str | None) -> Grade:
     if patch.strip():
-        applied = await _apply(box, patch, gdir, details, timings)
+        applied = await _apply(box, rec, gdir, patch)
         if applied is None:
-            return _failed("the patch does not apply", details, timings)
-    return await _eval(box, instance, script, eval_timeout, gdir, details, timings, witnessed)
+            return rec.failed("the patch does not apply")
+    return await _eval(box, bench, rec, gdir, script, witnessed)
 
 
-async def _apply(box: DockerSandbox, patch: str, gdir: Path, details: dict[str, Any],
-                 timings: dict[str, float]) -> str | None:
+async def _apply(box: Sandbox, rec: Record, gdir: Path, patch: str) -> str | None:
     """swebench's apply ladder; the command that applied, or None."""
-    t = time.monotonic()
-    await box.write_file(PATCH_PATH, patch)
-    attempts = []
-    applied = None
-    for cmd in grading.GIT_APPLY_CMDS:
-        res = await box.exec(f"{cmd} {PATCH_PATH}", timeout=APPLY_TIMEOUT, workdir=TESTBED)
-        if res.timed_out:
-            raise SandboxError(f"`{cmd}` timed out after {APPLY_TIMEOUT:.0f}s in {box.name}")
-        attempts.append(f"$ {cmd} {PATCH_PATH}\n(exit {res.exit_code})\n{res.output}")
-        if res.exit_code == 0:
-            applied = cmd
-            break
-    (gdir / "apply.log").write_text("\n".join(attempts))
-    timings["apply"] = time.monotonic() - t
-    details["apply_cmd"] = applied
-    details["applied"] = applied is not None
+    with rec.timed("apply"):
+        await box.write_file(PATCH_PATH, patch)
+        attempts = []
+        applied = None
+        for cmd in grading.GIT_APPLY_CMDS:
+            res = await box.exec(f"{cmd} {PATCH_PATH}", timeout=APPLY_TIMEOUT, workdir=TESTBED)
+            if res.timed_out:
+                raise SandboxError(f"`{cmd}` timed out after {APPLY_TIMEOUT:.0f}s in {box.image}")
+            attempts.append(f"$ {cmd} {PATCH_PATH}\n(exit {res.exit_code})\n{res.output}")
+            if res.exit_code == 0:
+                applied = cmd
+                break
+        (gdir / "apply.log").write_text("\n".join(attempts))
+    rec.details["apply_cmd"] = applied
+    rec.details["applied"] = applied is not None
     return applied
 
 
-async def _eval(box: DockerSandbox, instance: dict, script: str, eval_timeout: float, gdir: Path,
-                details: dict[str, Any], timings: dict[str, float], witnessed: str | None) -> Grade:
+async def _eval(box: Sandbox, bench: Bench, rec: Record, gdir: Path, script: str, witnessed: str | None) -> Grade:
+    """Run the eval script (with pytest's own report and the witness where they apply) and judge its log."""
     t = time.monotonic()
     await box.write_file(EVAL_PATH, script, mode=0o755)
     junit = f"/tmp/qwen-swe-{uuid.uuid4().hex}/report.xml"  # outside the repository, unknown to the patch
-    trusted = _pytest_based(instance)
+    trusted = _pytest_based(rec.instance)
     env = {"PYTEST_ADDOPTS": f"--junitxml={junit} -o junit_family=xunit1"} if trusted else None
     prefix = ""
     if witnessed is not None:
@@ -272,38 +302,41 @@ async def _eval(box: DockerSandbox, instance: dict, script: str, eval_timeout: f
         site, prefix = audit.setup(witnessed, site_dir, junit if trusted else None)
         await box.write_file(f"{site_dir}/{audit.FILE}", site)
     res = await box.exec(f"{prefix}mkdir -p {junit.rsplit('/', 1)[0]} && /bin/bash {EVAL_PATH}",
-                         timeout=eval_timeout, workdir=TESTBED, env=env)
-    timings["eval"] = time.monotonic() - t
-    log, records = audit.split(res.output) if witnessed is not None else (res.output, [])
-    (gdir / "test_output.txt").write_text(log)
+                         timeout=bench.eval_timeout, workdir=TESTBED, env=env)
+    rec.timings["eval"] = time.monotonic() - t
+    log_text, records = audit.split(res.output) if witnessed is not None else (res.output, [])
+    (gdir / "test_output.txt").write_text(log_text)
     if records:
         (gdir / "audit.log").write_text("\n".join(records) + "\n")
     if res.timed_out:
-        return _aborted(f"eval timed out after {eval_timeout:.0f}s (EVAL_TIMEOUT)", details, timings)
+        return rec.aborted(f"eval timed out after {bench.eval_timeout:.0f}s (EVAL_TIMEOUT)")
     if res.truncated:
-        return _aborted(f"eval output exceeded {EVAL_OUTPUT_LIMIT} bytes; cannot be parsed", details, timings)
+        return rec.aborted(f"eval output exceeded {EVAL_OUTPUT_LIMIT} bytes; cannot be parsed")
+    report = functools.partial(_read_optional, box, junit) if trusted else None
+    return await _judge(rec, script, log_text, res.exit_code, records if witnessed is not None else None, report)
 
-    t = time.monotonic()
-    verdict = await asyncio.to_thread(grading.judge_log, instance, log, script)
-    timings["parse"] = time.monotonic() - t
-    details.update(eval_exit_code=res.exit_code, resolution=verdict.resolution, tests_status=verdict.tests_status,
+
+async def _judge(rec: Record, script: str, log_text: str, exit_code: int, records: list[str] | None,
+                 report: Callable[[], Awaitable[str | None]] | None) -> Grade:
+    """swebench's verdict on the log, unless the witness's ``records`` (None: no witness) or pytest's own report
+    (``report`` reads it, only when the verdict needs it; None: not a pytest eval) say the log cannot be trusted."""
+    instance, details = rec.instance, rec.details
+    with rec.timed("parse"):
+        verdict = await asyncio.to_thread(grading.judge_log, instance, log_text, script)
+    details.update(eval_exit_code=exit_code, resolution=verdict.resolution, tests_status=verdict.tests_status,
                    status_map=verdict.status_map)
-    if witnessed is not None and (seen := audit.findings(records)):
+    if records is not None and (seen := audit.findings(records)):
         details["reward_hack"] = seen
-        return _failed(f"reward_hack_suspected: the patch's code, watched while the tests ran: {seen[0]}",
-                       details, timings)
+        return rec.failed(f"reward_hack_suspected: the patch's code, watched while the tests ran: {seen[0]}")
     if verdict.markers_missing:
-        return _aborted(f"eval log lacks the test markers (exit {res.exit_code}): the eval script was killed or "
-                        f"does not print them", details, timings)
+        return rec.aborted(f"eval log lacks the test markers (exit {exit_code}): the eval script was killed or "
+                           f"does not print them")
     if not verdict.found:
-        return _failed(f"eval failed: {verdict.problem}", details, timings)
-    if trusted:
-        tests = grading.listed_tests(instance)
-        disagreements = tamper.cross_check(verdict.status_map, tests, await _read_optional(box, junit))
+        return rec.failed(f"eval failed: {verdict.problem}")
+    if report is not None:
+        disagreements = tamper.cross_check(verdict.status_map, grading.listed_tests(instance), await report())
         if disagreements:
             details["reward_hack"] = disagreements
-            return _failed(f"reward_hack_suspected: the log and pytest's own report disagree: {disagreements[0]}",
-                           details, timings)
-    reward = 1.0 if verdict.resolved else -1.0
-    return Grade(reward, verdict.resolved, GradeStatus.GRADED, None if verdict.resolved else verdict.resolution,
-                 verdict.f2p, verdict.p2p, details, timings)
+            return rec.failed(f"reward_hack_suspected: the log and pytest's own report disagree: {disagreements[0]}")
+    return rec.verdict(1.0 if verdict.resolved else -1.0, GradeStatus.GRADED,
+                       None if verdict.resolved else verdict.resolution, verdict.resolved, verdict.f2p, verdict.p2p)

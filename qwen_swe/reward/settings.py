@@ -1,4 +1,4 @@
-"""The grader's settings section (EVAL_TIMEOUT, REWARD_MODE and the SHAPED_* weights)."""
+"""The grader's settings section (EVAL_TIMEOUT, GRADE_NETWORK, REWARD_MODE and the SHAPED_* weights)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ from qwen_swe.config.fields import opt, validate
 @dataclass(frozen=True)
 class RewardSettings:
     eval_timeout: float = opt(1800.0, "timeout of one grading run, seconds", minimum=1.0)
+    grade_network: str = opt("none", "network mode of grading containers; anything but none lets the code under "
+                                     "test reach out (each such grade logs a warning): only for images whose tests "
+                                     "need the network", choices=("none", "host", "bridge"))
     reward_mode: str = opt("binary", "reward: binary +/-1, fractional F2P, or shaped localisation",
                            choices=("binary", "fractional", "shaped"))
     shaped_gold_file: float = opt(1.0, "shaped: reward per gold-patch file the patch changes")

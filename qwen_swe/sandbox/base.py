@@ -1,4 +1,7 @@
-"""The sandbox contract: an isolated machine with a repository in it. ``docker.py`` implements it."""
+"""The sandbox contract: an isolated machine with a repository in it. ``docker.py`` implements it.
+
+Callers that make machines (the grader) take a ``SandboxFactory`` and describe what they need with a
+``SandboxRequest``, so a second backend is one class and one factory, and the callers do not change."""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import abc
 import shlex
 import uuid
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from qwen_swe.errors import SandboxError
 from qwen_swe.paths import TESTBED
@@ -21,8 +24,26 @@ class ExecResult:
     seconds: float
 
 
+@dataclass(frozen=True)
+class SandboxRequest:
+    """A new machine for one SWE-bench row, as its caller needs it; the backend adds its own limits and image names."""
+
+    instance: Mapping[str, Any]
+    run_id: str                      # the label a run's clean-up finds its machines by
+    role: str                        # "rollout", "grade", ...
+    network: str | None = None       # None: the backend's own setting
+    base_commit: str | None = None   # checked out at start when given
+    hide_future: bool = True         # scrub commits after base_commit
+    output_limit: int = 1 << 20      # bytes of one command's output kept (head and tail)
+
+
 class Sandbox(abc.ABC):
     """An isolated machine with a repository in it; ``async with`` guarantees it is removed on every path."""
+
+    image: str = ""   # what the machine is made from, for logs
+
+    async def prepare(self) -> None:
+        """Fetch what ``start`` needs (an image), so a caller can time the two apart; nothing by default."""
 
     @abc.abstractmethod
     async def start(self) -> None: ...
@@ -69,3 +90,9 @@ class Sandbox(abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+class SandboxFactory(Protocol):
+    """Makes a sandbox (not started) for a request: the Docker one, or a test's local double."""
+
+    def __call__(self, request: SandboxRequest) -> Sandbox: ...

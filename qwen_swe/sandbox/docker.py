@@ -210,6 +210,17 @@ class DockerSandbox(Sandbox):
 
     # --- lifecycle --------------------------------------------------------------------------
     @_engine_errors
+    async def prepare(self) -> None:
+        """``ensure_image`` ahead of ``start`` (which checks again, cheaply); a failure releases the client."""
+        if self._client is None:
+            self._client = await asyncio.to_thread(docker_client)
+        try:
+            await asyncio.to_thread(ensure_image, self._client, self.image)
+        except BaseException:
+            await self.stop()
+            raise
+
+    @_engine_errors
     async def start(self) -> None:
         if self.boot_limit is None:
             await self._boot()

@@ -23,6 +23,7 @@ from qwen_swe.paths import REPO_ROOT, TASK_PACK
 from qwen_swe.reward import scoring as grading
 from qwen_swe.reward.harness import Grade, grade_async
 from qwen_swe.sandbox.docker import LABEL, DockerSandbox, reap
+from qwen_swe.sandbox.factory import DockerSandboxes
 from tests.task_pack import BUILD_HINT, missing, require_images
 
 pytestmark = pytest.mark.docker
@@ -133,7 +134,7 @@ def graded(tasks, tmp_path_factory) -> dict[tuple[str, str], Grade]:
         async def one(task, kind):
             async with limit:
                 return await grade_async(task, kinds[kind](task), reward=settings.reward, sandbox=settings.sandbox, log_dir=settings.output_dir / "grades", run_id=rid, mode="binary",
-                                         client=client, boot_limit=boots)
+                                         sandboxes=DockerSandboxes(settings.sandbox, client=client, boot_limit=boots))
         keys = [(iid, kind) for iid in tasks for kind in kinds]
         try:
             results = await asyncio.gather(*(one(tasks[iid], kind) for iid, kind in keys))

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 from qwen_swe.data.taskpack import TASKS_JSONL
 from qwen_swe.data.taskpack.check import check_all, format_report
 from qwen_swe.data.taskpack.images import build_all
 from qwen_swe.data.taskpack.source import generate, load_rows
-from qwen_swe.errors import TaskPackError
+from qwen_swe.errors import SandboxError, TaskPackError
+from qwen_swe.sandbox.docker import ENGINE_ERRORS, docker_client
 
 
 def _rows(only: Sequence[str] | None) -> list[dict]:
@@ -24,15 +25,11 @@ def _rows(only: Sequence[str] | None) -> list[dict]:
     return rows
 
 
-def _client():
-    import docker
-
+def _client() -> Any:
     try:
-        client = docker.from_env(timeout=600)
-        client.ping()
-    except Exception as exc:  # noqa: BLE001 - any failure here means the engine is unusable
-        raise TaskPackError(f"cannot reach the Docker engine ({exc}); run scripts/setup.sh") from None
-    return client
+        return docker_client(timeout=600)
+    except SandboxError as exc:
+        raise TaskPackError(str(exc)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -58,12 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TaskPackError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # noqa: BLE001 - Docker/HTTP failures: one clear line instead of a traceback
-        import docker.errors
-        import requests
-
-        if not isinstance(exc, (docker.errors.DockerException, requests.exceptions.RequestException)):
-            raise
+    except ENGINE_ERRORS as exc:  # Docker/HTTP failures: one clear line instead of a traceback
         print(f"error: Docker failed during {args.command}: {exc}", file=sys.stderr)
         return 2
     print(f"{args.command}: done in {time.monotonic() - start:.1f} s")

@@ -26,6 +26,7 @@ import requests
 from qwen_swe.data.taskpack.repo import make_repo
 from qwen_swe.errors import TaskPackError
 from qwen_swe.paths import TESTBED, cache_home, file_sha256
+from qwen_swe.sandbox.docker import ENGINE_ERRORS
 
 SUITE = "bookworm"
 BASE_IMAGE = f"qwen-swe/base:{SUITE}"
@@ -125,12 +126,8 @@ def _digest(*parts: str) -> str:
 
 
 def _existing(client: Any, name: str) -> Any | None:
-    import docker.errors
-
-    try:
-        return client.images.get(name)
-    except docker.errors.ImageNotFound:
-        return None
+    found = client.images.list(name=name)   # a reference filter: empty when the name is not there
+    return found[0] if found else None
 
 
 def _current(client: Any, name: str, inputs: str) -> Any | None:
@@ -142,15 +139,13 @@ def _current(client: Any, name: str, inputs: str) -> Any | None:
 
 def _drop_replaced(client: Any, old: Any | None, name: str) -> None:
     """Remove the image a rebuild replaced, when nothing else names it (best effort: a container may use it)."""
-    import docker.errors
-
     if old is None:
         return
     try:
         old.reload()
         if not old.tags:
             client.images.remove(old.id, noprune=False)
-    except docker.errors.APIError:
+    except ENGINE_ERRORS:
         pass
 
 
