@@ -96,6 +96,7 @@ class Record:
     instance: dict
     details: dict[str, Any]
     timings: dict[str, float] = field(default_factory=dict)
+    folder: Path = Path()   # the grade's own log folder, made when a machine is about to run
 
     def failed(self, reason: str) -> Grade:
         return self.verdict(-1.0, GradeStatus.GRADED, reason)
@@ -118,6 +119,13 @@ class Record:
 
 def _log_root(log_dir: Path | None) -> Path:
     return Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "qwen_swe_grades"
+
+
+def _new_folder(root: Path, instance: dict) -> Path:
+    """``<root>/<instance_id>/<time>-<random>``: one per grade, so concurrent grades of an instance never share one."""
+    folder = root / str(instance["instance_id"]) / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def _pytest_based(instance: dict) -> bool:
@@ -233,11 +241,10 @@ async def _evaluate(bench: Bench, rec: Record, patch: str, witnessed: str | None
         script = grading.eval_script(instance)
     except grading.GradingError as exc:
         return rec.aborted(str(exc))
-    gdir = bench.log_root / str(instance["instance_id"]) / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
-    gdir.mkdir(parents=True, exist_ok=True)
-    (gdir / "patch.diff").write_text(patch)
-    (gdir / "eval.sh").write_text(script)
-    details.update(log_dir=str(gdir), log_path=str(gdir / "test_output.txt"))
+    rec.folder = _new_folder(bench.log_root, instance)
+    (rec.folder / "patch.diff").write_text(patch)
+    (rec.folder / "eval.sh").write_text(script)
+    details.update(log_dir=str(rec.folder), log_path=str(rec.folder / "test_output.txt"))
     if bench.network != "none":
         log.warning("grading %s with network %r (GRADE_NETWORK): the code under test can reach out",
                     instance.get("instance_id"), bench.network)
@@ -252,7 +259,7 @@ async def _evaluate(bench: Bench, rec: Record, patch: str, witnessed: str | None
         t = time.monotonic()
         async with box:
             rec.timings["start"] = time.monotonic() - t
-            result = await _run_in(box, bench, rec, gdir, patch, script, witnessed)
+            result = await _run_in(box, bench, rec, patch, script, witnessed)
             t = time.monotonic()
         rec.timings["remove"] = time.monotonic() - t
         return result
@@ -260,16 +267,15 @@ async def _evaluate(bench: Bench, rec: Record, patch: str, witnessed: str | None
         return rec.aborted(str(exc))
 
 
-async def _run_in(box: Sandbox, bench: Bench, rec: Record, gdir: Path, patch: str, script: str,
-                  witnessed: str | None) -> Grade:
+async def _run_in(box: Sandbox, bench: Bench, rec: Record, patch: str, script: str, witnessed: str | None) -> Grade:
     if patch.strip():
-        applied = await _apply(box, rec, gdir, patch)
+        applied = await _apply(box, rec, patch)
         if applied is None:
             return rec.failed("the patch does not apply")
-    return await _eval(box, bench, rec, gdir, script, witnessed)
+    return await _eval(box, bench, rec, script, witnessed)
 
 
-async def _apply(box: Sandbox, rec: Record, gdir: Path, patch: str) -> str | None:
+async def _apply(box: Sandbox, rec: Record, patch: str) -> str | None:
     """swebench's apply ladder; the command that applied, or None."""
     with rec.timed("apply"):
         await box.write_file(PATCH_PATH, patch)
@@ -283,13 +289,13 @@ async def _apply(box: Sandbox, rec: Record, gdir: Path, patch: str) -> str | Non
             if res.exit_code == 0:
                 applied = cmd
                 break
-        (gdir / "apply.log").write_text("\n".join(attempts))
+        (rec.folder / "apply.log").write_text("\n".join(attempts))
     rec.details["apply_cmd"] = applied
     rec.details["applied"] = applied is not None
     return applied
 
 
-async def _eval(box: Sandbox, bench: Bench, rec: Record, gdir: Path, script: str, witnessed: str | None) -> Grade:
+async def _eval(box: Sandbox, bench: Bench, rec: Record, script: str, witnessed: str | None) -> Grade:
     """Run the eval script (with pytest's own report and the witness where they apply) and judge its log."""
     t = time.monotonic()
     await box.write_file(EVAL_PATH, script, mode=0o755)
@@ -305,9 +311,9 @@ async def _eval(box: Sandbox, bench: Bench, rec: Record, gdir: Path, script: str
                          timeout=bench.eval_timeout, workdir=TESTBED, env=env)
     rec.timings["eval"] = time.monotonic() - t
     log_text, records = audit.split(res.output) if witnessed is not None else (res.output, [])
-    (gdir / "test_output.txt").write_text(log_text)
+    (rec.folder / "test_output.txt").write_text(log_text)
     if records:
-        (gdir / "audit.log").write_text("\n".join(records) + "\n")
+        (rec.folder / "audit.log").write_text("\n".join(records) + "\n")
     if res.timed_out:
         return rec.aborted(f"eval timed out after {bench.eval_timeout:.0f}s (EVAL_TIMEOUT)")
     if res.truncated:
