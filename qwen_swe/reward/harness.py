@@ -111,7 +111,7 @@ class Record:
 
     @contextmanager
     def timed(self, phase: str) -> Iterator[None]:
-        """Record the phase's seconds when it finishes (a phase that raises is not timed, as before)."""
+        """Record the phase's seconds when it finishes; a phase that raises is not timed."""
         t = time.monotonic()
         yield
         self.timings[phase] = time.monotonic() - t
