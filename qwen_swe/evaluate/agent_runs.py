@@ -18,7 +18,7 @@ from qwen_swe.evaluate.grade_only import RESULTS, append_line, load_done
 from qwen_swe.evaluate.report import EMPTY, ERROR, RESOLVED, UNRESOLVED, AttemptResult
 from qwen_swe.rollout.contract import RolloutRunner
 from qwen_swe.rollout.engine import RolloutEngine
-from qwen_swe.rollout.progress import BatchStats
+from qwen_swe.rollout.progress import BatchStats, live_progress
 from qwen_swe.rollout.record import dump_rollouts
 from qwen_swe.traffic.sessions import derive_seed
 
@@ -46,25 +46,25 @@ def missing(rows: list[dict[str, Any]], eval_samples: int,
 
 
 async def run_attempts(rows: list[dict[str, Any]], settings: Settings, out: Path,
-                       engine: RolloutRunner | None = None) -> list[AttemptResult]:
+                       engine: RolloutRunner | None = None, label: str = "evaluation") -> list[AttemptResult]:
     """Run the missing attempts (``settings.eval_samples`` per row) and return every result, old and new.
 
     ``engine``: a running engine to share (the trainer's, for periodic evaluation); else one is started here.
-    Only the verdict is read, so the engine's reward mode does not matter.
+    Only the verdict is read, so the engine's reward mode does not matter. ``label`` names the progress display.
     """
     if engine is not None:
-        return await _attempts(engine, rows, settings, out)
+        return await _attempts(engine, rows, settings, out, label)
     engine = RolloutEngine(settings, upstream=settings.inference.url, model=settings.model_name,
                            served_model=settings.inference.served_model_name)
     await engine.start()
     try:
-        return await _attempts(engine, rows, settings, out)
+        return await _attempts(engine, rows, settings, out, label)
     finally:
         await engine.stop()
 
 
-async def _attempts(engine: RolloutRunner, rows: list[dict[str, Any]], settings: Settings,
-                    out: Path) -> list[AttemptResult]:
+async def _attempts(engine: RolloutRunner, rows: list[dict[str, Any]], settings: Settings, out: Path,
+                    label: str) -> list[AttemptResult]:
     out.mkdir(parents=True, exist_ok=True)
     done = load_done(out)
     # common random numbers: attempt k of a task samples with the same seeds in every evaluation of a run's SEED, so
@@ -72,7 +72,7 @@ async def _attempts(engine: RolloutRunner, rows: list[dict[str, Any]], settings:
     samples = [stamp(Sample(group_index=g, index=k, prompt=build_prompt(row), metadata=dict(row)),
                      attempt_seed=derive_seed(settings.seed, row["instance_id"], k))
                for g, row, k in missing(rows, settings.eval_samples, done)]
-    stats = BatchStats()
+    stats = BatchStats(groups=len({x.group_index for x in samples}), planned=len(samples))
 
     async def one(sample: Sample) -> None:
         await engine.run_sample(sample, stats)
@@ -83,6 +83,7 @@ async def _attempts(engine: RolloutRunner, rows: list[dict[str, Any]], settings:
         dump_rollouts(out / ROLLOUTS, [[sample]], [])
         done[(result.instance_id, result.attempt)] = result
 
-    await asyncio.gather(*(one(s) for s in samples))
+    with live_progress(stats, label):
+        await asyncio.gather(*(one(s) for s in samples))
     return list(done.values())
 

@@ -17,6 +17,7 @@ from typing import Any
 from qwen_swe.config.settings import Settings
 from qwen_swe.evaluate.predictions import Prediction
 from qwen_swe.evaluate.report import EMPTY, ERROR, RESOLVED, UNRESOLVED, AttemptResult
+from qwen_swe.progress import Meter, show
 from qwen_swe.reward.harness import grade_async
 
 RESULTS = "results.jsonl"
@@ -57,13 +58,16 @@ async def grade_predictions(predictions: list[Prediction], rows: dict[str, dict[
     out.mkdir(parents=True, exist_ok=True)
     done = load_done(out)
     bound = asyncio.Semaphore(max(1, concurrency))
+    todo = [p for p in predictions if p.instance_id in rows and (p.instance_id, p.attempt) not in done]
+    meter = Meter(total=len(todo), tallies={kind: 0 for kind in (RESOLVED, UNRESOLVED, EMPTY, ERROR)})
 
     async def one(p: Prediction) -> None:
         async with bound:
             result = await grade_one(p, rows[p.instance_id], settings, out)
         append_line(out / RESULTS, asdict(result))
         done[(p.instance_id, p.attempt)] = result
+        meter.advance(**{result.outcome: 1})
 
-    await asyncio.gather(*(one(p) for p in predictions
-                           if p.instance_id in rows and (p.instance_id, p.attempt) not in done))
+    with show(meter, "grading", unit="attempts"):
+        await asyncio.gather(*(one(p) for p in todo))
     return list(done.values())

@@ -25,6 +25,7 @@ from qwen_swe.evaluate.agent_runs import run_attempts
 from qwen_swe.evaluate.report import build_report
 from qwen_swe.inference.client import InferenceClient
 from qwen_swe.inference.weight_sync import ProbedSync, make_weight_sync
+from qwen_swe.progress import step_label
 from qwen_swe.rollout.contract import RolloutRunner, RolloutSource, WeightUpdate
 from qwen_swe.rollout.engine import RolloutEngine, batch_metrics
 from qwen_swe.rollout.progress import BatchStats, live_progress
@@ -72,7 +73,7 @@ class RolloutDriver:
         self.engine.set_weight_version(weight_version)
         evaluated = self.evaluate(step) if s.eval_interval and step % s.eval_interval == 0 else {}
         stats, t0 = BatchStats(), time.monotonic()
-        with live_progress(stats, f"step {step}"):
+        with live_progress(stats, step_label(step, s.num_rollouts, "rollout")):
             batch = fill_batch(self.data_source.get_samples, lambda g: self._call(self.engine.run_groups(g, stats)),
                                s.rollout_batch_size, dynamic=s.rollout.dynamic_sampling,
                                rounds=s.rollout.sampling_rounds if s.rollout.dynamic_sampling else 1)
@@ -95,7 +96,7 @@ class RolloutDriver:
     def collect(self, step: int) -> tuple[list[Sample], dict[str, Any]]:
         """Wait for the batch ``submit(step, ...)`` started; report how much of it ran behind other work."""
         job, t0 = self._in_flight[step], time.monotonic()
-        with live_progress(job.stats, f"step {step}"):
+        with live_progress(job.stats, step_label(step, self.settings.num_rollouts, "rollout")):
             kept = self._call(_wait(job.task))
         del self._in_flight[step]
         done = time.monotonic()
@@ -127,7 +128,8 @@ class RolloutDriver:
         s, t0 = self.settings, time.monotonic()
         rows = load_instances(s.eval_dataset or s.dataset_source, s.eval_instance_list)
         out = Path(s.output_dir) / f"eval_step_{step:06d}"
-        results = self._call(run_attempts(rows, s, out, engine=self.engine))
+        results = self._call(run_attempts(rows, s, out, engine=self.engine,
+                                          label=step_label(step, s.num_rollouts, "evaluation")))
         report = build_report(results, dataset_ids=[r["instance_id"] for r in rows],
                               submitted_ids=[r["instance_id"] for r in rows], seconds=time.monotonic() - t0)
         (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -182,6 +182,7 @@ async def run_batch(run_samples: GroupRunner, groups: list[list[Sample]], stats:
     local engine and the Ray pool share these group rules; only where a sample runs differs.
     """
     stats.groups += len(groups)
+    stats.planned += sum(len(g) for g in groups)
 
     async def one_group(group: list[Sample]) -> list[Sample] | None:
         await run_samples(group)
@@ -189,6 +190,7 @@ async def run_batch(run_samples: GroupRunner, groups: list[list[Sample]], stats:
         while retries and any(x.status == Status.ABORTED for x in group):
             retries -= 1
             group = [_fresh_copy(x) if x.status == Status.ABORTED else x for x in group]
+            stats.planned += sum(x.status == Status.PENDING for x in group)
             await run_samples([x for x in group if x.status == Status.PENDING])
         return None if any(x.status == Status.ABORTED for x in group) else group
 

@@ -1,25 +1,22 @@
-"""A live view of a rollout batch: groups, samples running / graded / dropped, and the reward so far."""
+"""A rollout batch's live counters (groups, samples running / graded / dropped, the reward so far), shown as the
+shared progress display (``qwen_swe.progress``): a bar on a terminal, timed lines elsewhere."""
 
 from __future__ import annotations
 
-import sys
-import threading
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Iterator
-
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
 
 from qwen_swe.data.sample import Sample, Status, run_of
+from qwen_swe.progress import INTERVAL, show
 
 
 @dataclass
 class BatchStats:
-    """Live counters for the progress display and the step's metrics."""
+    """Live counters for the progress display and the step's metrics. ``planned``: attempts started or about to
+    be (a batch's samples, then each refill of a dropped one), the display's total."""
 
     groups: int = 0
+    planned: int = 0
     running: int = 0
     graded: int = 0
     dropped: int = 0
@@ -40,38 +37,23 @@ class BatchStats:
             self.rewards.append(float(sample.reward))
             self.resolved += bool(run_of(sample).resolved)
 
+    @property
+    def done(self) -> int:
+        return self.graded + self.dropped
 
-def render(stats: BatchStats, title: str) -> Table:
-    table = Table(title=title, expand=False)
-    for col in ("groups", "running", "graded", "dropped", "reward mean", "resolved"):
-        table.add_column(col, justify="right")
-    mean = sum(stats.rewards) / len(stats.rewards) if stats.rewards else float("nan")
-    table.add_row(str(stats.groups), str(stats.running), str(stats.graded), str(stats.dropped),
-                  f"{mean:+.3f}", str(stats.resolved))
-    return table
+    @property
+    def total(self) -> int:
+        return max(self.planned, self.done)
+
+    def detail(self) -> str:
+        rewards = list(self.rewards)  # the event loop appends while the display thread reads
+        mean = f"{sum(rewards) / len(rewards):+.3f}" if rewards else "-"
+        return (f"{self.groups} groups, running {self.running}, graded {self.graded}, dropped {self.dropped}, "
+                f"reward mean {mean}, resolved {self.resolved}")
 
 
-@contextmanager
-def live_progress(stats: BatchStats, title: str) -> Iterator[None]:
-    """Refresh the table while the batch runs (on a terminal); print it once at the end everywhere."""
-    console = Console(file=sys.stderr)
-    if not console.is_terminal:
-        try:
-            yield
-        finally:
-            console.print(render(stats, title))
-        return
-    stop = threading.Event()
-    with Live(render(stats, title), console=console, refresh_per_second=2) as live:
-        def refresh() -> None:
-            while not stop.wait(0.5):
-                live.update(render(stats, title))
+def live_progress(stats: BatchStats, label: str, interval: float = INTERVAL) -> AbstractContextManager[None]:
+    """Show ``stats`` while the batch runs. ``label`` names the step as the step's metrics line does
+    (``step 3/10 rollout``), so the two are read together."""
+    return show(stats, label, unit="samples", interval=interval)
 
-        thread = threading.Thread(target=refresh, daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            thread.join(timeout=2)
-            live.update(render(stats, title))

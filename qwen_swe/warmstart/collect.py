@@ -17,7 +17,7 @@ from qwen_swe.config.settings import Settings
 from qwen_swe.data.prompts import build_prompt
 from qwen_swe.data.sample import Sample, Status, run_of
 from qwen_swe.rollout.engine import RolloutEngine
-from qwen_swe.rollout.progress import BatchStats
+from qwen_swe.rollout.progress import BatchStats, live_progress
 from qwen_swe.warmstart.demos import demo_line, mask_out
 from qwen_swe.warmstart.expert import ExpertServer, one_line_fix, stumble_for
 
@@ -40,15 +40,17 @@ def usable(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     return keep, len(rows) - len(keep)
 
 
-async def _play(expert: ExpertServer, rows: list[dict[str, Any]], settings: Settings) -> list[Sample]:
+async def _play(expert: ExpertServer, rows: list[dict[str, Any]], settings: Settings,
+                label: str) -> list[Sample]:
     """One expert rollout per row through the real agent, proxy and grader."""
     engine = RolloutEngine(settings, upstream=await expert.start(), model=settings.model_name, served_model="expert")
     samples = [Sample(group_index=i, index=0, prompt=build_prompt(row), metadata=dict(row))
                for i, row in enumerate(rows)]
     try:
         await engine.start()
-        stats = BatchStats()
-        await asyncio.gather(*(engine.run_sample(s, stats) for s in samples))
+        stats = BatchStats(groups=len(samples), planned=len(samples))
+        with live_progress(stats, label):
+            await asyncio.gather(*(engine.run_sample(s, stats) for s in samples))
     finally:
         await engine.stop()
         await expert.stop()
@@ -64,10 +66,10 @@ async def collect(rows: list[dict[str, Any]], settings: Settings, out: Path, rec
     rows, skipped = usable(rows)
     tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, settings.model_name)
     expert = ExpertServer(rows, tokenizer)
-    straight = await _play(expert, rows, settings)
+    straight = await _play(expert, rows, settings, "demonstrations")
     stumbler = ExpertServer(rows, tokenizer, recover=recover)
     stumbling = [row for row in rows if stumble_for(row["problem_statement"], recover) is not None]
-    stumbled = await _play(stumbler, stumbling, settings) if stumbling else []
+    stumbled = await _play(stumbler, stumbling, settings, "demonstrations that recover") if stumbling else []
     samples = straight + stumbled
     out.mkdir(parents=True, exist_ok=True)
     resolved = [s for s in samples if s.status != Status.ABORTED and run_of(s).resolved]

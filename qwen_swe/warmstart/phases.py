@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
@@ -21,13 +21,15 @@ from qwen_swe.config.fields import env_name
 from qwen_swe.config.settings import WARM_START_AGENT, all_fields
 from qwen_swe.errors import SetupError
 from qwen_swe.paths import REPO_ROOT
+from qwen_swe.progress import INTERVAL, format_seconds, show
+from qwen_swe.progress import line as progress_line
 from qwen_swe.supervise import SUPERVISOR
 
 # The agent profile the demonstrations are recorded in, as the phases' environment (the learning benchmark measured
 # the warm start with it; the embedded default trains in it).
 AGENT_PROFILE: Mapping[str, str] = MappingProxyType({env_name(k): str(v) for k, v in WARM_START_AGENT.items()})
 PHASE_TIMEOUT = 3 * 3600.0  # seconds; the longest warm start measured here took about half an hour
-PROGRESS_INTERVAL = 30.0  # seconds between progress lines within a phase
+PROGRESS_INTERVAL = INTERVAL  # seconds between progress lines within a phase
 STOP_GRACE = 60.0  # seconds a stopped phase has to remove its containers and its trainer
 # Settings that say where and with what a phase runs, not what it computes: the user's values pass through.
 # Every other setting in the caller's environment is removed, so a phase computes what its command says and
@@ -95,31 +97,18 @@ def run_logged(cmd: list[str], env: dict[str, str], log: Path, timeout: float = 
         raise SetupError(f"{' '.join(cmd)} exited {code}; see {log}:\n{log.read_text()[-3000:]}")
 
 
-def format_seconds(seconds: float) -> str:
-    """``12m05s``: a build's phases last minutes; seconds alone are hard to read."""
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+class StepsDone:
+    """The SFT steps done of ``steps``: the lines of the phase's ``metrics.jsonl``, one a step (none without it)."""
 
+    def __init__(self, metrics: Path | None, steps: int) -> None:
+        self.metrics, self.steps = metrics, steps
 
-class Progress:
-    """A phase's start, a line every ``interval`` seconds while it runs (with the SFT steps done and an ETA when
-    ``metrics`` counts them) and its end; flushed, as a build runs for minutes behind a pipe."""
+    @property
+    def total(self) -> int:
+        return self.steps if self.metrics is not None else 0
 
-    def __init__(self, phase: str, interval: float, metrics: Path | None = None, steps: int = 0) -> None:
-        self.phase, self.interval, self.metrics, self.steps = phase, interval, metrics, steps
-        self.start, self.stop = time.monotonic(), threading.Event()
-        self.thread = threading.Thread(target=self._tick, name=f"warmstart-{phase}", daemon=True)
-
-    def line(self) -> str:
-        elapsed = time.monotonic() - self.start
-        text = f"warm start: {self.phase}, {format_seconds(elapsed)} elapsed"
-        done = self._steps_done()
-        if done:
-            eta = elapsed / done * (self.steps - done)
-            text += f", step {done}/{self.steps}, ETA {format_seconds(eta)}"
-        return text
-
-    def _steps_done(self) -> int:
+    @property
+    def done(self) -> int:
         if self.metrics is None:
             return 0
         try:
@@ -127,18 +116,32 @@ class Progress:
         except OSError:  # not written yet
             return 0
 
-    def _tick(self) -> None:
-        while not self.stop.wait(self.interval):
-            print(self.line(), flush=True)
+    def detail(self) -> str:
+        return ""
+
+
+class Progress:
+    """A phase's start, its progress while it runs (``qwen_swe.progress``: a line every ``interval`` seconds behind
+    a pipe, with the SFT steps done and an ETA when ``metrics`` counts them; a bar on a terminal) and its end;
+    on stdout, flushed, beside the build's other lines."""
+
+    def __init__(self, phase: str, interval: float, metrics: Path | None = None, steps: int = 0) -> None:
+        self.label, self.interval, self.counts = f"warm start: {phase}", interval, StepsDone(metrics, steps)
+        self.start = time.monotonic()
+        self.view: AbstractContextManager[None] | None = None
+
+    def line(self) -> str:
+        return progress_line(self.label, self.counts, time.monotonic() - self.start, "steps")
 
     def __enter__(self) -> "Progress":
         self.start = time.monotonic()
-        print(f"warm start: {self.phase} ...", flush=True)
-        self.thread.start()
+        print(f"{self.label} ...", flush=True)
+        self.view = show(self.counts, self.label, unit="steps", interval=self.interval, file=sys.stdout)
+        self.view.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
-        print(f"warm start: {self.phase} {'done' if exc[0] is None else 'failed'} in "
+        if self.view is not None:
+            self.view.__exit__(*exc)
+        print(f"{self.label} {'done' if exc[0] is None else 'failed'} in "
               f"{format_seconds(time.monotonic() - self.start)}", flush=True)

@@ -274,6 +274,6 @@ def test_the_command_prints_the_key_or_the_folder_last(model: Path, tasks: Path,
 def test_progress_counts_the_sft_steps_for_its_eta(tmp_path: Path):
     metrics = tmp_path / "metrics.jsonl"
     progress = phases.Progress("SFT", 3600, metrics, steps=8)
-    assert progress.line().startswith("warm start: SFT, ") and "ETA" not in progress.line()
+    assert progress.line().startswith("warm start: SFT: 0/8 steps, ") and "ETA" not in progress.line()
     metrics.write_text('{"step": 0}\n{"step": 1}\n')
-    assert "step 2/8, ETA " in progress.line()
+    assert "2/8 steps, " in progress.line() and ", ETA " in progress.line()

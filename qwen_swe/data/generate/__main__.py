@@ -24,6 +24,7 @@ from qwen_swe.data.taskpack.repo import tree_files
 from qwen_swe.data.taskpack.source import render
 from qwen_swe.errors import SETUP_EXIT_CODE, SandboxError, TaskPackError
 from qwen_swe.paths import PACKAGE_DIR, generated_dir, verdict_cache
+from qwen_swe.progress import Meter, show
 from qwen_swe.sandbox.docker import docker_client
 
 
@@ -73,9 +74,12 @@ def build_images(gen: Generation) -> None:
         raise TaskPackError(str(exc)) from None
     for step in [*ensure_base(client), ensure_python(client)]:
         print(f"{step.action:>7}  {step.seconds:6.1f} s  {step.image}")
-    for name, folder in sorted(gen.testbeds.items()):
-        step = ensure_testbed_image(client, gen.images[name], folder)
-        print(f"{step.action:>7}  {step.seconds:6.1f} s  {step.image}")
+    meter = Meter(total=len(gen.testbeds))
+    with show(meter, "generate: task images", unit="images"):
+        for name, folder in sorted(gen.testbeds.items()):
+            step = ensure_testbed_image(client, gen.images[name], folder)
+            meter.advance(**{step.action: 1})
+            print(f"{step.action:>7}  {step.seconds:6.1f} s  {step.image}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

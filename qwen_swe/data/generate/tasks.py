@@ -26,6 +26,7 @@ from qwen_swe.data.taskpack import REPOS_DIR
 from qwen_swe.data.taskpack.repo import git, make_repo
 from qwen_swe.data.taskpack.source import eval_script
 from qwen_swe.errors import TaskPackError
+from qwen_swe.progress import Meter, show
 from qwen_swe.reward.testfiles import is_test_path
 
 OWNER = "qwengen"
@@ -150,19 +151,23 @@ def generate(repos: Sequence[Path], seed: int, count: int, heldout_fraction: flo
     valid: list[tuple[str, Verdict]] = []
     rejects: dict[str, int] = {}
     test_files_of: dict[str, list[str]] = {}
+    mutations_of_repo: dict[Path, list[Mutation]] = {}
     for folder in repos:
-        name = _repo_name(folder)
-        sources, tests = repo_files(folder)
-        test_files_of[name] = tests
-        mutations = [m for f in sources for m in mutations_of((folder / f).read_text(), f)]
-        for verdict in validate(folder, mutations, tests, jobs=jobs, log=log, cache=cache):
-            if not verdict.reject and localized and not passes_through(verdict):
-                verdict = replace(verdict, reject=NOT_LOCALIZED)
-            if verdict.reject:
-                reason = verdict.reject.split(":")[0]
-                rejects[reason] = rejects.get(reason, 0) + 1
-            else:
-                valid.append((name, verdict))
+        sources, test_files_of[_repo_name(folder)] = repo_files(folder)
+        mutations_of_repo[folder] = [m for f in sources for m in mutations_of((folder / f).read_text(), f)]
+    meter = Meter(total=sum(len(m) for m in mutations_of_repo.values()))
+    with show(meter, "generate: judging mutations", unit="mutations"):
+        for folder, mutations in mutations_of_repo.items():
+            name = _repo_name(folder)
+            for verdict in validate(folder, mutations, test_files_of[name], jobs=jobs, log=log, cache=cache,
+                                    judged=meter.advance):
+                if not verdict.reject and localized and not passes_through(verdict):
+                    verdict = replace(verdict, reject=NOT_LOCALIZED)
+                if verdict.reject:
+                    reason = verdict.reject.split(":")[0]
+                    rejects[reason] = rejects.get(reason, 0) + 1
+                else:
+                    valid.append((name, verdict))
     random.Random(f"tasks-{seed}").shuffle(valid)
     chosen = sorted(valid[:count], key=lambda nv: instance_id(nv[0], nv[1].mutation))
     heldout = split_sites([f"{n}/{v.mutation.site}" for n, v in chosen], seed, heldout_fraction)

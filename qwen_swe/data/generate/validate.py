@@ -139,16 +139,19 @@ def _load(path: Path, mutations: list[Mutation]) -> list[Verdict] | None:
 
 
 def validate(source_repo: Path, mutations: Iterable[Mutation], test_files: list[str], jobs: int = 2,
-             log: Callable[[str], None] = lambda _: None, cache: Path | None = None) -> list[Verdict]:
+             log: Callable[[str], None] = lambda _: None, cache: Path | None = None,
+             judged: Callable[[int], None] = lambda _: None) -> list[Verdict]:
     """Judge every mutation of one repository (``jobs`` pytest runs at a time), in input order; with ``cache``,
-    reuse the verdicts an earlier run judged from the same inputs, and keep new ones there."""
+    reuse the verdicts an earlier run judged from the same inputs, and keep new ones there. ``judged(n)`` is told
+    as verdicts are reached, for the progress display."""
     mutations = list(mutations)
     stored = cache / f"{source_repo.name}-{cache_key(source_repo, mutations, test_files)}.json" if cache else None
     if stored and (verdicts := _load(stored, mutations)) is not None:
+        judged(len(verdicts))
         log(f"{source_repo.name}: {sum(not v.reject for v in verdicts)}/{len(verdicts)} mutations break a test "
             f"(verdicts reused from {stored})")
         return verdicts
-    verdicts = _judge_all(source_repo, mutations, test_files, jobs)
+    verdicts = _judge_all(source_repo, mutations, test_files, jobs, judged)
     log(f"{source_repo.name}: {sum(not v.reject for v in verdicts)}/{len(verdicts)} mutations break a test")
     if stored and not any(v.reject == TIMED_OUT for v in verdicts):
         stored.parent.mkdir(parents=True, exist_ok=True)
@@ -160,7 +163,8 @@ def validate(source_repo: Path, mutations: Iterable[Mutation], test_files: list[
     return verdicts
 
 
-def _judge_all(source_repo: Path, mutations: list[Mutation], test_files: list[str], jobs: int) -> list[Verdict]:
+def _judge_all(source_repo: Path, mutations: list[Mutation], test_files: list[str], jobs: int,
+               judged: Callable[[int], None]) -> list[Verdict]:
     with tempfile.TemporaryDirectory(prefix="qwen-swe-gen-") as tmp:
         copies = []
         for i in range(max(1, jobs)):
@@ -181,6 +185,7 @@ def _judge_all(source_repo: Path, mutations: list[Mutation], test_files: list[st
                 target.write_text(original)
                 shutil.rmtree(copy / "__pycache__", ignore_errors=True)
                 free.append(copy)
+            judged(1)
             return judge(mutation, clean, statuses, output)
 
         with ThreadPoolExecutor(max_workers=len(copies)) as pool:
