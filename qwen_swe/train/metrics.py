@@ -1,5 +1,6 @@
-"""Per-step training metrics on rank 0: ``metrics.jsonl``, TensorBoard scalars (``tb/``), one printed line
-per step, the run viewer refreshed, and ``rewards.png`` (reward and resolve rate over steps) when the run ends.
+"""Per-step training metrics on rank 0: ``metrics.jsonl``, the same scalars to REPORT_TO's sinks (TensorBoard in
+``tb/``, wandb; ``reporting.py``), one printed line per step, the run viewer refreshed, and ``rewards.png`` (reward
+and resolve rate over steps) when the run ends.
 
 On resume, lines of steps at or after the resumed step (written after the checkpoint, before a crash)
 are dropped from ``metrics.jsonl`` and purged from TensorBoard, so every step appears once.
@@ -10,17 +11,20 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
+from qwen_swe.progress import step_label
+from qwen_swe.train.reporting import make_sinks
 from qwen_swe.viewer.build import refresh as refresh_viewer
 
 log = logging.getLogger("qwen_swe.train_log")
 
 
 class MetricsLog:
-    def __init__(self, output_dir: Path, resume_step: int = 0) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-
+    def __init__(self, output_dir: Path, resume_step: int = 0, report_to: Sequence[str] = ("tensorboard",),
+                 config: dict[str, Any] | None = None) -> None:
+        """``report_to``: the sinks besides ``metrics.jsonl`` (REPORT_TO); ``config``: the run's settings, which
+        wandb shows beside its curves."""
         self.dir = Path(output_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "metrics.jsonl"
@@ -28,32 +32,38 @@ class MetricsLog:
             kept = [line for line in self.path.read_text().splitlines()
                     if line.strip() and json.loads(line).get("step", -1) < resume_step]
             self.path.write_text("".join(line + "\n" for line in kept))
-        self.writer = SummaryWriter(str(self.dir / "tb"), purge_step=resume_step if resume_step else None)
+        self.sinks = make_sinks(report_to, self.dir, resume_step, config)
 
     def write(self, metrics: dict[str, Any], total_steps: int) -> None:
         with self.path.open("a") as fh:
             fh.write(json.dumps(metrics, sort_keys=True, default=str) + "\n")
         step = int(metrics["step"])
-        for key, value in metrics.items():
-            if isinstance(value, (int, float)) and key != "step":
-                self.writer.add_scalar(key, float(value), step)
-        self.writer.flush()
+        scalars = {key: float(value) for key, value in metrics.items()
+                   if isinstance(value, (int, float)) and key != "step"}
+        for sink in self.sinks:
+            sink.log(scalars, step)
         print(format_line(metrics, total_steps), flush=True)
         refresh_viewer(self.dir)
 
     def close(self) -> None:
-        self.writer.close()
+        png: Path | None = self.dir / "rewards.png"
         try:
-            plot_rewards(self.path, self.dir / "rewards.png")
+            plot_rewards(self.path, png)
         except Exception as exc:  # noqa: BLE001 - a missing plot must not fail a finished run
-            log.warning("could not draw %s: %r", self.dir / "rewards.png", exc)
+            log.warning("could not draw %s: %r", png, exc)
+            png = None
+        for sink in self.sinks:
+            try:
+                sink.close(png)
+            except Exception as exc:  # noqa: BLE001 - the metrics are on disk; a sink's last call must not fail the run
+                log.warning("could not close the %s sink: %r", type(sink).__name__, exc)
 
 
 def format_line(m: dict[str, Any], total_steps: int) -> str:
     update = "skipped" if m.get("skipped_update") else (f"loss {m.get('loss', 0.0):+.4f} nll {m.get('nll', 0.0):.3f} "
                                                          f"grad {m.get('grad_norm', 0.0):.3f}")
     kl_ref = f" kl to start {m['kl_ref']:.2e}" if "kl_ref" in m else ""
-    return (f"step {int(m['step']) + 1}/{total_steps} v{m.get('weight_version')} | "
+    return (f"{step_label(int(m['step']), total_steps, 'v' + str(m.get('weight_version')))} | "
             f"reward {m.get('reward_mean', 0.0):+.3f} "
             f"resolved {m.get('resolve_rate', 0.0):.2f} | samples {m.get('samples', 0)} "
             f"dropped {m.get('dropped_samples', 0):g} zero-var groups {m.get('zero_variance_groups', 0)} "

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from qwen_swe.config.fields import opt, validate
 from qwen_swe.errors import ConfigError
+from qwen_swe.train.reporting import parse_report_to
 
 KL_TYPES = ("k1", "k2", "k3", "low_var_kl")  # slime's --kl-loss-type choices
 ADVANTAGE_MODES = ("mean", "std", "loo")
@@ -46,18 +47,27 @@ class TrainSettings:
                               "safetensors files", choices=WEIGHT_LOADINGS)
     save_interval: int = opt(1, "checkpoint every N steps", minimum=1, resume="free")
     keep_checkpoints: int = opt(3, "checkpoints kept", minimum=1, resume="free")
+    report_to: str = opt("tensorboard", "where each step's scalars go besides metrics.jsonl, comma-separated: "
+                         "tensorboard (OUTPUT_DIR/tb), wandb (OUTPUT_DIR/wandb, with a table of sampled trajectories; "
+                         "its own WANDB_PROJECT, WANDB_MODE=offline, ... apply); empty = metrics.jsonl only",
+                         resume="free")
     max_staleness: int = opt(0, "0 = strictly on-policy (each rollout waits for the previous update); N >= 1 = the "
                              "next N rollouts run while a step trains, and samples more than N weight versions "
                              "behind the trainer are dropped", minimum=0)
 
     def __post_init__(self) -> None:
         validate(self)
+        parse_report_to(self.report_to)
         if self.load_rollout_data and self.train_mode != "grpo":
             raise ConfigError(f"LOAD_ROLLOUT_DATA={self.load_rollout_data} replays GRPO steps, not TRAIN_MODE="
                               f"{self.train_mode}; unset one of them")
         if self.kl_loss_coef and self.train_mode != "grpo":
             raise ConfigError(f"KL_LOSS_COEF={self.kl_loss_coef} needs TRAIN_MODE=grpo: the warm start has no "
                               "reference to stay near; unset KL_LOSS_COEF")
+
+    @property
+    def reporters(self) -> tuple[str, ...]:
+        return parse_report_to(self.report_to)
 
     @property
     def upper_clip(self) -> float:

@@ -144,7 +144,8 @@ def _train(settings: Settings, source: RolloutSource | None, model_path: str, de
     learner = Learner.build(settings, model_path, device)
     step, version = _resume(settings, source, learner)
     rollouts = on_rank0(lambda: Rollouts(settings, source, step), "the rollout pipeline", share=False)
-    metrics_log = MetricsLog(settings.output_dir, resume_step=step) if dist.get_rank() == 0 else None
+    metrics_log = MetricsLog(settings.output_dir, resume_step=step, report_to=settings.train.reporters,
+                             config=settings.to_dict()) if dist.get_rank() == 0 else None
     last: dict = {}
     try:
         while step < settings.num_rollouts:
