@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from qwen_swe.data.taskpack.source import careless_patch
 from qwen_swe.errors import TaskPackError
+from qwen_swe.progress import Meter, show
 from qwen_swe.reward.harness import Grade, evaluate
 from qwen_swe.sandbox.settings import SandboxSettings
 
@@ -115,16 +116,20 @@ def check_all(rows: list[dict[str, Any]], jobs: int = 2, log: Callable[[str], No
     """Check every row (``jobs`` tasks at a time); results come back in row order."""
     log_dir = log_dir or Path(tempfile.gettempdir()) / "qwen_swe_check"
 
+    meter = Meter(total=len(rows), tallies={"ok": 0, "failed": 0})
+
     async def run() -> list[TaskCheck]:
         bound = asyncio.Semaphore(max(1, jobs))
 
         async def one(row: dict[str, Any]) -> TaskCheck:
             async with bound:
                 result = await check_task(row, log_dir)
+            meter.advance(**{"ok" if result.ok else "failed": 1})
             log(f"{'ok' if result.ok else 'FAILED':>6}  {result.seconds:5.1f} s  {result.instance_id}")
             return result
 
-        return list(await asyncio.gather(*(one(row) for row in rows)))
+        with show(meter, "checking tasks", unit="tasks"):
+            return list(await asyncio.gather(*(one(row) for row in rows)))
 
     return asyncio.run(run())
 
