@@ -20,6 +20,7 @@ import secrets
 import shlex
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Literal
 
 from qwen_swe.agent.settings import AgentSettings
@@ -35,6 +36,10 @@ REPO_DIR = TESTBED
 QWEN_HOME = "/tmp/qwen-home"  # a fixed path: it shows up in the prompt, so every rollout must use the same one
 RUN_DIR = "/tmp/qwen-swe-agent"  # prompt, stdout and stderr of the CLI
 STDERR_FILE = f"{RUN_DIR}/stderr.txt"
+FORWARDER = f"{RUN_DIR}/forward.js"  # the model forwarder (agent/forward.js), written in when a socket is the way out
+FORWARD_PORT_FILE = f"{RUN_DIR}/forward.port"
+FORWARDER_SOURCE = Path(__file__).resolve().parent / "forward.js"
+EXIT_NO_FORWARDER = 98
 SYSTEM_SETTINGS = f"{QWEN_HOME}/system-settings.json"
 MARKER_ENV = "QWEN_SWE_AGENT_RUN"  # inherited by every process the agent starts; the sweep kills by it
 KILL_GRACE = 10  # seconds between the CLI's own wall-time stop, SIGTERM to the group, and SIGKILL
@@ -172,6 +177,17 @@ def agent_command(agent: AgentSettings, bundle: str = AGENT_MOUNT) -> str:
     return f"{shlex.join(guard + cli)} < {RUN_DIR}/prompt.txt > {RUN_DIR}/stdout.jsonl 2> {STDERR_FILE}"
 
 
+def forwarder_command(socket: str, bundle: str = AGENT_MOUNT) -> str:
+    """Start the model forwarder in the background and point ``OPENAI_BASE_URL`` at its loopback port; put in front
+    of ``agent_command``. The forwarder is in the exec's process group, so it ends with the agent's exec."""
+    node, port = f"{bundle}/node/bin/node", FORWARD_PORT_FILE
+    return (f"rm -f {port}; {shlex.join([node, FORWARDER, socket, port])} 2>> {RUN_DIR}/forward.log & "
+            f"for i in $(seq 100); do [ -s {port} ] && break; sleep 0.1; done; "
+            f"if [ ! -s {port} ]; then cat {RUN_DIR}/forward.log > {STDERR_FILE} 2>&1; "
+            f"echo 'the model forwarder did not start' >> {STDERR_FILE}; exit {EXIT_NO_FORWARDER}; fi; "
+            f'export OPENAI_BASE_URL="http://127.0.0.1:$(cat {port})/v1"; ')
+
+
 def sweep_command(marker: str) -> str:
     """Kill every process still carrying this run's marker (background jobs may have left the process group)."""
     needle = shlex.quote(f"{MARKER_ENV}={marker}")
@@ -229,13 +245,17 @@ def classify(exit_code: int | None, timed_out: bool, summary: StreamSummary, std
 # --- the run ----------------------------------------------------------------------------------------------------
 async def run_agent(sandbox: Sandbox, *, base_url: str, model: str, prompt: str, agent: AgentSettings,
                     inference: InferenceSettings, profile: Profile = "full", bundle: str = AGENT_MOUNT,
-                    fresh_session: Callable[[], str] | None = None) -> AgentResult:
+                    fresh_session: Callable[[], str] | None = None, model_socket: str | None = None) -> AgentResult:
     """Run qwen-code once on the task in ``sandbox`` (/testbed) and collect its outcome (``take_diff`` then reads
     its change).
 
     A run that lost its prompt (``STDIN_RACE``) is run again only where ``fresh_session`` is given: it returns the
     base URL of a new, empty proxy session, so nothing the discarded run sent or received stays in the rollout.
     The discarded run's processes are killed first, so none of them can reach the model afterwards.
+
+    ``model_socket`` (a path in the container): the way out of a container with no network. The forwarder
+    (``forward.js``) serves it on the container's loopback and the agent's base URL is that port; ``base_url`` is then
+    unused.
 
     Never raises for the agent's own failures: they come back as an outcome. Sandbox failures (the container
     died, exec broke) propagate as the sandbox's exception, for the caller to drop the sample.
@@ -253,6 +273,10 @@ async def run_agent(sandbox: Sandbox, *, base_url: str, model: str, prompt: str,
     if profile == "compact":
         await sandbox.write_file(f"{QWEN_HOME}/system.md", SYSTEM_PROMPT_COMPACT)
     await sandbox.write_file(f"{RUN_DIR}/prompt.txt", escape_at(prompt))
+    command = agent_command(agent, bundle)
+    if model_socket:
+        await sandbox.write_file(FORWARDER, FORWARDER_SOURCE.read_text())
+        command = forwarder_command(model_socket, bundle) + command
 
     start = time.monotonic()
     budget = max(1, int(agent.agent_timeout))
@@ -260,7 +284,7 @@ async def run_agent(sandbox: Sandbox, *, base_url: str, model: str, prompt: str,
         if attempt:
             await sandbox.exec(sweep_command(marker), timeout=120)
             base_url = fresh_session()
-        done = await sandbox.exec(agent_command(agent, bundle), timeout=budget + 2 * KILL_GRACE + EXEC_SLACK,
+        done = await sandbox.exec(command, timeout=budget + 2 * KILL_GRACE + EXEC_SLACK,
                                   workdir=REPO_DIR, env=agent_env(base_url, model, profile, marker))
         if (fresh_session is None or done.timed_out or done.exit_code != 1
                 or STDIN_RACE not in await _read_text(sandbox, STDERR_FILE)):

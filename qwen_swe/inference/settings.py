@@ -21,6 +21,11 @@ class InferenceSettings:
     request_timeout: float = opt(600.0, "timeout of one inference request, seconds", minimum=1.0)
     served_url: str | None = opt(None, "URL of the server the launcher started (embedded); not set by users",
                                  by_run=True)
+    vllm_api_key: str | None = opt(None, "key (Bearer token) of the server at VLLM_URL, sent by the proxies and the "
+                                         "weight sync; a server this project starts requires it on every route but "
+                                         "/health, and gets a fresh random one when unset", resume="free")
+    served_api_key: str | None = opt(None, "key of the server the launcher started (embedded); not set by users",
+                                     by_run=True)
     weight_sync: str = opt("auto", "how new weights reach the server: reload a shared path, upload to the Modal "
                            "weights Volume, or broadcast them into the vLLM workers (no disk); auto = modal for a "
                            "*.modal.run VLLM_URL, else path", choices=("auto", "path", "modal", "broadcast"))
@@ -49,6 +54,11 @@ class InferenceSettings:
     def url(self) -> str | None:
         """The server rollouts talk to: VLLM_URL, or the embedded server the run started."""
         return self.vllm_url or self.served_url
+
+    @property
+    def api_key(self) -> str | None:
+        """The key the server rollouts and weight sync talk to requires: VLLM_API_KEY, or the started server's."""
+        return self.vllm_api_key or self.served_api_key
 
     @property
     def sync_mode(self) -> str:

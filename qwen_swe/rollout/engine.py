@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable
@@ -24,10 +25,13 @@ from qwen_swe.reward.harness import Grade, GradeStatus, grade_async
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.rollout.settings import RolloutSettings
 from qwen_swe.sandbox.docker import DockerSandbox
+from qwen_swe.traffic.endpoint import SOCKET_DIR_IN_CONTAINER
 from qwen_swe.traffic.proxy import RecordingProxy
 from qwen_swe.traffic.toolcalls import tool_call_parser_for
 from qwen_swe.traffic.trajectory import build_sample, to_sample
 from qwen_swe.traffic.transcript import transcript
+
+log = logging.getLogger("qwen_swe.rollout")
 
 
 class RolloutEngine:
@@ -56,8 +60,10 @@ class RolloutEngine:
         self.tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self.model)
         self.proxy = RecordingProxy(self.upstream, model=self.served_model, tokenizer=self.tokenizer,
                                     mode="tokens", request_timeout=self.settings.inference.request_timeout,
-                                    tool_parser=tool_call_parser_for(self.model))
+                                    tool_parser=tool_call_parser_for(self.model),
+                                    api_key=self.settings.inference.api_key)
         await self.proxy.start()
+        warn_network(self.settings.sandbox.sandbox_network)
 
     async def stop(self) -> None:
         if self.proxy is not None:
@@ -102,8 +108,10 @@ class RolloutEngine:
             return session.base_url
 
         try:  # the sandbox raises SandboxError (an InfraError) for whatever its engine does
-            async with self._start_sandbox(instance) as sandbox:
-                agent = await self._run_agent(sandbox, session.base_url, str(sample.prompt), fresh_session)
+            async with self.proxy.endpoint(session.id) as endpoint, self._start_sandbox(instance, endpoint.folder) \
+                    as sandbox:
+                agent = await self._run_agent(sandbox, endpoint.socket_in_container, str(sample.prompt),
+                                              fresh_session)
                 patch = await take_diff(sandbox)
         finally:
             turns = self.proxy.close_session(session.id)
@@ -117,18 +125,19 @@ class RolloutEngine:
         grade = await self._grade(instance, patch, agent, traj)
         return self._fill(sample, traj, grade, turns, grade_seconds=time.monotonic() - t_agent)
 
-    def _start_sandbox(self, instance: dict) -> DockerSandbox:
+    def _start_sandbox(self, instance: dict, endpoint_dir: Any) -> DockerSandbox:
+        """The rollout container: SANDBOX_NETWORK (default none), the bundle and the session's socket folder mounted."""
+        mounts = {str(agent_bundle_dir()): AGENT_MOUNT, str(endpoint_dir): SOCKET_DIR_IN_CONTAINER}
         return DockerSandbox.for_instance(
-            self.settings.sandbox, instance, run_id=self.settings.label, role="rollout",
-            mounts={str(agent_bundle_dir()): AGENT_MOUNT}, base_commit=instance.get("base_commit"), hide_future=True,
-            boot_limit=self._boot)
+            self.settings.sandbox, instance, run_id=self.settings.label, role="rollout", mounts=mounts,
+            base_commit=instance.get("base_commit"), hide_future=True, boot_limit=self._boot)
 
-    async def _run_agent(self, sandbox: DockerSandbox, base_url: str, prompt: str,
+    async def _run_agent(self, sandbox: DockerSandbox, model_socket: str, prompt: str,
                          fresh_session: Callable[[], str]) -> AgentResult:
         s = self.settings
-        return await run_agent(sandbox, base_url=base_url, model=self.served_model, prompt=prompt, agent=s.agent,
+        return await run_agent(sandbox, base_url="", model=self.served_model, prompt=prompt, agent=s.agent,
                                inference=s.inference, profile="compact" if s.embedded else "full",
-                               fresh_session=fresh_session)
+                               fresh_session=fresh_session, model_socket=model_socket)
 
     def _build_trajectory(self, turns: list) -> Any:
         s = self.settings
@@ -167,6 +176,15 @@ class RolloutEngine:
             await asyncio.gather(*(self.run_sample(x, stats) for x in samples))
 
         return await run_batch(run_samples, groups, stats, self.settings.rollout)
+
+
+def warn_network(network: str) -> None:
+    """Say, once per engine, when rollout containers are given a network beyond their model socket."""
+    if network != "none":
+        log.warning("SANDBOX_NETWORK=%s: rollout containers are not cut off; the agent's shell can reach %s. Use it "
+                    "only for images whose tests need the network; the default, none, leaves only the session's "
+                    "model socket", network, "every service on this host's loopback (the inference server and its "
+                    "admin routes, the trainer, Ray) and the internet" if network == "host" else "other machines")
 
 
 # Runs some samples of one group (a first attempt, or the refills of its dropped ones), filling them in place.

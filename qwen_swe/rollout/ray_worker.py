@@ -1,8 +1,8 @@
 """One Ray node's rollouts (ROLLOUT_BACKEND=ray): a worker actor that owns a whole ``RolloutEngine`` on its node.
 
 Everything a sample touches stays on the worker's node: the engine's event loop (the actor's own, Ray runs async
-actors on one), the recording proxy (on the node's loopback, where the containers reach it with host networking),
-the tokenizer, the sandbox and boot bounds, and the node's Docker engine for rollout and grading containers. Only
+actors on one), the recording proxy (each container reaches only its own session, through a Unix socket of the
+node mounted into it: ``traffic/endpoint.py``; the node's Docker engine must be local), the tokenizer, the sandbox and boot bounds, and the node's Docker engine for rollout and grading containers. Only
 the finished ``Sample`` travels back (pickled by Ray). The proxy forwards to ``upstream``, so that URL must be
 routable from every node.
 """

@@ -29,6 +29,7 @@ import aiohttp
 from aiohttp import web
 
 from qwen_swe.errors import ProxyError, UpstreamFailure
+from qwen_swe.traffic.endpoint import SessionEndpoint, bound_session
 from qwen_swe.traffic.forward import chat_forward
 from qwen_swe.traffic.sessions import PromptBuilder, Session
 from qwen_swe.traffic.sse import sse_chunks
@@ -55,7 +56,7 @@ class RecordingProxy:
     def __init__(self, upstream: str, *, model: str | None = None, tokenizer_path: str | None = None,
                  mode: str | None = None, request_timeout: float = 600.0, tool_parser: str = "hermes",
                  chat_template: str | None = None, tokenizer: Any = None, host: str = "127.0.0.1",
-                 port: int = 0) -> None:
+                 port: int = 0, api_key: str | None = None) -> None:
         mode = mode or ("tokens" if (tokenizer_path or tokenizer is not None) else "forward")
         if mode not in ("tokens", "forward"):
             raise ProxyError(f"mode={mode!r}: use 'tokens' or 'forward'")
@@ -69,7 +70,7 @@ class RecordingProxy:
         self.request_timeout = request_timeout
         self.weight_version: Any = None  # set by the rollout before each batch; recorded on every turn
         self._tokenizer_path, self._tokenizer, self._chat_template = tokenizer_path, tokenizer, chat_template
-        self._host, self._port = host, port
+        self._host, self._port, self._api_key = host, port, api_key  # the server's key, sent upstream
         self._builder: PromptBuilder | None = None
         self._max_model_len: int | None = None  # from the server's /models card, to bound max_tokens
         # Rendering and tokenising run on the proxy's own threads: the default executor is shared with callers
@@ -77,6 +78,7 @@ class RecordingProxy:
         self._executor: ThreadPoolExecutor | None = None
         self._sessions: dict[str, Session] = {}
         self._closed: set[str] = set()
+        self._endpoints: dict[str, SessionEndpoint] = {}  # session id -> its socket, where it has one
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
         self.root: str | None = None
@@ -92,8 +94,9 @@ class RecordingProxy:
 
                 tokenizer = await self._offload(AutoTokenizer.from_pretrained, self._tokenizer_path)
             self._builder = PromptBuilder(tokenizer, self._chat_template)
+        auth = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else None
         self._client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=512, force_close=False),
-                                             timeout=aiohttp.ClientTimeout(total=self.request_timeout))
+                                             timeout=aiohttp.ClientTimeout(total=self.request_timeout), headers=auth)
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_post("/s/{sid}/v1/chat/completions", self._chat)
         app.router.add_get("/s/{sid}/v1/models", self._models)
@@ -157,7 +160,25 @@ class RecordingProxy:
         if old.bug is not None:  # a proxy bug is never discarded with the run it hit
             raise old.bug
         self.close_session(sid)
-        return self.open_session(old.meta, seed=old.seed)
+        new = self.open_session(old.meta, seed=old.seed)
+        endpoint = self._endpoints.pop(sid, None)
+        if endpoint is not None:  # the container keeps its socket; it now serves the new session
+            endpoint.binding.sid = new.id
+            self._endpoints[new.id] = endpoint
+        return new
+
+    def endpoint(self, sid: str, parent: str | None = None) -> SessionEndpoint:
+        """A Unix socket serving only session ``sid`` (``async with``; see ``endpoint.py``): what a rollout container
+        with no network mounts."""
+        if sid not in self._sessions:
+            raise ProxyError(f"session {sid} is not open (unknown or already closed)")
+        endpoint = SessionEndpoint(self._chat, self._models, sid, parent=parent, on_stop=self._forget)
+        self._endpoints[sid] = endpoint
+        return endpoint
+
+    def _forget(self, endpoint: SessionEndpoint) -> None:
+        if self._endpoints.get(endpoint.binding.sid) is endpoint:
+            del self._endpoints[endpoint.binding.sid]
 
     def session(self, sid: str) -> Session:
         return self._sessions[sid]
@@ -171,7 +192,7 @@ class RecordingProxy:
         return web.json_response({"ok": True, "sessions": len(self._sessions)})
 
     def _lookup(self, request: web.Request) -> Session | web.Response:
-        sid = request.match_info["sid"]
+        sid = bound_session(request)
         session = self._sessions.get(sid)
         if session is not None:
             return session
@@ -374,6 +395,5 @@ def _forced_tools(tools: list[dict] | None, tool_choice: Any) -> list[dict] | No
         chosen = [t for t in tools if t.get("function", t).get("name") == name]
         return chosen or None
     return None
-
 
 __all__ = ["RecordingProxy", "ProxyError", "Session", "Turn"]

@@ -90,8 +90,8 @@ def test_the_free_settings_are_marked_on_their_fields():
     marks = {f.name: f.metadata["resume"] for f in all_fields() if f.metadata["resume"] != "keep"}
     assert marks == {"num_rollouts": "free", "eval_interval": "free", "stop_timeout": "free",
                      "save_rollout_data": "free", "save_interval": "free", "keep_checkpoints": "free",
-                     "report_to": "free",
-                     "output_dir": "new", "resume_override": "new", "served_url": "new"}
+                     "report_to": "free", "vllm_api_key": "free",
+                     "output_dir": "new", "resume_override": "new", "served_url": "new", "served_api_key": "new"}
 
 
 @pytest.mark.parametrize("checkpoint", ["none", "half-written"])

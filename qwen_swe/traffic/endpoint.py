@@ -1,0 +1,115 @@
+"""One session's model endpoint on a Unix socket: the only way out of a rollout container on ``network none``.
+
+Why a socket: a container with no network has nothing but its own loopback, so no port of the host (the proxy's,
+the inference server's, the trainer's, Ray's) is within its reach. A folder holding one socket is mounted into the
+container; the socket serves exactly two routes of one session (``/v1/chat/completions``, ``/v1/models``), so nothing
+sent through it can name another session, and the proxy's own root (``/health``, ``/s/{id}/...``) is not on it.
+Inside the container a small forwarder (``agent/forward.js``, run by the bundle's Node) listens on the container's
+loopback and pipes each connection to the socket, so the agent still talks to ``http://127.0.0.1:PORT/v1``.
+
+A restarted agent run (a fresh proxy session) keeps its socket: the endpoint is rebound to the new session's id.
+Docker must run on this host: a bind mount names a path of the daemon's machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+from qwen_swe.errors import ProxyError
+
+SOCKET_NAME = "model.sock"
+SOCKET_DIR_IN_CONTAINER = "/run/qwen-swe-model"  # where the folder is mounted in a rollout container
+MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux; a longer TMPDIR cannot hold a socket
+
+
+@dataclass
+class Binding:
+    """The session a socket serves; mutable, since the app is frozen once it runs and a restart changes the id."""
+
+    sid: str
+
+
+BINDING = web.AppKey("qwen_swe_binding", Binding)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class SessionEndpoint:
+    """``async with SessionEndpoint(chat, models, sid) as ep``: ``ep.folder`` is the folder to mount (removed at exit)."""
+
+    def __init__(self, chat: Handler, models: Handler, sid: str, *, parent: str | None = None,
+                 client_max_size: int = 256 * 1024 * 1024,
+                 on_stop: Callable[["SessionEndpoint"], None] | None = None) -> None:
+        self.binding = Binding(sid)
+        self._chat, self._models, self._parent, self._max = chat, models, parent, client_max_size
+        self._on_stop = on_stop
+        self._runner: web.AppRunner | None = None
+        self.folder: Path | None = None
+
+    @property
+    def socket_path(self) -> Path:
+        if self.folder is None:
+            raise ProxyError("the session endpoint is not started")
+        return self.folder / SOCKET_NAME
+
+    @property
+    def socket_in_container(self) -> str:
+        return f"{SOCKET_DIR_IN_CONTAINER}/{SOCKET_NAME}"
+
+    async def start(self) -> "SessionEndpoint":
+        parent = self._parent or tempfile.gettempdir()
+        self.folder = Path(tempfile.mkdtemp(prefix="qwen-swe-ep-", dir=parent))
+        if len(str(self.socket_path)) > MAX_SOCKET_PATH:
+            path = self.socket_path
+            await self.stop()
+            raise ProxyError(f"socket path {path} is longer than {MAX_SOCKET_PATH} bytes, more than a Unix socket "
+                             "can hold: point TMPDIR at a shorter folder (e.g. /tmp)")
+        app = web.Application(client_max_size=self._max)
+        app[BINDING] = self.binding
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        try:
+            await self._runner.setup()
+            await web.UnixSite(self._runner, str(self.socket_path)).start()
+        except BaseException:
+            await self.stop()
+            raise
+        # the container's root connects with its own uid; the folder (0700) keeps other host users out
+        os.chmod(self.socket_path, 0o666)
+        return self
+
+    async def stop(self) -> None:
+        try:
+            if self._runner is not None:
+                await self._runner.cleanup()
+        finally:
+            self._runner = None
+            if self.folder is not None:
+                shutil.rmtree(self.folder, ignore_errors=True)
+                self.folder = None
+            if self._on_stop is not None:
+                self._on_stop(self)
+
+    async def __aenter__(self) -> "SessionEndpoint":
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+
+def bound_session(request: web.Request) -> str:
+    """The session id a request names: the route's ``{sid}``, or the socket's binding."""
+    sid = request.match_info.get("sid")
+    if sid is not None:
+        return sid
+    binding = request.app.get(BINDING)
+    if binding is None:
+        raise ProxyError(f"route {request.path} names no session")
+    return binding.sid

@@ -1,0 +1,53 @@
+"""A session's Unix-socket endpoint (``traffic/endpoint.py``) on the real recording proxy: it serves its own session's
+routes only, follows a restarted session, answers 410 once the session is closed, and leaves nothing on disk."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+
+from qwen_swe.errors import ProxyError
+from qwen_swe.traffic.endpoint import MAX_SOCKET_PATH
+from qwen_swe.traffic.proxy import RecordingProxy
+
+
+async def _status(socket_path: str, path: str) -> int:
+    async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=socket_path)) as client:
+        async with client.get(f"http://session{path}", timeout=aiohttp.ClientTimeout(total=30)) as resp:
+            return resp.status
+
+
+def test_the_socket_serves_one_session_and_follows_its_restart(tmp_path):
+    async def scenario() -> list[int]:
+        # the upstream is a closed port: a route that reaches the session's handler answers 502
+        async with RecordingProxy("http://127.0.0.1:9", model="m", request_timeout=5) as proxy:
+            first, other = proxy.open_session(), proxy.open_session()
+            async with proxy.endpoint(first.id, parent="/tmp") as ep:
+                sock = str(ep.socket_path)
+                seen = [await _status(sock, "/v1/models"), await _status(sock, f"/s/{other.id}/v1/models"),
+                        await _status(sock, "/health")]
+                again = proxy.restart_session(first.id)
+                seen.append(await _status(sock, "/v1/models"))  # now the new session's
+                proxy.close_session(again.id)
+                seen.append(await _status(sock, "/v1/models"))
+                folder = ep.folder
+            assert not folder.exists()
+            return seen
+
+    assert asyncio.run(scenario()) == [502, 404, 404, 502, 410]
+
+
+def test_an_endpoint_needs_an_open_session_and_a_short_path(tmp_path):
+    async def scenario() -> None:
+        async with RecordingProxy("http://127.0.0.1:9", model="m") as proxy:
+            with pytest.raises(ProxyError, match="not open"):
+                proxy.endpoint("nope")
+            deep = tmp_path / ("d" * MAX_SOCKET_PATH)
+            deep.mkdir()
+            with pytest.raises(ProxyError, match="TMPDIR"):
+                async with proxy.endpoint(proxy.open_session().id, parent=str(deep)):
+                    pass
+
+    asyncio.run(scenario())
