@@ -56,4 +56,3 @@ def live_progress(stats: BatchStats, label: str, interval: float = INTERVAL) -> 
     """Show ``stats`` while the batch runs. ``label`` names the step as the step's metrics line does
     (``step 3/10 rollout``), so the two are read together."""
     return show(stats, label, unit="samples", interval=interval)
-
