@@ -70,7 +70,7 @@ def check_logprobs_mode(settings: Settings) -> None:
     if not settings.uses_served_logprobs or settings.logprob_temperature == 1.0:  # 1.0 also in SFT
         return
     url = settings.inference.vllm_url
-    client = InferenceClient(url, timeout=60.0)
+    client = InferenceClient(url, timeout=60.0, api_key=settings.inference.api_key)
     model = settings.inference.served_model_name or settings.model_name
     try:
         scale = served_temperature_scale(client, model)

@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import importlib.metadata
 import os
+import secrets
 import shlex
 import socket
 import subprocess
@@ -35,6 +36,7 @@ from qwen_swe.config import settings as config
 from qwen_swe.errors import EmbeddedModelError
 from qwen_swe.inference.client import InferenceClient, InferenceError
 from qwen_swe.inference.embedded_model import ensure_embedded_model
+from qwen_swe.inference.server_auth import KEY_ENV, MIDDLEWARE
 from qwen_swe.inference.settings import DEFAULT_MODEL
 from qwen_swe.plan.placement import Gpu, devices_env, nvidia_gpus, serve_gpus
 from qwen_swe.supervise import SUPERVISOR, Interrupted
@@ -74,6 +76,7 @@ class ServeConfig:
     reserved_cpus: int = 1
     worker_extension: str | None = None  # WEIGHT_SYNC=broadcast: the methods the trainer calls in each worker
     devices: tuple[int, ...] = ()  # the GPUs the server sees (CUDA_VISIBLE_DEVICES); () = all, or none on CPU
+    api_key: str | None = None  # required on every route but /health (server_auth.py); None = an open server
     extra_args: tuple[str, ...] = field(default=())
 
     @property
@@ -111,6 +114,8 @@ class ServeConfig:
             cmd += ["--enable-lora", "--max-lora-rank", str(rank), "--max-loras", str(self.max_loras)]
         if self.worker_extension:
             cmd += ["--worker-extension-cls", self.worker_extension]
+        if self.api_key:  # the key itself travels in the environment (KEY_ENV), never on the command line
+            cmd += ["--middleware", MIDDLEWARE]
         return cmd + list(self.extra_args)
 
     def env(self) -> dict[str, str]:
@@ -118,8 +123,9 @@ class ServeConfig:
         env = {"VLLM_SERVER_DEV_MODE": "1"}
         if self.lora_rank > 0:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
-        if self.worker_extension:  # vLLM imports the extension from this repository
+        if self.worker_extension or self.api_key:  # vLLM imports the extension and the middleware from this repository
             env["PYTHONPATH"] = paths.python_path(inherited=os.environ.get("PYTHONPATH"))
+        env.update({KEY_ENV: self.api_key} if self.api_key else {})
         env.update(devices_env(self.devices))
         if self.cpu:
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_gib)
@@ -131,7 +137,7 @@ class ServeConfig:
 
     def shell(self) -> str:
         """The command as one copy-pasteable shell line (env assignments first)."""
-        assigns = [f"{k}={shlex.quote(v)}" for k, v in self.env().items()]
+        assigns = [f"{k}={shlex.quote('***' if k == KEY_ENV else v)}" for k, v in self.env().items()]
         return " ".join(assigns + [shlex.quote(a) for a in self.argv()])
 
 
@@ -162,7 +168,7 @@ class VLLMServer:
         env = {**os.environ, **self.serve.env()}
         self.process = SUPERVISOR.spawn(self.serve.argv(), env=env, stdin=subprocess.DEVNULL, stdout=self._log,
                                         stderr=subprocess.STDOUT)
-        client = InferenceClient(self.base_url, timeout=5.0)
+        client = InferenceClient(self.base_url, timeout=5.0, api_key=self.serve.api_key)
         deadline = time.monotonic() + timeout
         try:
             while not client.health():
@@ -237,7 +243,8 @@ def cuda_server(python: str, gpus: tuple[Gpu, ...]) -> bool:
 
 
 def embedded_serve_config(settings: config.Settings, *, port: int = 0, model_dir: Path | None = None,
-                          kv_cache_gib: int = 1, reserved_cpus: int = 1, lora_rank: int | None = None) -> ServeConfig:
+                          kv_cache_gib: int = 1, reserved_cpus: int = 1, lora_rank: int | None = None,
+                          api_key: str | None = None) -> ServeConfig:
     """The measured-good CPU profile for the embedded SmolLM2: bf16, native
     8192 context, hermes parser with the compact template, 1 GiB KV cache (~46k tokens, 5.7 full contexts).
     One core is reserved for the API server: with the trainer busy on the other core, a 2-thread engine spins at
@@ -258,7 +265,8 @@ def embedded_serve_config(settings: config.Settings, *, port: int = 0, model_dir
                        lora_rank=settings.train.lora_rank if lora_rank is None else lora_rank,
                        python=python, cpu=not on_gpu, kv_cache_gib=kv_cache_gib,
                        reserved_cpus=reserved_cpus, worker_extension=_extension(settings),
-                       devices=serve_gpus(settings, gpus) if on_gpu else ())  # as the run placed it
+                       devices=serve_gpus(settings, gpus) if on_gpu else (),  # as the run placed it
+                       api_key=api_key)
 
 
 @contextlib.contextmanager
@@ -266,7 +274,7 @@ def embedded_server(settings: config.Settings, *, port: int = 0, log_dir: Path |
                     startup_timeout: float = 900.0, **profile: object) -> Iterator[str]:
     """Run the embedded CPU vLLM server for the duration of the block; yields its OpenAI base URL
     (``http://127.0.0.1:PORT/v1``). ``profile`` goes to ``embedded_serve_config`` (kv_cache_gib, reserved_cpus,
-    model_dir, lora_rank)."""
+    model_dir, lora_rank, api_key)."""
     serve = embedded_serve_config(settings, port=port, **profile)  # type: ignore[arg-type]
     log_dir = Path(log_dir) if log_dir is not None else paths.cache_home() / "logs"
     with VLLMServer(serve, log_dir / f"vllm-embedded-{serve.port}.log") as server:
@@ -276,7 +284,8 @@ def embedded_server(settings: config.Settings, *, port: int = 0, log_dir: Path |
 @contextlib.contextmanager
 def serving(settings: config.Settings, *, log_dir: Path) -> Iterator[config.Settings]:
     """With VLLM_URL: that server. Without: the embedded CPU server (MODEL's folder when given, else the embedded
-    SmolLM2), started here and stopped by its process group; yields the settings with its URL."""
+    SmolLM2), started here and stopped by its process group, requiring VLLM_API_KEY (a fresh random key when unset)
+    on every route; yields the settings with its URL and key."""
     if not settings.embedded:
         yield settings
         return
@@ -284,8 +293,9 @@ def serving(settings: config.Settings, *, log_dir: Path) -> Iterator[config.Sett
     if model_dir is None and not (paths.embedded_model_dir() / "config.json").exists():
         raise EmbeddedModelError(f"the embedded model is missing at {paths.embedded_model_dir()}: run "
                                  "`bash scripts/setup.sh`")
-    with embedded_server(settings, log_dir=log_dir, model_dir=model_dir) as url:
-        yield settings.replace(served_url=url)
+    key = settings.inference.vllm_api_key or secrets.token_urlsafe(32)
+    with embedded_server(settings, log_dir=log_dir, model_dir=model_dir, api_key=key) as url:
+        yield settings.replace(served_url=url, served_api_key=key)
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -315,7 +325,8 @@ def serve_config_from_args(args: argparse.Namespace, extra: Sequence[str] = (),
     lora_rank = settings.train.lora_rank if args.lora_rank is None else args.lora_rank
     if model == EMBEDDED or model.startswith(EMBEDDED + ":"):
         base = embedded_serve_config(settings, port=args.port, lora_rank=lora_rank,
-                                     model_dir=paths.embedded_model_dir() if args.dry_run else None)
+                                     model_dir=paths.embedded_model_dir() if args.dry_run else None,
+                                     api_key=settings.inference.vllm_api_key or secrets.token_urlsafe(32))
         return dataclasses.replace(base, host=args.host or base.host, extra_args=tuple(extra),
                                    python=args.python or base.python)
     served = args.served_model_name or settings.inference.served_model_name
@@ -329,13 +340,11 @@ def serve_config_from_args(args: argparse.Namespace, extra: Sequence[str] = (),
                        max_model_len=args.max_model_len or settings.inference.max_model_len or 65536,
                        gpu_memory_utilization=args.gpu_memory_utilization, lora_rank=lora_rank,
                        python=python, worker_extension=_extension(settings), devices=devices,
-                       extra_args=tuple(extra))
+                       api_key=settings.inference.vllm_api_key or secrets.token_urlsafe(32), extra_args=tuple(extra))
 
 
 def _extension(settings: config.Settings) -> str | None:
     return BROADCAST_EXTENSION if settings.inference.weight_sync == "broadcast" else None
-
-
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -350,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.dry_run:
         for key, value in serve.env().items():
-            print(f"export {key}={shlex.quote(value)}")
+            print(f"export {key}={shlex.quote('***' if key == KEY_ENV else value)}")
         print(shlex.join(serve.argv()))
         return 0
     log = args.log_file or paths.cache_home() / "logs" / f"vllm-{serve.port}.log"
@@ -359,7 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         print(f"starting vLLM (log: {log}):\n  {serve.shell()}", flush=True)
         url = server.start(args.startup_timeout)
-        exports = [f"export VLLM_URL={url}", f"export MODEL={shlex.quote(serve.model)}"]
+        exports = [f"export VLLM_URL={url}", f"export MODEL={shlex.quote(serve.model)}",
+                   f"export {KEY_ENV}={shlex.quote(serve.api_key or '')}"]  # every route but /health needs it
         if serve.served_model_names:
             exports.append(f"export SERVED_MODEL_NAME={shlex.quote(serve.served_model_names[0])}")
         if serve.devices:  # the run on this node keeps its trainer off these GPUs

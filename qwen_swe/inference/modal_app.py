@@ -8,7 +8,8 @@
 Deploy-time settings (env vars, read where this file is imported and copied into the container's environment so
 both sides build the same command): MODEL, SERVED_MODEL_NAME, MAX_MODEL_LEN, LORA_RANK, MODAL_GPU (default
 A100-80GB), MODAL_GPU_COUNT (8), TP (default MODAL_GPU_COUNT), MODAL_APP_NAME, MODAL_HF_SECRET (name of a Modal
-secret with HF_TOKEN, for gated models).
+secret with HF_TOKEN, for gated models), VLLM_API_KEY (required: the server asks it on every route but /health; it
+reaches the container as a Modal secret, and the run sends it from the same variable).
 
 Weights travel through the ``qwen-swe-weights`` Volume (``modal volume put qwen-swe-weights ./step_3 /step_3``);
 ``Server.reload`` calls ``Volume.reload()`` first (committed files are invisible to a running container until then),
@@ -29,8 +30,10 @@ from pathlib import Path
 import modal
 
 from qwen_swe.config import settings as config
+from qwen_swe.errors import ConfigError
 from qwen_swe.inference.client import InferenceClient
 from qwen_swe.inference.launcher import ServeConfig
+from qwen_swe.inference.server_auth import KEY_ENV
 from qwen_swe.inference.settings import DEFAULT_MODEL
 
 APP_NAME = os.environ.get("MODAL_APP_NAME", "qwen-swe-vllm")
@@ -59,9 +62,12 @@ def serve_config() -> ServeConfig:
     inference = settings.inference
     served = inference.served_model_name
     tp = inference.tp if os.environ.get("TP") else GPU_COUNT
+    if not inference.vllm_api_key:  # a public URL with weight-reload routes must not answer strangers
+        raise ConfigError(f"{KEY_ENV} is unset: deploy with {KEY_ENV}=<a long random key> and give the run the same")
     return ServeConfig(model=inference.model or DEFAULT_MODEL, served_model_names=(served,) if served else (),
                        host="0.0.0.0", port=PORT, tp=tp, max_model_len=inference.max_model_len or 65536,
-                       gpu_memory_utilization=0.90, lora_rank=settings.train.lora_rank, python="python")
+                       gpu_memory_utilization=0.90, lora_rank=settings.train.lora_rank, python="python",
+                       api_key=inference.vllm_api_key)
 
 
 def web_url(workspace: str, environment: str | None = None) -> str:
@@ -81,7 +87,8 @@ def weights_path(path: str) -> str:
 
 def reload_server(path: str, lora_name: str | None = None, base_url: str = f"http://127.0.0.1:{PORT}") -> dict:
     """What the reload entry point does after ``Volume.reload()``: the same client calls as the local run."""
-    client = InferenceClient(base_url, timeout=60.0, reload_timeout=FUNCTION_TIMEOUT - 5 * MINUTES)
+    client = InferenceClient(base_url, timeout=60.0, reload_timeout=FUNCTION_TIMEOUT - 5 * MINUTES,
+                             api_key=os.environ.get(KEY_ENV))
     where = weights_path(path)
     version = client.load_lora(lora_name, where) if lora_name else client.reload_weights(where)
     return {"path": where, "lora_name": lora_name, "version": version}
@@ -103,6 +110,8 @@ vllm_cache_volume = modal.Volume.from_name("qwen-swe-vllm-cache", create_if_miss
 weights_volume = modal.Volume.from_name("qwen-swe-weights", create_if_missing=True)
 VOLUMES = {HF_CACHE: hf_cache_volume, VLLM_CACHE: vllm_cache_volume, WEIGHTS: weights_volume}
 SECRETS = [modal.Secret.from_name(os.environ["MODAL_HF_SECRET"])] if os.environ.get("MODAL_HF_SECRET") else []
+if os.environ.get(KEY_ENV):  # its own secret, apart from the deploy variables (DEPLOY_ENV_KEYS)
+    SECRETS.append(modal.Secret.from_dict({KEY_ENV: os.environ[KEY_ENV]}))
 
 app = modal.App(APP_NAME)
 

@@ -53,7 +53,8 @@ class RolloutDriver:
                  served_model: str | None = None) -> None:
         self.settings = settings
         self.data_source = data_source or SWEBenchDataSource.from_settings(settings)
-        self.client = InferenceClient(upstream, timeout=settings.inference.request_timeout)
+        self.client = InferenceClient(upstream, timeout=settings.inference.request_timeout,
+                                      api_key=settings.inference.api_key)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rollout-loop", daemon=True)
         self._thread.start()

@@ -17,7 +17,7 @@ from qwen_swe.inference.settings import DEFAULT_MODEL
 pytest.importorskip("modal")
 MODULE = "qwen_swe.inference.modal_app"
 DEPLOY_KEYS = ("MODEL", "TP", "MODAL_GPU", "MODAL_GPU_COUNT", "MODAL_APP_NAME", "LORA_RANK", "SERVED_MODEL_NAME",
-               "MAX_MODEL_LEN", "MODAL_HF_SECRET")
+               "MAX_MODEL_LEN", "MODAL_HF_SECRET", "VLLM_API_KEY")
 
 
 @pytest.fixture
@@ -62,8 +62,13 @@ def test_gpu_volumes_and_timeouts(mi):
     assert mi.FUNCTION_TIMEOUT > mi.WEB_REQUEST_LIMIT and mi.MAX_INPUTS >= 64
 
 
-def test_served_command_matches_the_local_launcher(mi):
+def test_served_command_matches_the_local_launcher(mi, monkeypatch):
+    with pytest.raises(mi.ConfigError, match="VLLM_API_KEY is unset"):  # no open server behind a public URL
+        mi.serve_config()
+    monkeypatch.setenv("VLLM_API_KEY", "k" * 43)
     argv = mi.serve_config().argv()
+    assert flag(argv, "--middleware") == "qwen_swe.inference.server_auth.RequireKey"
+    assert "k" * 43 not in " ".join(argv) and mi.serve_config().env()["VLLM_API_KEY"] == "k" * 43
     assert argv[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
     assert flag(argv, "--model") == DEFAULT_MODEL
     assert flag(argv, "--tool-call-parser") == "qwen3_coder" and "--enable-auto-tool-choice" in argv
@@ -77,9 +82,11 @@ def test_gpu_and_lora_from_env(monkeypatch, mi):
     monkeypatch.setenv("MODAL_GPU", "H100")
     monkeypatch.setenv("MODAL_GPU_COUNT", "4")
     monkeypatch.setenv("LORA_RANK", "16")
+    monkeypatch.setenv("VLLM_API_KEY", "k" * 43)
     sys.modules.pop(MODULE, None)
     mod = importlib.import_module(MODULE)
     spec, _ = modal_spec(mod.Server)
+    assert "Secret.from_dict([VLLM_API_KEY])" in map(repr, spec.secrets)  # the key reaches the container
     argv = mod.serve_config().argv()
     assert spec.gpus == "H100:4" and flag(argv, "--tensor-parallel-size") == "4"
     assert "--enable-lora" in argv and mod.serve_config().env()["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"

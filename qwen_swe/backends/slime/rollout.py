@@ -22,7 +22,8 @@ REFILL_ROUNDS = 3  # draws of fresh groups for the ones lost to infrastructure, 
 def weight_sync_for(settings: Settings, args: Any) -> SlimeWeightSync:
     """slime's checkpoints (``--save``, ``--hf-checkpoint``, or Megatron's ``--save-hf`` folders) pushed into the
     run's server the run's way."""
-    client = InferenceClient(settings.inference.url, timeout=settings.inference.request_timeout)
+    client = InferenceClient(settings.inference.url, timeout=settings.inference.request_timeout,
+                             api_key=settings.inference.api_key)
     return SlimeWeightSync(getattr(args, "save", None) or settings.output_dir,
                            getattr(args, "hf_checkpoint", None) or settings.model_name,
                            make_weight_sync(settings.inference, client),
