@@ -75,6 +75,7 @@ class ServeConfig:
     kv_cache_gib: int = 1
     reserved_cpus: int = 1
     worker_extension: str | None = None  # WEIGHT_SYNC=broadcast: the methods the trainer calls in each worker
+    sleep_mode: bool = False  # COLOCATE: /sleep releases GPU memory (vLLM's CPU build refuses the flag, see sleep.py)
     devices: tuple[int, ...] = ()  # the GPUs the server sees (CUDA_VISIBLE_DEVICES); () = all, or none on CPU
     api_key: str | None = None  # required on every route but /health (server_auth.py); None = an open server
     extra_args: tuple[str, ...] = field(default=())
@@ -114,6 +115,8 @@ class ServeConfig:
             cmd += ["--enable-lora", "--max-lora-rank", str(rank), "--max-loras", str(self.max_loras)]
         if self.worker_extension:
             cmd += ["--worker-extension-cls", self.worker_extension]
+        if self.sleep_mode and not self.cpu:
+            cmd += ["--enable-sleep-mode"]
         if self.api_key:  # the key itself travels in the environment (KEY_ENV), never on the command line
             cmd += ["--middleware", MIDDLEWARE]
         return cmd + list(self.extra_args)
@@ -265,6 +268,7 @@ def embedded_serve_config(settings: config.Settings, *, port: int = 0, model_dir
                        lora_rank=settings.train.lora_rank if lora_rank is None else lora_rank,
                        python=python, cpu=not on_gpu, kv_cache_gib=kv_cache_gib,
                        reserved_cpus=reserved_cpus, worker_extension=_extension(settings),
+                       sleep_mode=settings.placement.colocate,
                        devices=serve_gpus(settings, gpus) if on_gpu else (),  # as the run placed it
                        api_key=api_key)
 
@@ -340,6 +344,7 @@ def serve_config_from_args(args: argparse.Namespace, extra: Sequence[str] = (),
                        max_model_len=args.max_model_len or settings.inference.max_model_len or 65536,
                        gpu_memory_utilization=args.gpu_memory_utilization, lora_rank=lora_rank,
                        python=python, worker_extension=_extension(settings), devices=devices,
+                       sleep_mode=settings.placement.colocate,
                        api_key=settings.inference.vllm_api_key or secrets.token_urlsafe(32), extra_args=tuple(extra))
 
 

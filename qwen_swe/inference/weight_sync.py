@@ -62,15 +62,17 @@ class ModalVolume:
         return {"sync/reload_seconds": time.monotonic() - t0}
 
 
-def make_weight_sync(settings: InferenceSettings, client: InferenceClient) -> WeightSync:
-    """The sync the settings ask for (``WEIGHT_SYNC``; auto = Modal for a ``*.modal.run`` server)."""
+def make_weight_sync(settings: InferenceSettings, client: InferenceClient, *, colocated: bool = False) -> WeightSync:
+    """The sync the settings ask for (``WEIGHT_SYNC``; auto = Modal for a ``*.modal.run`` server). ``colocated``
+    (COLOCATE): a broadcast goes over gloo, through host memory, since NCCL refuses two ranks of one group on the
+    same GPU, which the trainer's rank 0 and the server's first worker then are."""
     if settings.sync_mode == "broadcast":
         import torch  # late: only the trainer's side of a broadcast needs torch
 
         from qwen_swe.inference.broadcast import BroadcastSync  # late: imports torch.distributed
 
         return BroadcastSync(client, host=settings.broadcast_host, port=settings.broadcast_port, workers=settings.tp,
-                             backend="nccl" if torch.cuda.is_available() else "gloo",
+                             backend="nccl" if torch.cuda.is_available() and not colocated else "gloo",
                              timeout=settings.request_timeout, bucket_bytes=settings.broadcast_bucket_mb << 20,
                              dtype=getattr(torch, settings.broadcast_dtype))
     return ModalVolume() if settings.sync_mode == "modal" else PathReload(client)

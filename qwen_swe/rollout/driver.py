@@ -60,8 +60,9 @@ class RolloutDriver:
         self._thread.start()
         self.engine = make_engine(settings, upstream=upstream, model=model, served_model=served_model)
         self._call(self.engine.start())
-        self.weight_sync = ProbedSync(make_weight_sync(settings.inference, self.client), self.client,
-                                      self.engine.served_model)
+        self.weight_sync = ProbedSync(make_weight_sync(settings.inference, self.client,
+                                                       colocated=settings.placement.colocate),
+                                      self.client, self.engine.served_model)
         self.last_sync: dict[str, float] = {}
         self._in_flight: dict[int, InFlight] = {}  # submitted, not yet collected, oldest first
         self._evaluated: dict[int, dict[str, float]] = {}

@@ -7,7 +7,9 @@ With MAX_STALENESS=N >= 1 the rollouts of the next N steps run in the background
 reach the server while they are in flight, and a sample more than N versions behind the trainer is dropped; the
 rest are trained with the PPO ratio against their rollout log-probs (``Prefetch``, ``drop_stale``). Every
 ``SAVE_INTERVAL`` steps a checkpoint; re-running with the same OUTPUT_DIR resumes from the newest one and
-first puts the resumed weights into the server.
+first puts the resumed weights into the server. With COLOCATE the trainer and the server take turns on the same GPUs:
+the server sleeps for each step and its checkpoint, the trainer's state waits in host memory during rollouts
+(``colocate.py``).
 
     python -m torch.distributed.run --standalone --nproc_per_node N -m qwen_swe.train.trainer \\
         --settings OUTPUT_DIR/settings.json
@@ -37,11 +39,15 @@ import torch.distributed as dist
 
 from qwen_swe.config.settings import Settings
 from qwen_swe.errors import DropReason, TrainerError
+from qwen_swe.inference.client import InferenceClient
+from qwen_swe.inference.sleep import ServerSleep
 from qwen_swe.rollout.contract import RolloutSource
 from qwen_swe.rollout.driver import make_driver
 from qwen_swe.supervise import die_with_parent, run_rank
 from qwen_swe.train import checkpoint as ckpt
+from qwen_swe.train.colocate import Colocation
 from qwen_swe.train.metrics import MetricsLog
+from qwen_swe.train.offload import TrainerOffload
 from qwen_swe.train.offpolicy import Prefetch, drop_stale
 from qwen_swe.train.policy import PolicyModel, Reference, build_policy, parameter_bytes
 from qwen_swe.train.publish import WeightExporter, on_rank0, publish
@@ -56,7 +62,7 @@ class PhaseTimer:
     """Seconds per phase of a step as ``time/<phase>`` metrics (0 for a phase that did not run), ``time/step`` the
     whole step."""
 
-    PHASES = ("rollout", "train", "sync", "save")
+    PHASES = ("rollout", "swap", "train", "save", "sync")  # swap: COLOCATE's turn change before the step
 
     def __init__(self) -> None:
         self.start, self.seconds = time.monotonic(), dict.fromkeys(self.PHASES, 0.0)
@@ -141,8 +147,11 @@ def _train(settings: Settings, source: RolloutSource | None, model_path: str, de
     if dist.get_rank() == 0 and source is None:
         raise TrainerError("rank 0 needs a rollout source (qwen_swe.rollout.driver.make_driver builds the run's)")
     _seed(settings.seed)
+    turns = _colocation(settings)
+    turns.start()  # COLOCATE: the server sleeps before the trainer allocates
     learner = Learner.build(settings, model_path, device)
-    step, version = _resume(settings, source, learner)
+    turns.attach(TrainerOffload(learner.optimizer, learner.policy, learner.reference and learner.reference.copy))
+    step, version = _resume(settings, source, learner, turns)
     rollouts = on_rank0(lambda: Rollouts(settings, source, step), "the rollout pipeline", share=False)
     metrics_log = MetricsLog(settings.output_dir, resume_step=step, report_to=settings.train.reporters,
                              config=settings.to_dict()) if dist.get_rank() == 0 else None
@@ -154,21 +163,27 @@ def _train(settings: Settings, source: RolloutSource | None, model_path: str, de
                 items, metrics = on_rank0(lambda: rollouts.batch(step, version), f"rollout of step {step}")
             metrics.update(step=step, weight_version=version, skipped_update=True, grad_norm=0.0, loss=0.0,
                            dropped_samples=_dropped(metrics))
-            if _trainable(items):
+            trained = _trainable(items)
+            save = (step + 1) % settings.train.save_interval == 0 or step + 1 == settings.num_rollouts
+            if trained or save:
+                with timer("swap"):
+                    turns.to_trainer()  # COLOCATE: the server sleeps, the trainer's state comes back
+            if trained:
                 with timer("train"):
                     metrics.update(_update(settings, learner, items, version, device))
                 version += 1
-                with timer("sync"):
-                    publish(settings, source, learner.policy, learner.exporter, version)
                 metrics.update(skipped_update=False, weight_version=version)
             else:
                 log.warning("step %d: no trainable samples (%d zero-variance groups); optimizer step skipped",
                             step, metrics["zero_variance_groups"])
             step += 1
-            if step % settings.train.save_interval == 0 or step == settings.num_rollouts:
+            if save:  # before the push: under COLOCATE the optimizer state leaves the GPUs with it
                 with timer("save"):
                     _save(settings, source, learner, step, version)
-            last = {**metrics, **timer.metrics()}
+            if trained or save:
+                with timer("sync"):
+                    turns.to_rollouts(_push(settings, source, learner, version) if trained else None)
+            last = {**metrics, **turns.metrics(), **timer.metrics()}
             if metrics_log is not None:
                 metrics_log.write(last, settings.num_rollouts)
     finally:
@@ -181,8 +196,24 @@ def _train(settings: Settings, source: RolloutSource | None, model_path: str, de
 
 # --- the loop's stages ------------------------------------------------------------------------------------
 
-def _resume(settings: Settings, source: RolloutSource | None, learner: Learner) -> tuple[int, int]:
-    """(step, weight version) to start from: the newest checkpoint's, whose weights the server gets first."""
+def _colocation(settings: Settings) -> Colocation:
+    """COLOCATE's turns (nothing to do without it); rank 0 talks to the server's sleep routes."""
+    server = None
+    if settings.placement.colocate and dist.get_rank() == 0:
+        inf = settings.inference
+        server = ServerSleep(InferenceClient(inf.url, timeout=inf.request_timeout, api_key=inf.api_key),
+                             timeout=inf.request_timeout)
+    return Colocation(settings.placement.colocate, server)
+
+
+def _push(settings: Settings, source: RolloutSource | None, learner: Learner, version: int) -> Callable[[], None]:
+    return lambda: publish(settings, source, learner.policy, learner.exporter, version)
+
+
+def _resume(settings: Settings, source: RolloutSource | None, learner: Learner,
+            turns: Colocation) -> tuple[int, int]:
+    """(step, weight version) to start from: the newest checkpoint's, whose weights the server gets first; then the
+    GPUs go to the rollouts (COLOCATE)."""
     out = Path(settings.output_dir)
     step, version = 0, 0
     latest = on_rank0(lambda: ckpt.latest_checkpoint(out), "checkpoint discovery")
@@ -192,7 +223,7 @@ def _resume(settings: Settings, source: RolloutSource | None, learner: Learner) 
         log.info("resuming from %s: step %d, weight version %d", latest, step, version)
         if state.get("driver") is not None:
             on_rank0(lambda: source.load_state_dict(state["driver"]), "driver.load_state_dict")
-        publish(settings, source, learner.policy, learner.exporter, version)
+    turns.to_rollouts(_push(settings, source, learner, version) if latest is not None else None)
     if dist.get_rank() == 0:
         settings.write(out)
     return step, version

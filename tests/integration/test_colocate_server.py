@@ -1,0 +1,78 @@
+"""COLOCATE's server side on the real embedded vLLM CPU server: the sleep routes in the order the trainer's turns send
+them (sleep; wake the weights; push new weights; wake the KV cache), the new weights served after it, and the CPU
+build's refusal of ``--enable-sleep-mode`` (why the launcher leaves the flag out on CPU: there the routes pause and
+resume, and release no memory)."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import pytest
+
+from qwen_swe import paths
+from qwen_swe.config import settings as config
+from qwen_swe.errors import InferenceError
+from qwen_swe.inference.client import InferenceClient
+from qwen_swe.inference.launcher import EMBEDDED_SERVED_NAME, VLLMServer, embedded_serve_config
+from qwen_swe.inference.sleep import KV_CACHE, WEIGHTS, ServerSleep
+
+pytestmark = pytest.mark.vllm
+
+
+def _probe(client: InferenceClient) -> tuple[list[int], list[float]]:
+    body = client.post("/v1/completions", {"model": EMBEDDED_SERVED_NAME, "prompt": "The capital of France is",
+                                           "max_tokens": 8, "temperature": 0.0, "return_token_ids": True,
+                                           "logprobs": 0})
+    choice = body["choices"][0]
+    return choice["token_ids"], choice["logprobs"]["token_logprobs"]
+
+
+def _changed_weights(folder: Path) -> Path:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    original = paths.embedded_model_dir()
+    folder.mkdir()
+    weights = load_file(str(original / "model.safetensors"))
+    for name in weights:  # silence every MLP of the first ten layers
+        if "down_proj" in name and int(name.split(".")[2]) < 10:
+            weights[name] = torch.zeros_like(weights[name])
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    shutil.copy(original / "config.json", folder / "config.json")
+    return folder
+
+
+def test_the_turns_routes_in_order_then_the_new_weights_are_served(embedded_vllm: str, tmp_path: Path):
+    client = InferenceClient(embedded_vllm, timeout=300)
+    server = ServerSleep(client, timeout=300)
+    before = _probe(client)
+    assert not server.is_sleeping()
+    try:
+        server.sleep()  # the trainer's turn
+        assert server.is_sleeping()
+        server.wake_up((WEIGHTS,))  # the weights back, the KV cache still released
+        assert server.is_sleeping(), "nothing may be served before the KV cache is back"
+        client.reload_weights(_changed_weights(tmp_path / "v000001"))  # the push
+        server.wake_up((KV_CACHE,))
+        assert not server.is_sleeping()
+        assert _probe(client) != before  # the pushed weights are the ones served
+    finally:
+        if server.is_sleeping():
+            server.wake_up()
+        client.reload_weights(paths.embedded_model_dir())  # the server is shared by the session: leave it as it was
+    assert _probe(client) == before
+    assert client.get("/is_paused") == {"is_paused": False}
+
+
+def test_vllms_cpu_build_refuses_sleep_mode(tmp_path: Path):
+    """The evidence behind the launcher's choice: ``--enable-sleep-mode`` stops the CPU build at start."""
+    colocated = config.load_settings([], env={}).replace(colocate=True)
+    serve = embedded_serve_config(colocated)
+    assert serve.sleep_mode and "--enable-sleep-mode" not in serve.argv()  # what the launcher sends on CPU
+    serve = dataclasses.replace(serve, extra_args=("--enable-sleep-mode",))  # what it would be on a GPU
+    with VLLMServer(serve, tmp_path / "vllm.log") as server:
+        with pytest.raises(InferenceError, match="exited with code"):
+            server.start(300)
+    assert "Sleep mode is not supported on current platform" in (tmp_path / "vllm.log").read_text()
