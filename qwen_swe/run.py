@@ -14,7 +14,9 @@ from qwen_swe import preflight
 from qwen_swe.backends.slime.launcher import launch as launch_slime
 from qwen_swe.backends.slime.weights import TRACKER as SLIME_TRACKER
 from qwen_swe.config.resume import resumed_settings, run_folder
-from qwen_swe.config.settings import Settings, given_settings, with_profile
+from qwen_swe.config.settings import Settings, given_settings, given_with_sources, with_profile
+from qwen_swe.config.show import precedence
+from qwen_swe.config.show import render as show_config
 from qwen_swe.errors import SETUP_EXIT_CODE, SetupError, TaskPackError
 from qwen_swe.evaluate.__main__ import main as evaluate_main
 from qwen_swe.inference.launcher import serving
@@ -36,19 +38,32 @@ def has_checkpoint(output_dir: Path) -> bool:
 
 
 def load_run_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings:
-    """A new run's settings come from the environment (and flags); a resumed run's from its settings.json, with
-    only what the environment may change on resume (``config/resume.py``)."""
-    given = given_settings(argv, env)
+    """A new run's settings come from the environment (and flags, and a --config file); a resumed run's from its
+    settings.json, with only what the environment may change on resume (``config/resume.py``)."""
+    return resolve_run_settings(argv, env)[0]
+
+
+def resolve_run_settings(argv: Sequence[str], env: Mapping[str, str] | None = None
+                         ) -> tuple[Settings, dict[str, str], Path | None]:
+    """``load_run_settings``, with where each given value came from and the settings.json resumed from (if any)."""
+    given, sources = given_with_sources(argv, env)
     folder = run_folder(given)
     saved = folder / "settings.json"
     if not has_checkpoint(folder):
-        return Settings.build(**with_profile(given))
+        return Settings.build(**with_profile(given)), sources, None
     if not saved.is_file():
         log.warning("%s holds a checkpoint but no settings.json: resuming with this environment's settings", folder)
-        return Settings.build(**with_profile(given))
+        return Settings.build(**with_profile(given)), sources, None
     settings, note = resumed_settings(saved, given)
     log.info("%s", note)
-    return settings
+    return settings, sources, saved
+
+
+def print_config(argv: Sequence[str]) -> int:
+    """``--print-config``: the settings this run would use, each with its source; nothing starts."""
+    settings, sources, resumed = resolve_run_settings(argv)
+    print(show_config(settings, sources, profile=resumed is None and settings.embedded, resumed=resumed), end="")
+    return 0
 
 
 def trainer_command(settings: Settings, settings_file: Path, gpus: tuple[int, ...] = ()) -> list[str]:
@@ -111,7 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     install_supervisor()
     settings = None
     try:
-        settings = load_run_settings(args)
+        if "--print-config" in args:
+            return print_config([a for a in args if a != "--print-config"])
+        settings, sources, resumed = resolve_run_settings(args)
+        log.info("%s", precedence(sources, profile=resumed is None and settings.embedded, resumed=resumed))
         if settings.backend == "slime":
             return launch_slime(settings, given=frozenset(given_settings(args)))
         return run(settings)

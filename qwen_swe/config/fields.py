@@ -31,6 +31,21 @@ def env_name(name: str) -> str:
     return name.upper()
 
 
+def describe(f: dataclasses.Field, profile: Any = None) -> str:
+    """A setting's ``--help`` line: its meaning, env var, default, the embedded profile's value and its choices."""
+    parts = [f"env {env_name(f.name)}", f"default: {_shown(f.default)}"]
+    if profile is not None:
+        parts.append(f"embedded default: {_shown(profile)}")
+    if f.metadata.get("choices"):
+        parts.append(f"one of: {', '.join(f.metadata['choices'])}")
+    # argparse formats help with %, so a literal percent sign in a help string must be doubled
+    return f"{f.metadata['help']} ({'; '.join(parts)})".replace("%", "%%")
+
+
+def _shown(value: Any) -> str:
+    return "unset" if value is None else repr(value) if value == "" else str(value)
+
+
 def validate(section: Any) -> None:
     """Check every field of a settings dataclass against its metadata; the error names the env var."""
     for f in fields(section):

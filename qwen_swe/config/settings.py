@@ -20,7 +20,8 @@ from typing import Any, Mapping, Sequence
 
 from qwen_swe.agent.settings import AgentSettings
 from qwen_swe.config.environment import check_environment
-from qwen_swe.config.fields import convert, env_name, from_json_value, opt, to_json_value, validate
+from qwen_swe.config.fields import convert, describe, env_name, from_json_value, opt, to_json_value, validate
+from qwen_swe.config.files import read_file
 from qwen_swe.errors import ConfigError
 from qwen_swe.inference.settings import InferenceSettings
 from qwen_swe.paths import embedded_tasks
@@ -34,6 +35,9 @@ DEFAULT_DATASET = "princeton-nlp/SWE-bench_Verified"
 SECTIONS: dict[str, type] = {"inference": InferenceSettings, "sandbox": SandboxSettings, "agent": AgentSettings,
                              "reward": RewardSettings, "rollout": RolloutSettings, "train": TrainSettings,
                              "placement": PlacementSettings}
+CONFIG_DEST = "config_file"  # the parser's --config: not a setting itself, so never in settings.json
+PRECEDENCE = ("a flag wins over its env var, which wins over the --config file, which wins over the embedded "
+              "profile (applied when no VLLM_URL is given anywhere), which wins over the default")
 
 
 @dataclass(frozen=True)
@@ -204,6 +208,11 @@ def all_fields() -> list[dataclasses.Field]:
     return _run_fields() + [f for sec in SECTIONS.values() for f in fields(sec)]
 
 
+def field_groups() -> list[tuple[str, list[dataclasses.Field]]]:
+    """The settings by owner: the run's own, then each section's (the order of ``--help`` and the README)."""
+    return [("run", _run_fields())] + [(name, list(fields(sec))) for name, sec in SECTIONS.items()]
+
+
 def _split(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     owner = {f.name: name for name, sec in SECTIONS.items() for f in fields(sec)}
     run_names = {f.name for f in _run_fields()}
@@ -223,11 +232,17 @@ def _looks_local(source: str) -> bool:
     return source.endswith((".json", ".jsonl", ".parquet")) or source.startswith((".", "/", "~"))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description="qwen-swe GRPO run; every flag also reads the env var in capitals")
-    for f in all_fields():
-        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None,
-                            help=f"{f.metadata['help']} (env {env_name(f.name)})")
+def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
+    """Every setting as a flag, grouped by the section that owns it, each with its env var, default and choices."""
+    parser = argparse.ArgumentParser(description="qwen-swe GRPO run; every flag also reads the env var in capitals",
+                                     usage="%(prog)s [--config FILE] [--SETTING VALUE ...]", add_help=add_help)
+    parser.add_argument("--config", "--run-config", dest=CONFIG_DEST, type=Path, default=None, metavar="FILE",
+                        help=f"a YAML or TOML file of settings; {PRECEDENCE}")
+    for title, group_fields in field_groups():
+        group = parser.add_argument_group(f"{title} settings")
+        for f in group_fields:
+            group.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, metavar="VALUE",
+                               help=describe(f, EMBEDDED_PROFILE.get(f.name)))
     return parser
 
 
@@ -251,20 +266,34 @@ EMBEDDED_PROFILE: dict[str, Any] = {
 
 
 def given_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The settings the user gave, by flat name: ``argv`` flags over ``env`` (default ``os.environ``) variables. A
-    variable that looks like a setting but is not one (``ROLLOUT_BATCHSIZE``) is an error naming the nearest."""
+    """The settings the user gave, by flat name: ``argv`` flags over ``env`` (default ``os.environ``) variables over
+    the ``--config`` file. A variable or key that looks like a setting but is not one is an error naming the nearest."""
+    return given_with_sources(argv, env)[0]
+
+
+def given_with_sources(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
+                       ) -> tuple[dict[str, Any], dict[str, str]]:
+    """``given_settings`` and where each value came from: ``flag``, ``env`` or ``file <path>``."""
     env = os.environ if env is None else env
+    internal = [f.name for f in all_fields() if f.metadata["by_run"]]
     check_environment(env, [env_name(f.name) for f in all_fields() if not f.metadata["by_run"]],
-                      internal=[env_name(f.name) for f in all_fields() if f.metadata["by_run"]])
+                      internal=[env_name(name) for name in internal])
     flags = vars(build_parser().parse_args(list(argv or [])))
+    by_name = {f.name: f for f in all_fields()}
+    path = flags.get(CONFIG_DEST)
+    in_file = read_file(path, by_name, {n: [f.name for f in fields(s)] for n, s in SECTIONS.items()},
+                        internal) if path else {}
     values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     for f in all_fields():
-        raw = flags.get(f.name)
+        raw, source = flags.get(f.name), "flag"
         if raw is None:
-            raw = env.get(env_name(f.name))
+            raw, source = env.get(env_name(f.name)), "env"
         if raw is not None:
-            values[f.name] = convert(f, raw)
-    return values
+            values[f.name], sources[f.name] = convert(f, raw), source
+        elif f.name in in_file:
+            values[f.name], sources[f.name] = in_file[f.name], f"file {path}"
+    return values, sources
 
 
 def with_profile(values: Mapping[str, Any]) -> dict[str, Any]:
