@@ -31,14 +31,20 @@ from qwen_swe.supervise import Interrupted
 from qwen_swe.supervise import install as install_supervisor
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qwen_swe.evaluate", add_help=False)
-    mode = parser.add_mutually_exclusive_group(required=True)
+def parser() -> argparse.ArgumentParser:
+    """The evaluation's own flags; the rest of the arguments are run settings (their --help lists them)."""
+    p = argparse.ArgumentParser(prog="python -m qwen_swe.evaluate", description=__doc__, add_help=False,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--predictions", type=Path, help="grade this SWE-bench predictions JSONL")
     mode.add_argument("--agent", action="store_true", help="run the agent EVAL_SAMPLES times per instance")
-    parser.add_argument("--out", type=Path, help="output folder (default OUTPUT_DIR/eval); re-running resumes")
-    parser.add_argument("--concurrency", type=int, default=2, help="attempts graded at once")
-    own, rest = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    p.add_argument("--out", type=Path, help="output folder (default OUTPUT_DIR/eval); re-running resumes")
+    p.add_argument("--concurrency", type=int, default=2, help="attempts graded at once")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    own, rest = parser().parse_known_args(list(sys.argv[1:] if argv is None else argv))
     t0 = time.monotonic()
     install_supervisor()
     try:

@@ -24,7 +24,7 @@ from qwen_swe.plan.memory import BUILT_IN, GIB, ModelShape, TrainShape, model_sh
 SEARCH_STEP, SEARCH_MAX = 1024, 262144  # sample lengths tried: multiples of 1 Ki tokens up to 256 Ki
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                 allow_abbrev=False)
     p.add_argument("--config", required=True, help=f"config.json, model folder, or one of {', '.join(BUILT_IN)}")
@@ -62,7 +62,7 @@ def _search(config: str, t: TrainShape, gpu_bytes: float, prompt: int, lora_alph
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    own, rest = _parser().parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    own, rest = parser().parse_known_args(list(sys.argv[1:] if argv is None else argv))
     try:
         settings = load_settings(rest, profile=False)
         tr = settings.train

@@ -41,7 +41,7 @@ def parser() -> argparse.ArgumentParser:
     collecting.add_argument("--out", type=Path, required=True, help="folder for demos.jsonl and demos_report.json")
     collecting.add_argument("--recover", type=float, default=0.0,
                             help="fraction of tasks with a second demonstration that stumbles on an edit, then "
-                            "recovers")
+                            "recovers (default 0: none)")
     default = {f.name: f.default for f in fields(WarmStartSpec)}
     building = commands.add_parser("build", help="the cached warm start (defaults: the embedded default's)",
                                    formatter_class=argparse.ArgumentDefaultsHelpFormatter)

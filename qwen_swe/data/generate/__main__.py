@@ -82,29 +82,35 @@ def build_images(gen: Generation) -> None:
             print(f"{step.action:>7}  {step.seconds:6.1f} s  {step.image}")
 
 
+def parser() -> argparse.ArgumentParser:
+    """The generator's flags (``qwen-swe generate --help`` shows them with their defaults)."""
+    p = argparse.ArgumentParser(prog="python -m qwen_swe.data.generate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seed", type=int, default=0, help="decides which tasks and which held-out sites")
+    p.add_argument("--count", type=int, default=1000, help="at most this many tasks in all")
+    p.add_argument("--heldout", type=float, default=0.25, help="fraction of bug sites held out")
+    p.add_argument("--localized", action="store_true",
+                   help="keep only bugs whose failure's traceback passes through the faulty line")
+    p.add_argument("--repo", action="append", type=Path, default=None,
+                   help="a local Python repository whose tests pass (repeatable; default: the shipped ones)")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default QWEN_SWE_HOME/generated/...)")
+    p.add_argument("--jobs", type=int, default=2, help="pytest runs at a time")
+    p.add_argument("--no-build", action="store_true", help="write the rows only; build no image")
+    p.add_argument("--reuse", action="store_true",
+                   help="do nothing when OUT holds the tasks of the same inputs and their images exist")
+    p.add_argument("--no-cache", action="store_true",
+                   help="judge every mutation again (default: reuse the verdicts of the same repository files, "
+                   "mutations, interpreter and code from QWEN_SWE_HOME/generated/verdicts)")
+    p.add_argument("--check", type=int, default=0, metavar="N",
+                   help="prove N tasks of each split through the grader (needs the images)")
+    return p
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qwen_swe.data.generate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seed", type=int, default=0, help="decides which tasks and which held-out sites")
-    parser.add_argument("--count", type=int, default=1000, help="at most this many tasks in all")
-    parser.add_argument("--heldout", type=float, default=0.25, help="fraction of bug sites held out")
-    parser.add_argument("--localized", action="store_true",
-                        help="keep only bugs whose failure's traceback passes through the faulty line")
-    parser.add_argument("--repo", action="append", type=Path, default=None,
-                        help="a local Python repository whose tests pass (repeatable; default: the shipped ones)")
-    parser.add_argument("--out", type=Path, default=None, help="output folder (default QWEN_SWE_HOME/generated/...)")
-    parser.add_argument("--jobs", type=int, default=2, help="pytest runs at a time")
-    parser.add_argument("--no-build", action="store_true", help="write the rows only; build no image")
-    parser.add_argument("--reuse", action="store_true",
-                        help="do nothing when OUT holds the tasks of the same inputs and their images exist")
-    parser.add_argument("--no-cache", action="store_true",
-                        help="judge every mutation again (default: reuse the verdicts of the same repository files, "
-                        "mutations, interpreter and code from QWEN_SWE_HOME/generated/verdicts)")
-    parser.add_argument("--check", type=int, default=0, metavar="N",
-                        help="prove N tasks of each split through the grader (needs the images)")
-    args = parser.parse_args(argv)
+    args_parser = parser()
+    args = args_parser.parse_args(argv)
     if args.count < 1:
-        parser.error("--count must be at least 1")
+        args_parser.error("--count must be at least 1")
     out = args.out or generated_dir(args.seed, args.count, args.localized)
     repos = args.repo or shipped_repos()
     digest = inputs_digest(repos, args.seed, args.count, args.heldout, args.localized)
