@@ -31,6 +31,7 @@ class DropReason(str, Enum):
     ROLLOUT_TIMEOUT = "rollout_timeout"
     STALE = "stale"  # sampled more than MAX_STALENESS weight versions before the trainer's
     WORKER_LOST = "worker_lost"  # the Ray worker (or its node) running the sample died
+    DISK_LIMIT = "disk_limit"  # the rollout container wrote past SANDBOX_DISK and was killed
 
 
 class QwenSweError(Exception):

@@ -24,7 +24,9 @@ from qwen_swe.paths import AGENT_MOUNT, agent_bundle_dir
 from qwen_swe.reward.harness import Grade, GradeStatus, grade_async
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.rollout.settings import RolloutSettings
+from qwen_swe.sandbox.disk import DiskBudget
 from qwen_swe.sandbox.docker import DockerSandbox
+from qwen_swe.sandbox.settings import parse_size
 from qwen_swe.traffic.endpoint import SOCKET_DIR_IN_CONTAINER
 from qwen_swe.traffic.proxy import RecordingProxy
 from qwen_swe.traffic.toolcalls import tool_call_parser_for
@@ -109,7 +111,7 @@ class RolloutEngine:
 
         try:  # the sandbox raises SandboxError (an InfraError) for whatever its engine does
             async with self.proxy.endpoint(session.id) as endpoint, self._start_sandbox(instance, endpoint.folder) \
-                    as sandbox:
+                    as sandbox, DiskBudget(sandbox.name, parse_size(self.settings.sandbox.sandbox_disk)):
                 agent = await self._run_agent(sandbox, endpoint.socket_in_container, str(sample.prompt),
                                               fresh_session)
                 patch = await take_diff(sandbox)

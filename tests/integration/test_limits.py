@@ -1,0 +1,149 @@
+"""Resource limits of a real rollout container (as the rollout engine starts it: no network, SANDBOX_CPUS,
+SANDBOX_MEMORY, the sandbox's pids limit) hold against what a policy's shell can do: a fork bomb, an allocation past
+the memory limit, background processes that leave the exec's process group and the agent's marker. Each is checked
+from the host: the exec ends, the container's process count and memory stay within the limit, the host keeps
+starting processes, and nothing of the container outlives its removal.
+
+Filling the disk: Docker's per-container size limit (``--storage-opt size``) needs overlay2 on xfs with project quotas
+and this machine and CI have ext4, so the engine's ``DiskBudget`` (SANDBOX_DISK) measures the writable layer and
+kills the container past it; the test writes 80 MB/s against a 64 MiB budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import docker
+import pytest
+
+from qwen_swe.sandbox.disk import DiskBudget, DiskLimitExceeded
+from qwen_swe.sandbox.docker import KILL_GRACE, LABEL, DockerSandbox, reap
+from tests.task_pack import replayable_task
+
+pytestmark = pytest.mark.docker
+MEMORY = "512m"
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    return replayable_task()["image"]
+
+
+@pytest.fixture
+def run_id():
+    rid = f"test-limits-{uuid.uuid4().hex[:8]}"
+    yield rid
+    assert reap(rid) == 0, f"the test left containers labelled {LABEL}.run={rid}"
+
+
+def _box(image: str, run_id: str) -> DockerSandbox:
+    return DockerSandbox(image, run_id=run_id, cpus=1.0, memory=MEMORY, network="none", hide_future=False)
+
+
+def _host_still_forks() -> bool:
+    return subprocess.run(["true"], timeout=30).returncode == 0
+
+
+def _host_processes_with(marker: str) -> list[str]:
+    """Command lines of host processes carrying ``marker`` (a container's processes are host processes too)."""
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, timeout=30).stdout
+    return [line for line in out.splitlines() if marker in line and "ps -eo" not in line]
+
+
+def _pids_current(container_id: str) -> Path | None:
+    """The container's pids cgroup counter as the host sees it (cgroup v1 or v2, cgroupfs or systemd driver)."""
+    for base in (f"/sys/fs/cgroup/pids/docker/{container_id}", f"/sys/fs/cgroup/docker/{container_id}",
+                 f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope"):
+        if (Path(base) / "pids.current").is_file():
+            return Path(base) / "pids.current"
+    return None
+
+
+def test_a_fork_bomb_stays_inside_the_pids_limit(image, run_id):
+    """The bomb fills the container's pids limit and no more; the host keeps forking all along; the exec ends at its
+    timeout (then the agent's outcome is ``timeout``, graded) and removing the container ends the bomb."""
+    async def scenario() -> tuple[object, int, int, bool]:
+        async with _box(image, run_id) as box:
+            client = docker.from_env(timeout=60)
+            try:
+                attrs = client.containers.get(box.name).attrs
+            finally:
+                client.close()
+            counter = _pids_current(attrs["Id"])
+            bomb = asyncio.ensure_future(box.exec("bomb() { bomb | bomb & }; bomb; sleep 600", timeout=20))
+            peak, host_ok = 0, True
+            while not bomb.done():
+                if counter is not None:
+                    peak = max(peak, int(counter.read_text()))
+                host_ok = host_ok and await asyncio.to_thread(_host_still_forks)
+                await asyncio.sleep(0.5)
+            return await bomb, int(attrs["HostConfig"]["PidsLimit"]), peak, host_ok
+
+    t0 = time.monotonic()
+    bomb, limit, peak, host_ok = asyncio.run(scenario())
+    print(f"fork bomb: pids limit {limit}, peak {peak}, exec ended after {bomb.seconds:.1f} s "
+          f"(timed out: {bomb.timed_out}), container removed {time.monotonic() - t0:.1f} s after start")
+    assert bomb.timed_out and bomb.seconds < 20 + 2 * KILL_GRACE
+    assert 0 < limit <= 4096 and peak <= limit
+    assert host_ok and _host_still_forks()
+
+
+def test_an_allocation_past_the_memory_limit_is_killed_in_the_container(image, run_id):
+    grab = "python3 -c 'a = []\nwhile True: a.append(bytearray(64 << 20))'"
+
+    async def scenario() -> tuple[object, object]:
+        async with _box(image, run_id) as box:
+            hog = await box.exec(grab, timeout=120)
+            alive = await box.exec("echo alive", timeout=60)
+            return hog, alive
+
+    hog, alive = asyncio.run(scenario())
+    assert hog.exit_code == 137 and not hog.timed_out, hog  # SIGKILL by the container's OOM killer
+    assert alive.exit_code == 0 and "alive" in alive.output  # the container, and the run, go on
+    assert _host_still_forks()
+
+
+def test_background_processes_end_with_the_container(image, run_id):
+    marker = f"{uuid.uuid4().int % 10**9 + 10**9}"
+    # a daemon that leaves the exec's process group and session and clears its environment (the agent's marker)
+    escape = f"env -i setsid nohup sleep {marker} > /dev/null 2>&1 < /dev/null & echo started"
+
+    async def scenario() -> list[str]:
+        async with _box(image, run_id) as box:
+            res = await box.exec(escape, timeout=60)
+            assert "started" in res.output
+            await asyncio.sleep(1)
+            running = _host_processes_with(f"sleep {marker}")
+        assert running, "the escaped process was not running while the container was"
+        return _host_processes_with(f"sleep {marker}")
+
+    assert asyncio.run(scenario()) == []  # removed with the container
+    client = docker.from_env(timeout=60)
+    try:
+        assert client.containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"}) == []
+    finally:
+        client.close()
+
+
+def test_writing_past_the_disk_budget_kills_the_container(image, run_id):
+    budget_bytes = 64 << 20
+    fill = "for i in $(seq 100); do head -c 8M /dev/zero > /tmp/fill.$i; sleep 0.1; done; echo finished"
+
+    async def scenario() -> tuple[DiskLimitExceeded, int, float, str]:
+        output = ""
+        async with _box(image, run_id) as box:
+            t0 = time.monotonic()
+            with pytest.raises(DiskLimitExceeded) as caught:
+                async with DiskBudget(box.name, budget_bytes, interval=0.5) as budget:
+                    output = (await box.exec(fill, timeout=120)).output
+            return caught.value, budget.exceeded, time.monotonic() - t0, output
+
+    error, written, seconds, output = asyncio.run(scenario())
+    print(f"disk budget 64 MiB: stopped at {written >> 20} MiB after {seconds:.1f} s ({error})")
+    assert error.reason.value == "disk_limit" and "SANDBOX_DISK" in str(error)
+    assert budget_bytes < written < budget_bytes + (200 << 20) and "finished" not in output
+    assert _host_still_forks()
