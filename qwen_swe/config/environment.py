@@ -40,15 +40,16 @@ def _problem(name: str, settings: Collection[str]) -> str | None:
     if name.startswith(PREFIX):
         if name in PROJECT_VARS:
             return None
-        near = _nearest(name[len(PREFIX):], settings)
+        near = nearest(name[len(PREFIX):], settings)
         return f"{name} is not a setting (settings have no prefix); " + (
             f"did you mean {near}?" if near else "unset it")
     if name in FOREIGN_NAMES or name.startswith(FOREIGN_PREFIXES) or not UPPER_SNAKE.fullmatch(name):
         return None
-    near = _nearest(name, settings)
+    near = nearest(name, settings)
     return f"{name} is not a setting; did you mean {near}?" if near else None
 
 
-def _nearest(name: str, settings: Collection[str]) -> str | None:
-    near = difflib.get_close_matches(name, list(settings), n=1, cutoff=CUTOFF)
+def nearest(name: str, settings: Collection[str], cutoff: float = CUTOFF) -> str | None:
+    """The setting ``name`` most likely means, if one is at least ``cutoff`` similar (difflib's ratio)."""
+    near = difflib.get_close_matches(name, list(settings), n=1, cutoff=cutoff)
     return near[0] if near else None

@@ -15,18 +15,18 @@ the resume rules keyed on each field's metadata. Reading a file is the small par
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import tomllib
 from pathlib import Path
 from typing import Any, Collection, Mapping
 
 import yaml
 
+from qwen_swe.config.environment import nearest
 from qwen_swe.config.fields import convert, env_name
 from qwen_swe.errors import ConfigError
 
 SUFFIXES = {".yaml": "YAML", ".yml": "YAML", ".toml": "TOML"}
-CUTOFF = 0.6  # every key of a file is meant to be a setting, so a looser match than the environment's
+CUTOFF = 0.6  # every key of a file is meant to be a setting: a looser match than the environment's 0.85
 
 
 def read_file(path: Path, fields_by_name: Mapping[str, dataclasses.Field], sections: Mapping[str, Collection[str]],
@@ -75,11 +75,11 @@ def _known(path: Path, name: str, fields_by_name: Mapping[str, dataclasses.Field
         return name
     if name in internal:
         raise ConfigError(f"{path}: {env_name(name)} is filled in by the run, not a setting to give; remove it")
-    near = difflib.get_close_matches(name, allowed, n=1, cutoff=CUTOFF)
+    near = nearest(name, allowed, cutoff=CUTOFF)
     if within is not None and name in fields_by_name:
         hint = f"{name} belongs to another section; move it to the top level"
     else:
-        hint = f"did you mean {near[0]}?" if near else "`--help` lists every setting"
+        hint = f"did you mean {near}?" if near else "`--help` lists every setting"
     raise ConfigError(f"{path}: {name!r} is not a setting; {hint}")
 
 
