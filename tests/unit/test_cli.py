@@ -100,3 +100,18 @@ def test_python_m_qwen_swe_cli_is_the_command():
     out = subprocess.run([sys.executable, "-m", "qwen_swe.cli", "--help"], cwd=REPO_ROOT, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0 and "qwen-swe" in out.stdout
+
+
+def test_train_logs_the_precedence_at_start(monkeypatch, caplog, tmp_path):
+    import qwen_swe.run as run_module
+
+    started = []
+    monkeypatch.setattr(run_module, "install_supervisor", lambda: None)
+    monkeypatch.setattr(run_module, "run", lambda settings: started.append(settings) or 0)
+    monkeypatch.setenv("OUTPUT_DIR", str(tmp_path / "run"))
+    cfg = tmp_path / "run.toml"
+    cfg.write_text("n_samples = 3\n")
+    with caplog.at_level("INFO", logger="qwen_swe"):
+        assert main(["train", "--config", str(cfg)]) == 0
+    assert started[0].n_samples == 3
+    assert f"settings: flags > env vars > file {cfg} > embedded profile (no VLLM_URL) > defaults" in caplog.text
