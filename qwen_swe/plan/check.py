@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 from qwen_swe.config.settings import Settings
 from qwen_swe.errors import ConfigError
-from qwen_swe.plan.memory import BUILT_IN, GIB, ModelShape, TrainShape, model_shape, plan
+from qwen_swe.plan.memory import BUILT_IN, GIB, ModelShape, TrainShape, colocated, model_shape, plan
 from qwen_swe.plan.placement import Placement
 
 PROMPT_TOKENS = 2048  # the prompt before the longest response (the CLI's --prompt-len default)
@@ -61,7 +61,7 @@ def check_memory(settings: Settings, place: Placement) -> None:
     gib = place.train_memory_gib
     need = _planned(settings, config, len(place.train), {})
     if need <= gib * GIB:
-        log.info("memory plan: %.1f GiB per training GPU of %.0f GiB", need / GIB, gib)
+        log.info("memory plan: %.1f GiB per training GPU of %.0f GiB%s", need / GIB, gib, _shared(settings))
         return
     message = refusal(settings, config, place, need)
     if not settings.placement.memory_check:
@@ -75,8 +75,8 @@ def refusal(settings: Settings, config: str, place: Placement, need: float) -> s
     fixes = [f"{_describe(c, place)} ({_planned(settings, config, _world(c, place), c) / GIB:.1f} GiB)"
              for c in nearest(settings, config, place)]
     head = (f"the memory plan does not fit: MODEL={settings.model_name} trained on {world} GPU(s) of {gib:.0f} GiB "
-            f"needs {need / GIB:.1f} GiB per GPU (`python -m qwen_swe.plan --config {config} --train-procs {world} "
-            f"--gpu-memory-gb {gib:.0f} --search` shows why)")
+            f"needs {need / GIB:.1f} GiB per GPU{_shared(settings)} (`python -m qwen_swe.plan --config {config} "
+            f"--train-procs {world} --gpu-memory-gb {gib:.0f} --search` shows why)")
     tail = "; MEMORY_CHECK=false starts anyway"
     if not fixes:
         return head + "; no change of micro-batch, checkpointing, precision, LoRA or response length fits" + tail
@@ -120,10 +120,21 @@ def _changes(settings: Settings, place: Placement) -> Iterator[dict[str, Any]]:
 
 
 def _planned(settings: Settings, config: str, world: int, change: dict[str, Any]) -> float:
+    """Bytes per training GPU; under COLOCATE the larger of the step beside the sleeping server and the push."""
     changes = {k: v for k, v in change.items() if k != "world"}
     lora = changes.get("lora_rank", settings.train.lora_rank)
     shape = cached_shape(config, lora, settings.train.lora_alpha)
-    return plan(shape, train_shape(settings, world, **changes)).total
+    shape_of_training = train_shape(settings, world, **changes)
+    trainer = plan(shape, shape_of_training)
+    if not settings.placement.colocate:
+        return trainer.total
+    inf = settings.inference
+    return colocated(shape, shape_of_training, trainer, tp=inf.tp, bucket_bytes=inf.broadcast_bucket_mb << 20).total
+
+
+def _shared(settings: Settings) -> str:
+    return " (COLOCATE: beside the sleeping vLLM server, and with its weights during the push)" \
+        if settings.placement.colocate else ""
 
 
 def _world(change: dict[str, Any], place: Placement) -> int:

@@ -12,6 +12,10 @@ What the built-in trainer holds on each of ``world`` ranks (FSDP2 full sharding,
   runs on response positions in chunks of 256, so its logits exist for one chunk;
 - on a GPU, a fixed reserve for the CUDA context, NCCL buffers and allocator fragmentation.
 
+With COLOCATE the trainer shares its GPUs with a vLLM server that sleeps while it steps (``colocated``): the step has
+the sleeping server's residue beside it, and the weight push has the trainer's parameters (its optimizer state is
+already in host memory) beside the server's woken weights.
+
 Parameter counts come from the model itself, built on the meta device from its config.json (no weights read),
 with peft's LoRA applied when asked, so they are exact for any architecture transformers knows.
 """
@@ -26,6 +30,7 @@ from qwen_swe.errors import ConfigError
 
 GIB = 2**30
 GPU_RESERVE_BYTES = 3 * GIB  # CUDA context (~0.5 GiB), NCCL buffers, caching-allocator fragmentation
+SLEEPING_SERVER_BYTES = 2 * GIB  # a vLLM at sleep level 1 keeps its CUDA context and workspaces, not weights or KV
 LOGPROB_CHUNK = 256  # policy.DEFAULT_CHUNK: response positions per lm_head chunk
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 BUILT_IN = {"qwen3-coder-30b-a3b": MODELS_DIR / "qwen3-coder-30b-a3b-instruct.json"}
@@ -170,3 +175,28 @@ def plan(m: ModelShape, t: TrainShape) -> Plan:
         activations=saved + backward + head,
         reserve=GPU_RESERVE_BYTES if t.gpu else 0.0,
         reference=4 * m.params / t.world if t.reference and not t.lora_rank else 0.0)
+
+
+@dataclass(frozen=True)
+class Colocated:
+    """COLOCATE's two crowded moments on one GPU, bytes: the step (the trainer's plan and a sleeping server) and the
+    weight push (the trainer's fp32 parameter shard, its gathered bucket, the server's weights in ``served_bytes``
+    per parameter over ``tp`` GPUs)."""
+
+    step: float
+    push: float
+
+    @property
+    def total(self) -> float:
+        return max(self.step, self.push)
+
+    def rows(self) -> list[tuple[str, float]]:
+        return [("COLOCATE: the step beside a sleeping vLLM", self.step),
+                ("COLOCATE: the weight push (trainer parameters + vLLM weights)", self.push)]
+
+
+def colocated(m: ModelShape, t: TrainShape, p: Plan, *, tp: int, bucket_bytes: int, served_bytes: int = 2) -> Colocated:
+    """Per-GPU bytes of the colocated turns for the trainer's plan ``p`` (``train/colocate.py`` has the order)."""
+    push = 4 * m.params / t.world + bucket_bytes + served_bytes * m.params / tp + p.reserve + SLEEPING_SERVER_BYTES
+    return Colocated(step=p.total + SLEEPING_SERVER_BYTES, push=push)
+

@@ -1,10 +1,14 @@
 """Which GPUs of this node serve and which train, resolved once from the settings and checked before anything
 starts: a trainer and a vLLM server on the same GPU run each other out of memory minutes into a run.
 
-Split mode (the only one today): a server started on this node (the embedded one, or ``start_vllm.py`` with a
+Split mode (the default): a server started on this node (the embedded one, or ``start_vllm.py`` with a
 loopback ``VLLM_URL``) takes INFERENCE_GPUS, by default the first TP; the trainer takes TRAIN_GPUS, by default
 every other visible GPU. A server on another node leaves this node's GPUs to the trainer. GPU numbers are
 nvidia-smi's; the trainer and the server see only theirs (``CUDA_VISIBLE_DEVICES``).
+
+Colocated mode (COLOCATE=true): the server on this node and the trainer share GPUs, taking turns
+(``train/colocate.py``): the trainer takes TRAIN_GPUS, by default every visible GPU, and the server's GPUs must be
+among them.
 """
 
 from __future__ import annotations
@@ -116,14 +120,9 @@ def resolve(settings: Settings, gpus: tuple[Gpu, ...]) -> Placement:
     """This node's placement for ``settings``, or a ConfigError naming the setting and the fix."""
     p = settings.placement
     if p.colocate:
-        raise ConfigError("COLOCATE=true is not implemented yet: split the GPUs (TRAIN_GPUS and INFERENCE_GPUS), "
-                          "or serve on another node (VLLM_URL=http://HOST:8000/v1); unset COLOCATE")
+        return _colocated(settings, gpus)
     if not gpus:
-        for name, value in (("TRAIN_GPUS", p.train_gpus), ("INFERENCE_GPUS", p.inference_gpus)):
-            if value:
-                raise ConfigError(f"{name}={value} names GPUs, but nvidia-smi lists none here: unset it (the "
-                                  "trainer runs on CPU)")
-        return Placement((), (), ())
+        return _on_cpu(settings)
     known = [g.index for g in gpus]
     local = server_is_local(settings)
     if p.inference_gpus and not local:
@@ -143,11 +142,56 @@ def resolve(settings: Settings, gpus: tuple[Gpu, ...]) -> Placement:
         raise ConfigError(f"the local vLLM server takes all of this node's GPUs ({_span(serve)}) and leaves none "
                           "for the trainer: lower TP or INFERENCE_GPUS, or serve on another node "
                           "(VLLM_URL=http://HOST:8000/v1)")
+    _check_procs(settings, train)
+    return Placement(gpus, train, serve)
+
+
+def _colocated(settings: Settings, gpus: tuple[Gpu, ...]) -> Placement:
+    """COLOCATE: the server on this node sleeps while the trainer steps on the same GPUs (on CPU: the same turns,
+    nothing to place)."""
+    if settings.offline:
+        raise ConfigError("COLOCATE=true but this run has no server to take turns with (TRAIN_MODE=sft or "
+                          "LOAD_ROLLOUT_DATA): unset COLOCATE")
+    if not server_is_local(settings):
+        raise ConfigError(f"COLOCATE=true shares this node's GPUs with a server on this node, but VLLM_URL="
+                          f"{settings.inference.vllm_url} is another host's: unset COLOCATE (the trainer then takes "
+                          "every GPU here), or serve on this node (start_vllm.py with COLOCATE=true)")
+    if settings.train.max_staleness:
+        raise ConfigError(f"COLOCATE=true takes turns, so no rollout can run while a step trains, but MAX_STALENESS="
+                          f"{settings.train.max_staleness} overlaps them: set MAX_STALENESS=0, or split the GPUs "
+                          "(unset COLOCATE)")
+    p = settings.placement
+    if not gpus:
+        return _on_cpu(settings)
+    known = [g.index for g in gpus]
+    serve = serve_gpus(settings, gpus)
+    train = parse_gpus("TRAIN_GPUS", p.train_gpus)
+    _check_known("TRAIN_GPUS", train, known)
+    train = train or tuple(known)
+    outside = [g for g in serve if g not in train]
+    if outside:
+        raise ConfigError(f"COLOCATE=true: the server's GPU {_span(outside)} (INFERENCE_GPUS={_span(serve)}) is not "
+                          f"the trainer's (TRAIN_GPUS={_span(train)}), so it would idle while the trainer steps: "
+                          f"serve on the trainer's GPUs (e.g. INFERENCE_GPUS={_span(train[:len(serve)])}), or unset "
+                          "COLOCATE to split them")
+    _check_procs(settings, train)
+    return Placement(gpus, train, serve)
+
+
+def _on_cpu(settings: Settings) -> Placement:
+    p = settings.placement
+    for name, value in (("TRAIN_GPUS", p.train_gpus), ("INFERENCE_GPUS", p.inference_gpus)):
+        if value:
+            raise ConfigError(f"{name}={value} names GPUs, but nvidia-smi lists none here: unset it (the "
+                              "trainer runs on CPU)")
+    return Placement((), (), ())
+
+
+def _check_procs(settings: Settings, train: tuple[int, ...]) -> None:
     procs = settings.train.train_procs
     if procs is not None and procs != len(train):
         raise ConfigError(f"TRAIN_PROCS={procs} but the trainer has {len(train)} GPUs ({_span(train)}), one rank "
                           "each: unset TRAIN_PROCS, or set TRAIN_GPUS to that many GPUs")
-    return Placement(gpus, train, serve)
 
 
 def devices_env(gpus: tuple[int, ...]) -> dict[str, str]:

@@ -74,11 +74,32 @@ def test_overlapping_placements_are_refused_with_the_fix():
         resolve(Settings.build(vllm_url=LOCAL, train_procs=8), EIGHT)
 
 
-def test_colocated_mode_is_refused_until_it_exists():
-    with pytest.raises(ConfigError, match=r"COLOCATE=true is not implemented yet: split the GPUs"):
-        resolve(Settings.build(vllm_url=LOCAL, colocate=True), EIGHT)
-    with pytest.raises(ConfigError, match=r"COLOCATE=true is not implemented yet"):
-        resolve(Settings.build(colocate=True), ())
+def test_colocated_mode_shares_the_servers_gpus_with_the_trainer():
+    place = resolve(Settings.build(vllm_url=LOCAL, tp=8, colocate=True), EIGHT)
+    assert (place.serve, place.train) == (tuple(range(8)), tuple(range(8)))
+    place = resolve(Settings.build(colocate=True), EIGHT)  # the embedded server (TP 1) beside rank 0
+    assert (place.serve, place.train) == ((0,), tuple(range(8)))
+    place = resolve(Settings.build(vllm_url=LOCAL, tp=2, inference_gpus="2-3", train_gpus="0-3", colocate=True),
+                    EIGHT)
+    assert (place.serve, place.train) == ((2, 3), (0, 1, 2, 3))
+    assert resolve(Settings.build(colocate=True), ()).train == ()  # CPU: the turns run, nothing to place
+
+
+def test_colocated_mode_refuses_what_cannot_take_turns():
+    with pytest.raises(ConfigError, match=r"server's GPU 4-5 \(INFERENCE_GPUS=4-5\) is not the trainer's \(TRAIN_GPUS="
+                                          r"0-3\).*e\.g\. INFERENCE_GPUS=0-1"):
+        resolve(Settings.build(vllm_url=LOCAL, tp=2, inference_gpus="4-5", train_gpus="0-3", colocate=True), EIGHT)
+    with pytest.raises(ConfigError, match=r"COLOCATE=true shares this node's GPUs .* VLLM_URL=http://10\.9\.8\.7:8000/v1 "
+                                          r"is another host's: unset COLOCATE"):
+        resolve(Settings.build(vllm_url=REMOTE, colocate=True), EIGHT)
+    with pytest.raises(ConfigError, match=r"no rollout can run while a step trains, but MAX_STALENESS=1"):
+        resolve(Settings.build(colocate=True, max_staleness=1), EIGHT)
+    with pytest.raises(ConfigError, match=r"no server to take turns with"):
+        resolve(Settings.build(colocate=True, load_rollout_data="/r"), ())
+    with pytest.raises(ConfigError, match=r"TRAIN_PROCS=4 but the trainer has 8 GPUs"):
+        resolve(Settings.build(colocate=True, train_procs=4), EIGHT)
+    with pytest.raises(ConfigError, match=r"TRAIN_GPUS=0-1 names GPUs, but nvidia-smi lists none here"):
+        resolve(Settings.build(colocate=True, train_gpus="0-1"), ())
 
 
 def test_the_trainer_starts_one_rank_per_placed_gpu(tmp_path):

@@ -107,6 +107,27 @@ def test_the_seed_model_is_planned_offline_and_refused_with_the_nearest_fit():
     check_memory(local.replace(memory_check=False), resolve(local, EIGHT_A100))  # warned, not refused
 
 
+def test_a_colocated_run_is_planned_beside_its_sleeping_server():
+    """COLOCATE on one node of 8 x 80 GB, the server at TP 8 on the trainer's GPUs: the step carries the sleeping
+    server's residue (2 GiB more than the same training alone), and the refusal says so."""
+    from qwen_swe.plan.check import _planned
+    from qwen_swe.plan.memory import GIB, SLEEPING_SERVER_BYTES
+
+    colocated = Settings.build(vllm_url="http://127.0.0.1:8000/v1", model=SEED_MODEL, tp=8, colocate=True)
+    alone = Settings.build(vllm_url="http://10.9.8.7:8000/v1", model=SEED_MODEL)
+    config = plan_config(SEED_MODEL)
+    assert _planned(colocated, config, 8, {}) == _planned(alone, config, 8, {}) + SLEEPING_SERVER_BYTES
+    with pytest.raises(ConfigError) as refused:
+        check_memory(colocated, resolve(colocated, EIGHT_A100))
+    text = str(refused.value)
+    assert "trained on 8 GPU(s) of 80 GiB needs 371.6 GiB per GPU (COLOCATE: beside the sleeping vLLM server" in text
+    assert "ACTIVATION_CHECKPOINTING=true MIXED_PRECISION=true (79.7 GiB)" in text, text
+    fitted = colocated.replace(activation_checkpointing=True, mixed_precision=True)
+    check_memory(fitted, resolve(fitted, EIGHT_A100))
+    lora = fitted.replace(lora_rank=16)
+    assert _planned(lora, config, 8, {}) / GIB == pytest.approx(35.6, abs=0.05)
+
+
 def test_a_model_without_a_config_to_plan_is_not_refused(caplog):
     settings = Settings.build(vllm_url="http://10.9.8.7:8000/v1", model="someone/unknown-model")
     assert plan_config(settings.model_name) is None
