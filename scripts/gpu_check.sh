@@ -5,8 +5,8 @@
 #   serve   the embedded SmolLM2 on vLLM's CUDA build (the launcher, WEIGHT_SYNC=broadcast's worker extension)
 #   step    one FSDP2 step on NCCL, its weights pushed by broadcast, the server's log-probs moved
 #           (scripts/gpu_check_step.py; NCCL refuses two ranks on one GPU, so with one GPU the push goes over gloo)
-#   grpo    one GRPO step of the embedded default end to end (run_grpo.sh, NUM_ROLLOUTS=1): needs a second GPU
-#           until COLOCATE exists, the run refusing a trainer and a server on the same GPU
+#   grpo    one GRPO step of the embedded default end to end (run_grpo.sh, NUM_ROLLOUTS=1): split on two GPUs
+#           (server on GPU 0, trainer on GPU 1), colocated on one (COLOCATE=true: the server sleeps while it steps)
 # Usage: bash scripts/gpu_check.sh [--wheels DIR] [--out DIR] [--port PORT] [--skip-setup] [--dry-run]
 #   --wheels DIR   install from the wheels brought along in DIR only (no index)
 #   --out DIR      logs and results (default: a new temporary folder)
@@ -40,7 +40,7 @@ fi
 out="${out:-$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")}"
 mkdir -p "$out"
 url="http://127.0.0.1:$port/v1"
-if ((gpus >= 2)); then train_gpu=1 sync=nccl; else train_gpu=0 sync=gloo; fi
+if ((gpus >= 2)); then train_gpu=1 sync=nccl grpo_place=split; else train_gpu=0 sync=gloo grpo_place=colocated; fi
 server_pid=""
 passed=0 t_start=$(date +%s.%N)
 
@@ -114,21 +114,19 @@ step() {
     --url "$url" --out "$out" --sync-backend "$sync"
 }
 
-grpo() {
-  INFERENCE_GPUS=0 TRAIN_GPUS=1 NUM_ROLLOUTS=1 WEIGHT_SYNC=broadcast OUTPUT_DIR="$out/run" \
-    bash examples/qwen_swe/run_grpo.sh
+grpo() {  # on one GPU the run's trainer and server take turns on it
+  local place=(INFERENCE_GPUS=0 TRAIN_GPUS=1)
+  if [[ "$grpo_place" == colocated ]]; then place=(COLOCATE=true INFERENCE_GPUS=0 TRAIN_GPUS=0); fi
+  env "${place[@]}" NUM_ROLLOUTS=1 WEIGHT_SYNC=broadcast OUTPUT_DIR="$out/run" bash examples/qwen_swe/run_grpo.sh
 }
 
-echo "gpu_check: $gpus GPU(s): server on GPU 0, trainer on GPU $train_gpu, broadcast over $sync; logs in $out"
+echo "gpu_check: $gpus GPU(s): server on GPU 0, trainer on GPU $train_gpu, broadcast over $sync, the GRPO step" \
+     "$grpo_place; logs in $out"
 if ((setup)); then stage setup install; fi
 stage cuda cuda_ready
 stage serve serve
 stage step step
 stop_server  # the GRPO run starts its own server
-if ((gpus >= 2)); then
-  stage grpo grpo
-else
-  echo "SKIP  grpo  (one GPU: the run keeps its trainer and server on separate GPUs until COLOCATE exists)"
-fi
+stage grpo grpo
 if ((dry)); then echo "gpu_check: dry run, nothing started"; exit 0; fi
 echo "gpu_check: PASS, $passed stage(s) in $(elapsed "$t_start") s; logs in $out"

@@ -47,18 +47,17 @@ def test_bad_arguments_are_named_and_help_lists_the_stages(tmp_path):
 def test_with_two_gpus_every_stage_is_planned_over_nccl(tmp_path):
     out = gpu_check("--dry-run", "--out", str(tmp_path / "out"), path=nvidia_smi_path(tmp_path / "bin", gpus=2))
     assert out.returncode == 0, out.stderr
-    assert "2 GPU(s): server on GPU 0, trainer on GPU 1, broadcast over nccl" in out.stdout
+    assert "2 GPU(s): server on GPU 0, trainer on GPU 1, broadcast over nccl, the GRPO step split" in out.stdout
     assert [line.split()[-1] for line in out.stdout.splitlines() if line.startswith("would run")] == [
         "setup", "cuda", "serve", "step", "grpo"]
 
 
-def test_with_one_gpu_the_push_goes_over_gloo_and_the_grpo_stage_says_why_it_is_skipped(tmp_path):
+def test_with_one_gpu_the_push_goes_over_gloo_and_the_grpo_step_is_colocated(tmp_path):
     out = gpu_check("--dry-run", "--skip-setup", path=nvidia_smi_path(tmp_path / "bin", gpus=1))
     assert out.returncode == 0, out.stderr
-    assert "1 GPU(s): server on GPU 0, trainer on GPU 0, broadcast over gloo" in out.stdout
-    assert "would run  setup" not in out.stdout
-    assert "SKIP  grpo  (one GPU: the run keeps its trainer and server on separate GPUs until COLOCATE exists)" \
-        in out.stdout
+    assert "1 GPU(s): server on GPU 0, trainer on GPU 0, broadcast over gloo, the GRPO step colocated" in out.stdout
+    assert [line.split()[-1] for line in out.stdout.splitlines() if line.startswith("would run")] == [
+        "cuda", "serve", "step", "grpo"]
 
 
 def test_the_training_stage_refuses_cuda_without_a_gpu(tmp_path):
