@@ -10,6 +10,7 @@ from qwen_swe.config.settings import Settings
 from qwen_swe.data.source import load_instances
 from qwen_swe.errors import ConfigError, InferenceError
 from qwen_swe.inference.client import InferenceClient
+from qwen_swe.inference.sleep import sleep_mode_of
 from qwen_swe.plan.check import check_memory
 from qwen_swe.plan.placement import Placement, nvidia_gpus, resolve
 
@@ -30,6 +31,7 @@ def check(settings: Settings) -> Placement:
     if settings.inference.vllm_url:
         check_server(settings.inference.vllm_url)
         check_logprobs_mode(settings)
+        check_sleep_mode(settings)
     return place
 
 
@@ -87,6 +89,23 @@ def check_logprobs_mode(settings: Settings) -> None:
                           f"expected {expected:.2f}x) while TEMPERATURE={settings.agent.temperature} is trained: "
                           "every importance ratio would be off 1. Restart the server with --logprobs-mode "
                           "processed_logprobs (start_vllm.py does), or set TEMPERATURE=1")
+
+
+def check_sleep_mode(settings: Settings) -> None:
+    """COLOCATE with a given VLLM_URL: its /sleep must release GPU memory, or the trainer runs out of it beside the
+    server (a server started without --enable-sleep-mode still answers /sleep, releasing nothing)."""
+    if not settings.placement.colocate:
+        return
+    url = settings.inference.vllm_url
+    client = InferenceClient(url, timeout=60.0, api_key=settings.inference.api_key)
+    try:
+        enabled = sleep_mode_of(client.get("/server_info", query={"config_format": "json"}))
+    except InferenceError as exc:
+        raise ConfigError(f"COLOCATE=true: could not ask VLLM_URL={url} whether it sleeps ({exc})") from None
+    if enabled is False:
+        raise ConfigError(f"COLOCATE=true, but VLLM_URL={url} was started without --enable-sleep-mode, so it would "
+                          "keep its GPU memory while the trainer steps: restart it with COLOCATE=true "
+                          "(start_vllm.py then adds the flag), or unset COLOCATE")
 
 
 def served_temperature_scale(client: InferenceClient, model: str) -> float | None:

@@ -12,7 +12,7 @@ the routes, as a pause that releases nothing: the CPU tests exercise the calls a
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 from qwen_swe.errors import InferenceError
 from qwen_swe.inference.client import InferenceClient
@@ -52,3 +52,15 @@ class ServerSleep:
         except (TypeError, KeyError) as exc:
             raise InferenceError(f"GET {self.client.root}/is_sleeping returned {body!r:.200}: not vLLM's sleep "
                                  "route (start it with VLLM_SERVER_DEV_MODE=1)") from exc
+
+
+def sleep_mode_of(server_info: Any) -> bool | None:
+    """From vLLM's ``GET /server_info?config_format=json``: whether ``/sleep`` releases the server's GPU memory (it
+    was started with ``--enable-sleep-mode``); None on a CPU server, which has no such memory to release."""
+    try:
+        config = server_info["vllm_config"]
+        device = config["device_config"].get("device_type") or config["device_config"].get("device")
+        return None if str(device) == "cpu" else bool(config["model_config"].get("enable_sleep_mode"))
+    except (TypeError, KeyError, AttributeError) as exc:
+        raise InferenceError(f"/server_info returned no vLLM config ({exc!r}): cannot tell whether the server "
+                             "sleeps; start it with VLLM_SERVER_DEV_MODE=1") from None

@@ -11,9 +11,10 @@ import torch
 import torch.distributed as dist
 
 from qwen_swe.config.settings import Settings
-from qwen_swe.errors import TrainerError
+from qwen_swe.errors import InferenceError, TrainerError
 from qwen_swe.inference.client import InferenceClient
 from qwen_swe.inference.launcher import ServeConfig
+from qwen_swe.inference.sleep import sleep_mode_of
 from qwen_swe.inference.weight_sync import make_weight_sync
 from qwen_swe.train.colocate import Colocation
 from qwen_swe.train.offload import TrainerOffload, optimizer_state
@@ -151,6 +152,17 @@ def test_the_server_command_asks_for_sleep_mode_only_where_vllm_has_it():
     assert "--enable-sleep-mode" in gpu.argv()
     assert "--enable-sleep-mode" not in dataclasses.replace(gpu, cpu=True).argv()  # the CPU build refuses the flag
     assert "--enable-sleep-mode" not in dataclasses.replace(gpu, sleep_mode=False).argv()
+
+
+def test_the_server_info_says_whether_sleep_frees_gpu_memory():
+    def info(device: str, flag: bool) -> dict:
+        return {"vllm_config": {"device_config": {"device_type": device}, "model_config": {"enable_sleep_mode": flag}}}
+
+    assert sleep_mode_of(info("cuda", True)) is True
+    assert sleep_mode_of(info("cuda", False)) is False  # preflight refuses this server under COLOCATE
+    assert sleep_mode_of(info("cpu", False)) is None  # nothing to release: the CPU build's routes only pause
+    with pytest.raises(InferenceError, match="no vLLM config"):
+        sleep_mode_of({"detail": "Not Found"})
 
 
 def test_a_colocated_broadcast_goes_over_gloo(monkeypatch):
