@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -62,6 +63,8 @@ def check_memory(settings: Settings, place: Placement) -> None:
     need = _planned(settings, config, len(place.train), {})
     if need <= gib * GIB:
         log.info("memory plan: %.1f GiB per training GPU of %.0f GiB%s", need / GIB, gib, _shared(settings))
+        if settings.placement.colocate:
+            _check_host(_host(settings, config, len(place.train)))
         return
     message = refusal(settings, config, place, need)
     if not settings.placement.memory_check:
@@ -130,6 +133,21 @@ def _planned(settings: Settings, config: str, world: int, change: dict[str, Any]
         return trainer.total
     inf = settings.inference
     return colocated(shape, shape_of_training, trainer, tp=inf.tp, bucket_bytes=inf.broadcast_bucket_mb << 20).total
+
+
+def _check_host(need: float) -> None:
+    """COLOCATE parks the trainer's state in pinned host memory beside the sleeping server's weights."""
+    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    say = log.warning if need > have else log.info
+    say("COLOCATE: %.0f GiB of host memory for the trainer's parked state and the sleeping server's weights, of "
+        "%.0f GiB here", need / GIB, have / GIB)
+
+
+def _host(settings: Settings, config: str, world: int) -> float:
+    shape = cached_shape(config, settings.train.lora_rank, settings.train.lora_alpha)
+    shaped = train_shape(settings, world)
+    inf = settings.inference
+    return colocated(shape, shaped, plan(shape, shaped), tp=inf.tp, bucket_bytes=inf.broadcast_bucket_mb << 20).host
 
 
 def _shared(settings: Settings) -> str:

@@ -185,6 +185,8 @@ class Colocated:
 
     step: float
     push: float
+    host: float  # host memory of one node for what waits there: the trainer's parameters and optimizer state, the
+    # sleeping server's weights
 
     @property
     def total(self) -> float:
@@ -198,5 +200,6 @@ class Colocated:
 def colocated(m: ModelShape, t: TrainShape, p: Plan, *, tp: int, bucket_bytes: int, served_bytes: int = 2) -> Colocated:
     """Per-GPU bytes of the colocated turns for the trainer's plan ``p`` (``train/colocate.py`` has the order)."""
     push = 4 * m.params / t.world + bucket_bytes + served_bytes * m.params / tp + p.reserve + SLEEPING_SERVER_BYTES
-    return Colocated(step=p.total + SLEEPING_SERVER_BYTES, push=push)
+    host = 4 * m.params + 8 * m.trainable + served_bytes * m.params
+    return Colocated(step=p.total + SLEEPING_SERVER_BYTES, push=push, host=host)
 

@@ -32,6 +32,7 @@ class StateOffload:
     name: str
     tensors: Iterable[torch.Tensor]
     parked: list[_Parked] = field(default_factory=list)
+    hosts: dict[int, torch.UntypedStorage] = field(default_factory=dict)  # kept across turns: pinning is slow
 
     @property
     def offloaded(self) -> bool:
@@ -43,8 +44,11 @@ class StateOffload:
             raise TrainerError(f"the trainer's {self.name} is already offloaded: reload it first")
         released = 0
         for storage in _unique_storages(self.tensors):
-            host = torch.empty(storage.nbytes(), dtype=torch.uint8, device="cpu",
-                               pin_memory=storage.device.type == "cuda").untyped_storage()
+            host = self.hosts.get(storage._cdata)
+            if host is None or host.nbytes() != storage.nbytes():
+                host = torch.empty(storage.nbytes(), dtype=torch.uint8, device="cpu",
+                                   pin_memory=storage.device.type == "cuda").untyped_storage()
+                self.hosts[storage._cdata] = host
             host.copy_(storage)
             released += storage.nbytes()
             self.parked.append(_Parked(storage, host))

@@ -107,7 +107,7 @@ def test_the_seed_model_is_planned_offline_and_refused_with_the_nearest_fit():
     check_memory(local.replace(memory_check=False), resolve(local, EIGHT_A100))  # warned, not refused
 
 
-def test_a_colocated_run_is_planned_beside_its_sleeping_server():
+def test_a_colocated_run_is_planned_beside_its_sleeping_server(caplog):
     """COLOCATE on one node of 8 x 80 GB, the server at TP 8 on the trainer's GPUs: the step carries the sleeping
     server's residue (2 GiB more than the same training alone), and the refusal says so."""
     from qwen_swe.plan.check import _planned
@@ -123,7 +123,9 @@ def test_a_colocated_run_is_planned_beside_its_sleeping_server():
     assert "trained on 8 GPU(s) of 80 GiB needs 371.6 GiB per GPU (COLOCATE: beside the sleeping vLLM server" in text
     assert "ACTIVATION_CHECKPOINTING=true MIXED_PRECISION=true (79.7 GiB)" in text, text
     fitted = colocated.replace(activation_checkpointing=True, mixed_precision=True)
-    check_memory(fitted, resolve(fitted, EIGHT_A100))
+    with caplog.at_level("INFO", logger="qwen_swe.plan.check"):
+        check_memory(fitted, resolve(fitted, EIGHT_A100))
+    assert "COLOCATE: 398 GiB of host memory for the trainer's parked state" in caplog.text  # 12 + 2 bytes a weight
     lora = fitted.replace(lora_rank=16)
     assert _planned(lora, config, 8, {}) / GIB == pytest.approx(35.6, abs=0.05)
 
