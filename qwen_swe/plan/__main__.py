@@ -2,8 +2,8 @@
 
 The model comes from ``--config`` (a config.json, a model folder, or a built-in name: no hub); the training
 shape from the run's own settings (env vars or flags: TRAIN_PROCS, MICRO_BATCH_SIZE, MAX_RESPONSE_LEN,
-LORA_RANK, LORA_ALPHA, ACTIVATION_CHECKPOINTING, MIXED_PRECISION, KL_LOSS_COEF), so the plan describes the run
-those settings would start. ``--search`` also lists, for the same model and GPU, which combinations fit.
+LORA_RANK, LORA_ALPHA, ACTIVATION_CHECKPOINTING, MIXED_PRECISION, KL_LOSS_COEF; COLOCATE and TP add the colocated
+turns), so the plan describes the run those settings would start. ``--search`` also lists, for the same model and GPU, which combinations fit.
 
     python -m qwen_swe.plan --config qwen3-coder-30b-a3b --gpu-memory-gb 80 --train-procs 8 \\
         --activation-checkpointing true --mixed-precision true
@@ -19,7 +19,7 @@ from typing import Sequence
 from qwen_swe.config.settings import load_settings
 from qwen_swe.errors import ConfigError
 from qwen_swe.plan.check import train_shape
-from qwen_swe.plan.memory import BUILT_IN, GIB, ModelShape, TrainShape, model_shape, plan
+from qwen_swe.plan.memory import BUILT_IN, GIB, ModelShape, TrainShape, colocated, model_shape, plan
 
 SEARCH_STEP, SEARCH_MAX = 1024, 262144  # sample lengths tried: multiples of 1 Ki tokens up to 256 Ki
 
@@ -50,6 +50,18 @@ def _show(m: ModelShape, t: TrainShape, gpu_bytes: float) -> bool:
     return fits
 
 
+def _show_colocated(m: ModelShape, t: TrainShape, gpu_bytes: float, tp: int, bucket_bytes: int) -> bool:
+    """COLOCATE=true: the same GPUs hold a sleeping vLLM server beside the step, and its weights during the push."""
+    c = colocated(m, t, plan(m, t), tp=tp, bucket_bytes=bucket_bytes)
+    for name, value in c.rows():
+        print(f"  {name:68s} {value / GIB:8.2f} GiB")
+    fits = c.total <= gpu_bytes
+    print(f"  {'COLOCATE: peak per GPU':68s} {c.total / GIB:8.2f} GiB of {gpu_bytes / GIB:.0f} GiB: "
+          f"{'fits' if fits else 'does NOT fit'}")
+    print(f"  {'COLOCATE: host memory of the node (parked trainer, sleeping server)':68s} {c.host / GIB:8.2f} GiB")
+    return fits
+
+
 def _search(config: str, t: TrainShape, gpu_bytes: float, prompt: int, lora_alpha: int) -> None:
     print(f"\nsettings that fit ({t.world} ranks, micro-batch 1, {prompt}-token prompt):")
     print(f"  {'LORA_RANK':>9} {'ACTIVATION_CHECKPOINTING':>24} {'MIXED_PRECISION':>15}  longest sample that fits")
@@ -74,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     gpu_bytes = own.gpu_memory_gb * GIB
     fits = _show(m, t, gpu_bytes)
+    if settings.placement.colocate:
+        inf = settings.inference
+        fits = _show_colocated(m, t, gpu_bytes, inf.tp, inf.broadcast_bucket_mb << 20)
     if own.search:
         _search(own.config, t, gpu_bytes, own.prompt_len, tr.lora_alpha)
     return 0 if fits else 1

@@ -94,6 +94,19 @@ def test_cli_says_whether_the_seed_configuration_fits(capsys):
     assert "does NOT fit" in capsys.readouterr().out
 
 
+def test_cli_plans_the_colocated_turns(capsys):
+    """COLOCATE=true at TP 8: the step carries a sleeping server's 2 GiB, the push the server's bf16 weights."""
+    args = ["--config", "qwen3-coder-30b-a3b", "--train-procs", "8", "--activation-checkpointing", "true",
+            "--mixed-precision", "true", "--tp", "8"]
+    assert main([*args, "--colocate", "true"]) == 0
+    out = capsys.readouterr().out
+    assert "total per GPU                                                           77.68 GiB" in out
+    assert "COLOCATE: the step beside a sleeping vLLM                               79.68 GiB" in out
+    assert "COLOCATE: the weight push (trainer parameters + vLLM weights)           26.58 GiB" in out
+    assert "COLOCATE: host memory of the node (parked trainer, sleeping server)    398.09 GiB" in out
+    assert main(args) == 0 and "COLOCATE" not in capsys.readouterr().out
+
+
 def test_cli_names_a_bad_config_and_a_bad_setting(capsys, tmp_path):
     assert main(["--config", str(tmp_path / "nope.json")]) == 2
     assert "--config" in capsys.readouterr().err
