@@ -3,6 +3,8 @@
 - *Does GRPO fit?* (``--fit-tasks N``) A fixed set of N train tasks, never demonstrated, attempted ``--fit-k``
   times each before and after GRPO on exactly those tasks. It shows the optimizer works end to end (rollout
   log-probs, masks, advantages, ratios, weight sync push the policy toward reward); it is not generalisation.
+  ``--fit-screen K`` picks them by a screen (K attempts of ``--fit-candidates`` tasks, seeds of its own): those
+  resolved sometimes but not always, where a group can hold both outcomes; the before/after attempts are fresh.
 - *Does it transfer?* The same before/after on held-out tasks (bug sites never trained on), with its interval and
   paired test; and base -> warm start on them (``--eval-base``).
 
@@ -57,6 +59,7 @@ from qwen_swe.warmstart.stage import MANIFEST, WarmStartSpec, ensure_warm_start
 # Its sampling temperature is --temperature, or the one --pick-temperature chooses on train tasks.
 AGENT = dict(AGENT_PROFILE)  # the warm start's agent profile, so its demonstrations and every phase agree
 PHASE_TIMEOUT = 3 * 3600
+SCREEN_SEED_OFFSET = 1_000_003  # the fit screen's SEED: its attempts' derived seeds are apart from the evaluations'
 EDIT_ERRORS = ("No changes to apply", "0 occurrences found")  # qwen-code's edit tool: a no-op, old text not found
 
 
@@ -222,6 +225,19 @@ def _evaluate(name: str, model: Path, heldout: Path, k: int, work: Path, seed: i
             "per_task": per_task}
 
 
+def _screen(rows: list[dict[str, Any]], args: argparse.Namespace, model: Path, work: Path,
+            temperature: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The first ``--fit-candidates`` of ``rows``, attempted ``--fit-screen`` times each with seeds of their own
+    (``SEED`` + SCREEN_SEED_OFFSET: no evaluation or training rollout uses them); kept, in order, those the policy
+    resolved sometimes but not always: the tasks where a group can have both outcomes. The fit's before and after
+    attempts are fresh, so the selection does not bias the comparison."""
+    candidates = _write_rows(work / "fit_candidates.jsonl", rows[: args.fit_candidates])
+    res = _evaluate("fit_screen", model, candidates, args.fit_screen, work, args.seed + SCREEN_SEED_OFFSET,
+                    temperature)
+    kept = [r for r in _rows(candidates) if 0 < res["per_task"].get(r["instance_id"], 0) < args.fit_screen]
+    return kept, res
+
+
 def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(args.work or tempfile.mkdtemp(prefix="bench_learning_"))
     work.mkdir(parents=True, exist_ok=True)
@@ -268,13 +284,6 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
                               args.sft_lr, args.seed, args.mixed_precision, "qwen-swe-bench-sft"), work / "sft.log")
         start_model = latest_weights(work / "sft")
     clock.add("warm_start", time.monotonic() - t)
-    # The fit set: train tasks the warm start never saw demonstrated, a seeded draw fixed before any attempt.
-    fit_rows = _write_rows(work / "fit_tasks.jsonl",
-                           [r for r in rl_pool if r["instance_id"] not in demonstrated][: args.fit_tasks])
-    if args.fit_tasks and len(_rows(fit_rows)) < args.fit_tasks:
-        raise ValueError(f"--fit-tasks {args.fit_tasks}: only {len(_rows(fit_rows))} train tasks were not "
-                         "demonstrated; ask for fewer, or demonstrate fewer (--demos)")
-
     t = time.monotonic()
     temperature, picked = args.temperature, {}
     if args.pick_temperature:  # on train tasks only, before any held-out attempt
@@ -283,6 +292,19 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
             picked[value] = _evaluate(f"pick_t{value:g}", start_model, pick_rows, 1, work, args.seed, value)
         temperature = max(picked, key=lambda v: picked[v]["resolved"])  # ties: the first, the highest temperature
         clock.add("pick_temperature", time.monotonic() - t)
+
+    # The fit set: train tasks the warm start never saw demonstrated, a seeded draw fixed before any attempt.
+    undemonstrated = [r for r in rl_pool if r["instance_id"] not in demonstrated]
+    screen = None
+    if args.fit_tasks and args.fit_screen:
+        t = time.monotonic()
+        undemonstrated, screen = _screen(undemonstrated, args, start_model, work, temperature)
+        clock.add("fit_screen", time.monotonic() - t)
+    fit_rows = _write_rows(work / "fit_tasks.jsonl", undemonstrated[: args.fit_tasks])
+    if args.fit_tasks and len(_rows(fit_rows)) < args.fit_tasks:
+        raise ValueError(f"--fit-tasks {args.fit_tasks}: only {len(_rows(fit_rows))} train tasks were not "
+                         "demonstrated (and passed --fit-screen); ask for fewer, demonstrate fewer (--demos), or "
+                         "screen more (--fit-candidates)")
 
     before = after = base = None  # --heldout-tasks 0: the fit question only
     if args.heldout_tasks:
@@ -327,7 +349,7 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
         t = time.monotonic()
         fit_after = _evaluate("fit_end", end_model, fit_rows, args.fit_k, work, args.seed, temperature)
         clock.add("fit_end", time.monotonic() - t)
-        fit = {"tasks": len(_rows(fit_rows)), "before": fit_before, "after": fit_after,
+        fit = {"tasks": len(_rows(fit_rows)), "screen": screen, "before": fit_before, "after": fit_after,
                "difference": _rate(fit_after) - _rate(fit_before), **compare(fit_before, fit_after)}
     trained_ids = {r["instance_id"] for f in (rl / "rollouts").glob("step_*.jsonl") for r in _rows(f)}
     assert not trained_ids & {r["instance_id"] for r in heldout}, "a held-out task reached GRPO"
@@ -427,13 +449,18 @@ def _report(r: dict[str, Any], work: Path) -> None:
         fit = r["fit"]
         print(f"does GRPO fit? {fit['tasks']} train tasks never demonstrated, GRPO on exactly them; fresh attempts "
               f"seeded apart from every training rollout (a fit on training tasks, not generalisation)")
+        if fit.get("screen"):
+            sc = fit["screen"]
+            print(f"fit screen: {len(sc['per_task'])} candidates x {r['args']['fit_screen']} attempts, resolved "
+                  f"{sc['resolved']}/{sc['attempts']}; kept the first {fit['tasks']} resolved sometimes, not always")
         print(f"fit start: {rate(fit['before'])}")
         print(f"fit end:   {rate(fit['after'])}")
         print(f"fit difference {fit['difference']:+.3f}, z {fit['z']:.2f}, one-sided p {fit['p_one_sided']:.4f}; "
               f"paired by task {len(fit['paired']['gained'])} gained, {len(fit['paired']['lost'])} lost, "
               f"sign-flip p {fit['paired']['p_one_sided']:.4f}")
         every = r["times_all_invocations"]  # after set-up: the fit's own phases, the warm start's if built here
-        minutes = sum(every.get(k, 0.0) for k in ("generate", "warm_start", "fit_start", "rl", "fit_end")) / 60
+        minutes = sum(every.get(k, 0.0)
+                      for k in ("generate", "warm_start", "fit_screen", "fit_start", "rl", "fit_end")) / 60
         met = (fit["difference"] >= 0.15 and fit["p_one_sided"] < 0.05 and minutes <= 60
                and min(fit["before"]["attempts"], fit["after"]["attempts"]) >= 64)
         print(f"fit target (+15 points, one-sided p < 0.05, >= 64 attempts a side, <= 60 min): "
@@ -511,6 +538,10 @@ def parser() -> argparse.ArgumentParser:
                     help="does GRPO fit? this many train tasks never demonstrated, evaluated before and after GRPO "
                     "on exactly them (0 = off: GRPO on the train tasks)")
     ap.add_argument("--fit-k", type=int, default=8, help="attempts per fit task, before and after")
+    ap.add_argument("--fit-screen", type=int, default=0, metavar="K",
+                    help="choose the fit tasks by a screen: K attempts of each candidate (seeds of their own), "
+                    "keeping those resolved sometimes but not always (0 = off: the first --fit-tasks)")
+    ap.add_argument("--fit-candidates", type=int, default=24, help="undemonstrated train tasks --fit-screen tries")
     ap.add_argument("--work", default=None)
     return ap
 

@@ -262,3 +262,23 @@ def test_a_stumble_is_kept_out_of_the_loss_and_only_there():
     assert mask_out(tokens, 10, mask, [5, 6, 7, 2]) == [0, 0, 0, 0, 0, 0, 1, 1, 1, 1]
     with pytest.raises(DataError, match="stumble"):
         mask_out(tokens, 10, [1, 1, 1, 0, 0, 0, 1, 1, 1, 0], [5, 6, 7, 2])  # never fully trained: not the stumble
+
+
+def test_the_fit_screen_keeps_tasks_resolved_sometimes_with_seeds_of_its_own(tmp_path, monkeypatch):
+    from benchmarks import bench_learning
+
+    rows = [{"instance_id": f"t{i}"} for i in range(6)]
+    screened = {"t0": 4, "t1": 2, "t2": 0, "t3": 1, "t5": 3}  # t4: every attempt an error (not graded)
+    calls = []
+
+    def evaluate(name, model, tasks, k, work, seed, temperature):
+        calls.append((name, [r["instance_id"] for r in bench_learning._rows(tasks)], k, seed))
+        return {"attempts": 16, "resolved": 10, "per_task": screened}
+
+    monkeypatch.setattr(bench_learning, "_evaluate", evaluate)
+    args = bench_learning.parser().parse_args(["--seed", "7", "--fit-tasks", "2", "--fit-screen", "4",
+                                               "--fit-candidates", "5"])
+    kept, res = bench_learning._screen(rows, args, tmp_path / "m", tmp_path, 1.0)
+    assert [r["instance_id"] for r in kept] == ["t1", "t3"]  # in order; not t0 (always), t2 (never), t4, t5 (>5th)
+    assert calls == [("fit_screen", ["t0", "t1", "t2", "t3", "t4"], 4, 7 + bench_learning.SCREEN_SEED_OFFSET)]
+    assert res["resolved"] == 10
