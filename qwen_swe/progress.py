@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import IO, Iterator, Protocol
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
+from rich.table import Column
+from rich.text import Text
 
 INTERVAL = 30.0  # seconds between plain lines; the warm start's phases print at the same pace
 REFRESH = 0.5  # seconds between reads of the counts for the bar
@@ -66,8 +68,8 @@ def format_seconds(seconds: float) -> str:
 
 def format_rate(done: int, seconds: float, unit: str) -> str:
     """Items a minute below one a second (rollouts, SFT steps), else a second (mutations judged)."""
-    per_second = done / seconds if seconds > 0 else 0.0
-    return f"{per_second:.1f} {unit}/s" if per_second >= 1 else f"{per_second * 60:.2f} {unit}/min"
+    per_second, unit = done / seconds if seconds > 0 else 0.0, f" {unit}" if unit else ""
+    return f"{per_second:.1f}{unit}/s" if per_second >= 1 else f"{per_second * 60:.2f}{unit}/min"
 
 
 def eta_seconds(done: int, total: int, seconds: float) -> float | None:
@@ -146,21 +148,33 @@ class _Lines(_Ticker):
         print(f"{text} ({end})" if end else text, file=self.console.file, flush=True)
 
 
+class _Detail(ProgressColumn):
+    """The counts' detail, cut with an ellipsis where the terminal is too narrow, never wrapped under the bar."""
+
+    def render(self, task: Task) -> Text:
+        return Text(str(task.fields.get("detail", "")), no_wrap=True, overflow="ellipsis")
+
+
 class _Bar(_Ticker):
     def __init__(self, console: Console, counts: Counts, label: str, unit: str) -> None:
         super().__init__(REFRESH, f"progress-{label}")
         self.counts, self.unit = counts, unit
-        self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("{task.fields[unit]} {task.fields[rate]}"), TimeElapsedColumn(),
-                            TextColumn("ETA {task.fields[eta]}"), TextColumn("{task.fields[detail]}"),
+        # only the detail gives way on a narrow terminal: the figures keep their width
+        def fixed(text: str) -> TextColumn:
+            return TextColumn(text, table_column=Column(no_wrap=True))
+
+        self.bar = Progress(fixed("[bold]{task.description}"), BarColumn(bar_width=20), fixed("{task.completed}/"
+                            "{task.fields[of]} {task.fields[unit]}"), fixed("{task.fields[rate]}"),
+                            TimeElapsedColumn(), fixed("ETA {task.fields[eta]}"),
+                            _Detail(table_column=Column(overflow="ellipsis")),
                             console=console, refresh_per_second=2)
-        self.task = self.bar.add_task(label, total=None, unit=unit, rate="", eta="-", detail="")
+        self.task = self.bar.add_task(label, total=None, unit=unit, of="?", rate="", eta="-", detail="")
 
     def tick(self, end: str = "") -> None:
         done, total, seconds = self.counts.done, self.counts.total, time.monotonic() - self.start
         eta = eta_seconds(done, total, seconds)
-        self.bar.update(self.task, completed=done, total=total or None, detail=self.counts.detail(),
-                        rate=format_rate(done, seconds, self.unit) if done else "",
+        self.bar.update(self.task, completed=done, total=total or None, of=total or "?", detail=self.counts.detail(),
+                        rate=format_rate(done, seconds, "") if done else "",
                         eta=format_seconds(eta) if eta is not None else "-")
 
     def __enter__(self) -> "_Bar":

@@ -47,9 +47,10 @@ class BatchStats:
 
     def detail(self) -> str:
         rewards = list(self.rewards)  # the event loop appends while the display thread reads
-        mean = f"{sum(rewards) / len(rewards):+.3f}" if rewards else "-"
-        return (f"{self.groups} groups, running {self.running}, graded {self.graded}, dropped {self.dropped}, "
-                f"reward mean {mean}, resolved {self.resolved}")
+        mean = f"{sum(rewards) / len(rewards):+.3f}" if rewards else "-"  # the mean so far
+        # most telling first: a narrow terminal cuts the end
+        return (f"reward {mean}, resolved {self.resolved}, running {self.running}, graded {self.graded}, "
+                f"dropped {self.dropped}, {self.groups} groups")
 
 
 def live_progress(stats: BatchStats, label: str, interval: float = INTERVAL) -> AbstractContextManager[None]:

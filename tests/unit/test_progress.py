@@ -28,8 +28,8 @@ def _stats() -> BatchStats:
 
 def test_a_line_carries_the_total_the_rate_the_eta_and_the_batch_counts():
     text = line("step 3/10 rollout", _stats(), 120.0, "samples")
-    assert text == ("step 3/10 rollout: 2/4 samples, 1.00 samples/min, 2m00s elapsed, ETA 2m00s; 2 groups, "
-                    "running 2, graded 1, dropped 1, reward mean +1.000, resolved 1")
+    assert text == ("step 3/10 rollout: 2/4 samples, 1.00 samples/min, 2m00s elapsed, ETA 2m00s; reward +1.000, "
+                    "resolved 1, running 2, graded 1, dropped 1, 2 groups")
 
 
 def test_no_eta_before_the_first_item_ends_and_none_after_the_last():
@@ -74,7 +74,7 @@ def test_on_a_terminal_a_bar_shows_the_same_figures():
     with show(meter, "step 1/2 rollout", file=out, force_terminal=True):
         time.sleep(0.6)
     screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
-    assert "step 1/2 rollout" in screen and "3/4" in screen and "samples/s" in screen and "ETA " in screen
+    assert "step 1/2 rollout" in screen and "3/4 samples" in screen and "/s" in screen and "ETA " in screen
 
 
 def test_a_batch_plans_its_samples_and_each_refill_so_the_total_stays_true():
