@@ -64,8 +64,8 @@ def _pids_current(container_id: str) -> Path | None:
 
 
 def test_a_fork_bomb_stays_inside_the_pids_limit(image, run_id):
-    """The bomb fills the container's pids limit and no more; the host keeps forking all along; the exec ends at its
-    timeout (then the agent's outcome is ``timeout``, graded) and removing the container ends the bomb."""
+    """The bomb stays within the container's pids limit; the host keeps forking all along; the exec ends by its timeout
+    (the agent's outcome is then ``timeout``, graded) and removing the container ends the bomb."""
     async def scenario() -> tuple[object, int, int, bool]:
         async with _box(image, run_id) as box:
             client = docker.from_env(timeout=60)
@@ -87,7 +87,8 @@ def test_a_fork_bomb_stays_inside_the_pids_limit(image, run_id):
     bomb, limit, peak, host_ok = asyncio.run(scenario())
     print(f"fork bomb: pids limit {limit}, peak {peak}, exec ended after {bomb.seconds:.1f} s "
           f"(timed out: {bomb.timed_out}), container removed {time.monotonic() - t0:.1f} s after start")
-    assert bomb.timed_out and bomb.seconds < 20 + 2 * KILL_GRACE
+    # ended at its timeout, or earlier when the memory limit's OOM killer took the exec's own shell
+    assert (bomb.timed_out or bomb.exit_code == 137) and bomb.seconds < 20 + 2 * KILL_GRACE
     assert 0 < limit <= 4096 and peak <= limit
     assert host_ok and _host_still_forks()
 
