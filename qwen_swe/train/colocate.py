@@ -48,7 +48,7 @@ class Colocation:
     def start(self) -> None:
         """Collective, before the trainer allocates anything: the server (started awake) goes to sleep."""
         if self.enabled:
-            self._timed("colocate/sleep_seconds", lambda: on_rank0(self.server.sleep, "POST /sleep"))
+            self._timed("colocate/sleep_seconds", self._sleep)
         self.trainer_resident = True
 
     def attach(self, offload: TrainerOffload) -> None:
@@ -59,7 +59,7 @@ class Colocation:
         """Collective: the server sleeps, then the trainer's state returns. Idempotent."""
         if not self.enabled or self.trainer_resident:
             return
-        self._timed("colocate/sleep_seconds", lambda: on_rank0(self.server.sleep, "POST /sleep"))
+        self._timed("colocate/sleep_seconds", self._sleep)
         restored = self._timed("colocate/reload_seconds", self.offload.reload)
         self.trainer_resident = True
         log.info("COLOCATE: the server sleeps, the trainer's %.2f GiB are back on its device", restored / 2**30)
@@ -88,6 +88,9 @@ class Colocation:
         """The seconds of the turns since the last call, as metrics (nothing without COLOCATE)."""
         out, self.seconds = self.seconds, {}
         return out
+
+    def _sleep(self) -> None:
+        on_rank0(lambda: self.server.sleep(), "POST /sleep")  # the server exists on rank 0 only
 
     def _timed(self, key: str, fn: Callable[[], T]) -> T:
         t0 = time.monotonic()

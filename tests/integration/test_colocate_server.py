@@ -6,17 +6,18 @@ resume, and release no memory)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from qwen_swe import paths
+from qwen_swe import paths, preflight
 from qwen_swe.config import settings as config
 from qwen_swe.errors import InferenceError
 from qwen_swe.inference.client import InferenceClient
 from qwen_swe.inference.launcher import EMBEDDED_SERVED_NAME, VLLMServer, embedded_serve_config
-from qwen_swe.inference.sleep import KV_CACHE, WEIGHTS, ServerSleep
+from qwen_swe.inference.sleep import KV_CACHE, WEIGHTS, ServerSleep, sleep_mode_of
 
 pytestmark = pytest.mark.vllm
 
@@ -47,6 +48,8 @@ def _changed_weights(folder: Path) -> Path:
 def test_the_turns_routes_in_order_then_the_new_weights_are_served(embedded_vllm: str, tmp_path: Path):
     client = InferenceClient(embedded_vllm, timeout=300)
     server = ServerSleep(client, timeout=300)
+    assert sleep_mode_of(client.get("/server_info", query={"config_format": "json"})) is None  # a CPU server
+    preflight.check_sleep_mode(config.Settings.build(vllm_url=embedded_vllm, colocate=True))  # so it passes
     before = _probe(client)
     assert not server.is_sleeping()
     try:
@@ -76,3 +79,27 @@ def test_vllms_cpu_build_refuses_sleep_mode(tmp_path: Path):
         with pytest.raises(InferenceError, match="exited with code"):
             server.start(300)
     assert "Sleep mode is not supported on current platform" in (tmp_path / "vllm.log").read_text()
+
+
+def test_two_trainer_ranks_take_turns_with_the_real_server(embedded_vllm: str, tmp_path: Path):
+    """The built-in trainer under torchrun (2 gloo ranks, each parking its own FSDP2 shard) with COLOCATE against the
+    real server: the server's sleep routes answer the trainer's turns, the run trains and syncs as in split mode (the
+    test's driver makes the rollouts), and the server serves again when it ends."""
+    from tests.integration.test_trainer_fsdp import metrics_rows, run_trainer
+    from tests.tiny_model import tiny_model_dir
+
+    server = ServerSleep(InferenceClient(embedded_vllm, timeout=300), timeout=300)
+    out = tmp_path / "run"
+    try:
+        run_trainer(out, str(tiny_model_dir()), steps=2, colocate=True, vllm_url=embedded_vllm)
+        assert not server.is_sleeping()
+    finally:
+        if server.is_sleeping():
+            server.wake_up()  # the server is shared by the session
+    events = [json.loads(line) for line in (out / "driver_events.jsonl").read_text().splitlines()]
+    kinds = [(e["kind"], e.get("step"), e["version"]) for e in events]
+    assert kinds == [("generate", 0, 0), ("sync", None, 1), ("generate", 1, 1), ("sync", None, 2)]
+    for row in metrics_rows(out):
+        assert row["colocate/sleep_seconds"] > 0 and row["colocate/wake_seconds"] > 0
+        assert row["colocate/offload_seconds"] > 0 and row["colocate/reload_seconds"] > 0
+        assert row["approx_kl"] < 1e-8  # the weights pushed after the reload are the ones trained
