@@ -8,21 +8,11 @@ import shutil
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from qwen_swe.train import checkpoint as ckpt
 from qwen_swe.train.checkpoint import CheckpointError
 from qwen_swe.train.policy import build_policy
 from tests.tiny_model import tiny_model_dir
-
-
-@pytest.fixture(scope="module")
-def world_of_one():
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import dataclasses
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from qwen_swe.config.settings import Settings
 from qwen_swe.errors import InferenceError, TrainerError
@@ -20,15 +19,6 @@ from qwen_swe.train.colocate import Colocation
 from qwen_swe.train.offload import TrainerOffload, optimizer_state
 from qwen_swe.train.policy import build_policy
 from tests.tiny_model import tiny_model_dir
-
-
-@pytest.fixture(scope="module")
-def world_of_one():
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def _trainer(seed: int = 0):

@@ -5,19 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from qwen_swe.train.policy import build_policy
 from tests.tiny_model import tiny_model_dir
-
-
-@pytest.fixture(scope="module")
-def world_of_one():
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def _step(recompute: bool, mixed_precision: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
