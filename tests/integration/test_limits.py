@@ -54,6 +54,14 @@ def _host_processes_with(marker: str) -> list[str]:
     return [line for line in out.splitlines() if marker in line and "ps -eo" not in line]
 
 
+async def _eventually(probe, timeout: float = 30.0):
+    """``probe()``'s first truthy value within ``timeout`` seconds (polled), else its last value."""
+    deadline = time.monotonic() + timeout
+    while not (value := await asyncio.to_thread(probe)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    return value
+
+
 def _pids_current(container_id: str) -> Path | None:
     """The container's pids cgroup counter as the host sees it (cgroup v1 or v2, cgroupfs or systemd driver)."""
     for base in (f"/sys/fs/cgroup/pids/docker/{container_id}", f"/sys/fs/cgroup/docker/{container_id}",
@@ -110,17 +118,21 @@ def test_an_allocation_past_the_memory_limit_is_killed_in_the_container(image, r
 
 def test_background_processes_end_with_the_container(image, run_id):
     marker = f"{uuid.uuid4().int % 10**9 + 10**9}"
-    # a daemon that leaves the exec's process group and session and clears its environment (the agent's marker)
-    escape = f"env -i setsid nohup sleep {marker} > /dev/null 2>&1 < /dev/null & echo started"
+    # a daemon that leaves the exec's process group and session and clears its environment (the agent's marker);
+    # the exec returns only once it has its own session (it writes its pid after setsid), so the escape is not a
+    # race against the end of the exec
+    escape = (f"rm -f /tmp/escaped; env -i setsid nohup sh -c 'echo $$ > /tmp/escaped; exec sleep {marker}' "
+              "> /dev/null 2>&1 < /dev/null & while [ ! -s /tmp/escaped ]; do sleep 0.05; done; echo started")
 
     async def scenario() -> list[str]:
         async with _box(image, run_id) as box:
             res = await box.exec(escape, timeout=60)
             assert "started" in res.output
-            await asyncio.sleep(1)
-            running = _host_processes_with(f"sleep {marker}")
+            running = await _eventually(lambda: _host_processes_with(f"sleep {marker}"))  # exec'd after its pid
         assert running, "the escaped process was not running while the container was"
-        return _host_processes_with(f"sleep {marker}")
+        # a killed process leaves the process table when the kernel has reaped it, not at the instant of the kill
+        gone = await _eventually(lambda: not _host_processes_with(f"sleep {marker}"))
+        return [] if gone else _host_processes_with(f"sleep {marker}")
 
     assert asyncio.run(scenario()) == []  # removed with the container
     client = docker.from_env(timeout=60)
