@@ -9,11 +9,13 @@ folder before they end. Set EMBEDDED_VLLM_URL to reuse a server that is already 
 from __future__ import annotations
 
 import os
+import uuid
 from typing import Iterator
 
 import pytest
 
 from qwen_swe.config import settings as config
+from qwen_swe.sandbox.docker import LABEL, reap
 
 
 @pytest.fixture(scope="session")
@@ -26,3 +28,11 @@ def embedded_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     settings = config.load_settings([], env={})
     with embedded_server(settings, log_dir=tmp_path_factory.mktemp("vllm-logs"), startup_timeout=900) as url:
         yield url
+
+
+@pytest.fixture
+def run_id() -> Iterator[str]:
+    """A run id for this test alone; teardown proves the test left no container of it behind."""
+    rid = f"test-{uuid.uuid4().hex[:10]}"
+    yield rid
+    assert reap(rid) == 0, f"the test left containers labelled {LABEL}.run={rid}"

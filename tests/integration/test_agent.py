@@ -13,7 +13,6 @@ import asyncio
 import dataclasses
 import json
 import re
-import uuid
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,7 +24,7 @@ from qwen_swe.agent.bundle import QWEN_CODE_VERSION, AgentBundle
 from qwen_swe.config.settings import load_settings
 from qwen_swe.data.prompts import SYSTEM_PROMPT_COMPACT, build_prompt
 from qwen_swe.paths import AGENT_MOUNT, agent_bundle_dir
-from qwen_swe.sandbox.docker import LABEL, DockerSandbox, reap
+from qwen_swe.sandbox.docker import LABEL, DockerSandbox
 from qwen_swe.traffic.proxy import RecordingProxy
 from qwen_swe.traffic.trajectory import build_sample
 from tests.scripted_server import Reply, ScriptedServer, fake_logprob, qwen3_tokenizer, smollm2_tokenizer
@@ -36,13 +35,6 @@ from tests.toolcall_text import hermes_call
 @pytest.fixture(scope="module")
 def task() -> dict[str, Any]:
     return replayable_task()
-
-
-@pytest.fixture
-def run_id():
-    rid = f"test-agent-{uuid.uuid4().hex[:8]}"
-    yield rid
-    assert reap(rid) == 0, f"the test left containers labelled {LABEL}.run={rid}"
 
 
 def _box(task: dict, run_id: str) -> DockerSandbox:

@@ -21,7 +21,7 @@ import docker
 import pytest
 
 from qwen_swe.sandbox.disk import DiskBudget, DiskLimitExceeded
-from qwen_swe.sandbox.docker import KILL_GRACE, LABEL, DockerSandbox, reap
+from qwen_swe.sandbox.docker import KILL_GRACE, LABEL, DockerSandbox
 from tests.task_pack import replayable_task
 
 pytestmark = pytest.mark.docker
@@ -31,13 +31,6 @@ MEMORY = "512m"
 @pytest.fixture(scope="module")
 def image() -> str:
     return replayable_task()["image"]
-
-
-@pytest.fixture
-def run_id():
-    rid = f"test-limits-{uuid.uuid4().hex[:8]}"
-    yield rid
-    assert reap(rid) == 0, f"the test left containers labelled {LABEL}.run={rid}"
 
 
 def _box(image: str, run_id: str) -> DockerSandbox:

@@ -14,7 +14,6 @@ import asyncio
 import json
 import re
 import subprocess
-import uuid
 from typing import Any
 
 import pytest
@@ -23,7 +22,7 @@ from qwen_swe.agent import qwen as qa
 from qwen_swe.config.settings import load_settings
 from qwen_swe.data.prompts import build_prompt
 from qwen_swe.paths import AGENT_MOUNT, agent_bundle_dir
-from qwen_swe.sandbox.docker import LABEL, DockerSandbox, reap
+from qwen_swe.sandbox.docker import DockerSandbox
 from qwen_swe.traffic.endpoint import SOCKET_DIR_IN_CONTAINER
 from qwen_swe.traffic.proxy import RecordingProxy
 from tests.scripted_server import ScriptedServer, smollm2_tokenizer
@@ -58,13 +57,6 @@ const run = (line) => new Promise((done) => {
 @pytest.fixture(scope="module")
 def task() -> dict[str, Any]:
     return replayable_task()
-
-
-@pytest.fixture
-def run_id():
-    rid = f"test-network-{uuid.uuid4().hex[:8]}"
-    yield rid
-    assert reap(rid) == 0, f"the test left containers labelled {LABEL}.run={rid}"
 
 
 def _box(task: dict, run_id: str, endpoint_dir: Any, network: str = "none") -> DockerSandbox:

@@ -63,13 +63,6 @@ def tasks() -> dict[str, dict]:
     return {t["instance_id"]: t for t in require_images(TASKS)}
 
 
-@pytest.fixture
-def run_id():
-    rid = f"test-{uuid.uuid4().hex[:10]}"
-    yield rid
-    assert reap(rid) == 0, f"test left containers labelled {LABEL}.run={rid}"
-
-
 # --- patches derived from each task's gold patch ---------------------------------------------------
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 

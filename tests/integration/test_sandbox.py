@@ -39,14 +39,6 @@ def image() -> str:
     return row["image"]
 
 
-@pytest.fixture
-def run_id():
-    """A run id for this test alone; teardown proves the test left no container of it behind."""
-    rid = f"test-{uuid.uuid4().hex[:10]}"
-    yield rid
-    assert reap(rid) == 0, f"test left containers labelled {LABEL}.run={rid}"
-
-
 @pytest.fixture(scope="module")
 def box(image):
     """One sandbox shared by the tests that only exec and touch files (container starts are the slow part)."""
