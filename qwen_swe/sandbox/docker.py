@@ -9,7 +9,9 @@ Why this shape:
 - ``exec`` runs the command as the leader of a fresh process group (``setsid``) and, at its timeout or when the
   command returns, kills that whole group: nothing a command started outlives it, except processes that made
   their own session on purpose. Images need ``bash`` and util-linux ``setsid`` (``-w``), as every SWE-bench and
-  Debian/Ubuntu image has.
+  Debian/Ubuntu image has. The kill is itself an exec, so it cannot start while a fork bomb holds every pid of the
+  container's limit; then the container is restarted (its init is killed, so every process in it dies; its files
+  stay, so the agent's diff can still be read).
 - Removal is ``remove(force=True)`` (SIGKILL), never ``docker stop`` with a grace period: the container only
   runs ``sleep infinity`` (under Docker's init, which reaps the processes ``exec`` kills), so there is nothing
   to shut down gracefully.
@@ -44,6 +46,8 @@ log = logging.getLogger("qwen_swe.sandbox")
 ARCH = "x86_64"
 DOCKER_TIMEOUT = 120      # seconds a Docker API call may stall (exec streams are not bounded by it)
 KILL_GRACE = 10.0         # seconds to wait for an exec stream to end after its process group was killed
+RESTART_GRACE = 60.0      # seconds a restart may take: Docker reaps every process of the container first
+PIDS_LIMIT = 1024         # processes per container: far above a test suite's, low enough that a bomb is cheap to end
 _PG_DIR = "/tmp"
 
 T = TypeVar("T")
@@ -247,7 +251,7 @@ class DockerSandbox(Sandbox):
                 self.image, entrypoint=["sleep", "infinity"], command=[], detach=True, name=self.name,
                 labels=labels_for(self.run_id, self.role), network_mode=self.network, environment=self.env,
                 working_dir=self.workdir, volumes=volumes, nano_cpus=int(self.cpus * 1e9), mem_limit=self.memory,
-                memswap_limit=self.memory, pids_limit=4096, user="root", init=True)
+                memswap_limit=self.memory, pids_limit=PIDS_LIMIT, user="root", init=True)
         except docker.errors.ImageNotFound as exc:
             raise SandboxError(f"image {self.image} vanished before its container started: {exc}") from exc
         except docker.errors.APIError as exc:
@@ -302,10 +306,7 @@ class DockerSandbox(Sandbox):
             await asyncio.wait_for(asyncio.shield(reader), timeout)
         except asyncio.TimeoutError:
             timed_out = True
-            await self._kill_group(container, pg_file)
-            try:
-                await asyncio.wait_for(asyncio.shield(reader), KILL_GRACE)
-            except asyncio.TimeoutError:
+            if not await self._end_group(container, pg_file, reader):
                 stream.close()   # a process outside the group still holds the pipe: stop listening
                 await reader
         except asyncio.CancelledError:
@@ -321,6 +322,22 @@ class DockerSandbox(Sandbox):
         return ExecResult(exit_code=exit_code, output=buf.text(), timed_out=timed_out, truncated=buf.dropped > 0,
                           seconds=time.monotonic() - t0)
 
+    async def _end_group(self, container: Any, pg_file: str, reader: asyncio.Future) -> bool:
+        """Kill the exec's process group and wait for its stream to end; if that fails (the kill's own exec cannot
+        start in a container at its pids limit), restart the container. True once the stream ended."""
+        steps = ((self._kill_group, KILL_GRACE), (self._restart, RESTART_GRACE))
+        for step, bound in steps:
+            try:
+                await asyncio.wait_for(step(container, pg_file), bound)
+            except asyncio.TimeoutError:
+                pass   # the thread goes on; the next step does not need it
+            try:
+                await asyncio.wait_for(asyncio.shield(reader), KILL_GRACE)
+                return True
+            except asyncio.TimeoutError:
+                continue
+        return False
+
     @staticmethod
     async def _kill_group(container: Any, pg_file: str) -> None:
         try:
@@ -328,11 +345,21 @@ class DockerSandbox(Sandbox):
         except docker.errors.APIError:
             pass   # the container is gone, and with it the group
 
-    async def _cancel_exec(self, container: Any, pg_file: str, stream: Any, reader: asyncio.Future) -> None:
-        await self._kill_group(container, pg_file)
+    async def _restart(self, container: Any, pg_file: str) -> None:
+        log.warning("%s (%s): a command outlived the kill of its process group (no pid left for the kill, or "
+                    "the group file was changed); restarting the container: its processes end, its files stay",
+                    self.name, self.image)
         try:
-            await asyncio.wait_for(reader, KILL_GRACE)
-        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - cleanup on cancel must not raise
+            await asyncio.to_thread(container.restart, timeout=0)
+        except docker.errors.APIError:
+            pass   # the container is gone, and with it the group
+
+    async def _cancel_exec(self, container: Any, pg_file: str, stream: Any, reader: asyncio.Future) -> None:
+        try:
+            ended = await self._end_group(container, pg_file, reader)
+        except Exception:  # noqa: BLE001 - cleanup on cancel must not raise
+            ended = False
+        if not ended:
             stream.close()
 
     @_engine_errors

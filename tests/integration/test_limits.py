@@ -21,7 +21,7 @@ import docker
 import pytest
 
 from qwen_swe.sandbox.disk import DiskBudget, DiskLimitExceeded
-from qwen_swe.sandbox.docker import KILL_GRACE, LABEL, DockerSandbox
+from qwen_swe.sandbox.docker import KILL_GRACE, LABEL, PIDS_LIMIT, RESTART_GRACE, DockerSandbox
 from tests.task_pack import replayable_task
 
 pytestmark = pytest.mark.docker
@@ -66,9 +66,11 @@ def _pids_current(container_id: str) -> Path | None:
 
 def test_a_fork_bomb_stays_inside_the_pids_limit(image, run_id):
     """The bomb stays within the container's pids limit; the host keeps forking all along; the exec ends by its timeout
-    (the agent's outcome is then ``timeout``, graded) and removing the container ends the bomb."""
-    async def scenario() -> tuple[object, int, int, bool]:
+    (the agent's outcome is then ``timeout``, graded): a kill from inside cannot start in a container at its limit,
+    so the sandbox restarts it, which ends the bomb and keeps the files (the agent's diff is read after)."""
+    async def scenario() -> tuple[object, int, int, bool, object, int]:
         async with _box(image, run_id) as box:
+            await box.write_file("/testbed/kept.txt", "the agent's edit\n")
             client = docker.from_env(timeout=60)
             try:
                 attrs = client.containers.get(box.name).attrs
@@ -82,15 +84,22 @@ def test_a_fork_bomb_stays_inside_the_pids_limit(image, run_id):
                     peak = max(peak, int(counter.read_text()))
                 host_ok = host_ok and await asyncio.to_thread(_host_still_forks)
                 await asyncio.sleep(0.5)
-            return await bomb, int(attrs["HostConfig"]["PidsLimit"]), peak, host_ok
+            after = await box.exec("cat /testbed/kept.txt", timeout=60)
+            left = int(counter.read_text()) if counter is not None else -1
+            return await bomb, int(attrs["HostConfig"]["PidsLimit"]), peak, host_ok, after, left
 
     t0 = time.monotonic()
-    bomb, limit, peak, host_ok = asyncio.run(scenario())
+    bomb, limit, peak, host_ok, after, left = asyncio.run(scenario())
     print(f"fork bomb: pids limit {limit}, peak {peak}, exec ended after {bomb.seconds:.1f} s "
-          f"(timed out: {bomb.timed_out}), container removed {time.monotonic() - t0:.1f} s after start")
-    # ended at its timeout, or earlier when the memory limit's OOM killer took the exec's own shell
-    assert (bomb.timed_out or bomb.exit_code == 137) and bomb.seconds < 20 + 2 * KILL_GRACE
-    assert 0 < limit <= 4096 and peak <= limit
+          f"(timed out: {bomb.timed_out}), {left} processes after it, container removed "
+          f"{time.monotonic() - t0:.1f} s after start")
+    # ended at its timeout (or earlier when the memory limit's OOM killer took the exec's own shell), within the
+    # kill's and the restart's bounds
+    assert bomb.timed_out or bomb.exit_code == 137
+    assert bomb.seconds < 20 + 3 * KILL_GRACE + RESTART_GRACE
+    assert 0 < limit <= PIDS_LIMIT and peak <= limit
+    assert after.exit_code == 0 and after.output == "the agent's edit\n", after   # the files stayed, the bomb did not
+    assert left <= 4   # init and `sleep infinity` again (-1: no counter readable on this host)
     assert host_ok and _host_still_forks()
 
 

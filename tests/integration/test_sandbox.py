@@ -17,7 +17,7 @@ import docker.errors
 import pytest
 
 from qwen_swe.paths import REPO_ROOT, TASK_PACK
-from qwen_swe.sandbox.docker import LABEL, DockerSandbox, SandboxError, reap
+from qwen_swe.sandbox.docker import KILL_GRACE, LABEL, RESTART_GRACE, DockerSandbox, SandboxError, reap
 from tests.task_pack import BUILD_HINT, missing
 
 pytestmark = pytest.mark.docker
@@ -95,6 +95,20 @@ def test_timeout_kills_the_whole_process_group(box):
         assert "sleep 273" not in (await box.exec(_PROCS, timeout=30)).output
         # and the sandbox is still usable after a timeout
         assert (await box.exec("echo ok", timeout=30)).output == "ok\n"
+    asyncio.run(body())
+
+
+def test_a_command_the_group_kill_cannot_end_is_ended_by_a_restart_that_keeps_the_files(image, run_id):
+    """At a timeout the group kill is itself an exec; when it cannot end the command (here the command points the
+    sandbox's process-group file at a pid that does not exist; a fork bomb leaves the kill no pid to start with),
+    the sandbox restarts the container: every process ends, the files stay, and the sandbox goes on."""
+    async def body():
+        async with _box(image, run_id) as sb:
+            await sb.write_file("/testbed/kept.txt", "edit\n")
+            r = await sb.exec("for f in /tmp/.qwen-swe-pg-*; do echo 99999 > $f; done; sleep 275", timeout=2)
+            assert r.timed_out and r.seconds < 2 + 3 * KILL_GRACE + RESTART_GRACE
+            assert "sleep 275" not in (await sb.exec(_PROCS, timeout=30)).output
+            assert (await sb.exec("cat kept.txt", timeout=30)).output == "edit\n"
     asyncio.run(body())
 
 
