@@ -13,8 +13,9 @@ import json
 import math
 import os
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from qwen_swe.errors import ConfigError
 
@@ -100,6 +101,9 @@ class WandbSink:
                 self.run.log({"curves": self.wandb.Image(str(curves))}, step=self.last_step)
         finally:
             self.run.finish()
+            # finish() can return before wandb's service process has written the run's last records to its
+            # .wandb file; teardown waits for that process to end, so the run folder is complete on return
+            self.wandb.teardown()
 
 
 def trajectory_rows(path: Path, step: int, limit: int = TABLE_ROWS) -> list[dict[str, Any]]:
