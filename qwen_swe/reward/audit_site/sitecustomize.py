@@ -8,7 +8,8 @@ Python imports ``sitecustomize`` before it runs any repository code, so this ins
 - wrappers that record the same for exit hooks, signal handlers, threads and raw writes to the log;
 - a watchdog that compares the test machinery's modules and classes, ``builtins``, ``sys``, ``sys.modules`` and the
   import hooks with their first-seen state: a value that changed and whose code comes from a patched file is a
-  finding, whoever assigned it.
+  finding, whoever assigned it; so is the patch's code in pluggy's hook table or pytest's test items, or a hook
+  implementation taken out of the table while its plugin stays registered.
 
 Evidence leaves the process at once, as one ``os.write`` per record to a duplicate of the log's own pipe taken
 before anything else runs: what the tests do later cannot take back a record. Each process writes START, then
@@ -27,6 +28,7 @@ def _install():
     import _thread
     import atexit
     import builtins
+    import gc
     import json
     import os
     import signal
@@ -56,6 +58,7 @@ def _install():
     # bound now, before the code under test could replace them
     getframe, get_ident, fstat, write, dumps = sys._getframe, _thread.get_ident, os.fstat, os.write, json.dumps
     listdir, dup2, open_fd, getsignal, modules = os.listdir, os.dup2, os.open, signal.getsignal, sys.modules
+    get_objects = gc.get_objects
     stdlib = os.path.dirname(os.__file__)
     helpers = frozenset(os.path.join(stdlib, name) for name in ("inspect.py", "traceback.py", "linecache.py"))
     busy = set()
@@ -71,18 +74,21 @@ def _install():
         except OSError:
             pass  # the descriptor was closed under us: the missing END says so
 
-    def culprit(frame, through=True):
+    def culprit(frame, through=True, deep=False):
         """``file:line`` of the patch's added line that caused what is happening, or None; ``through``: frame
-        helpers, the import system and exec'd code speak for their caller."""
+        helpers, the import system and exec'd code speak for their caller; ``deep``: any added line on the stack
+        (for what no fix needs even indirectly: a debugger's ``bdb.set_trace`` installs a tracer from bdb.py)."""
         while frame is not None:
             name = frame.f_code.co_filename
-            if through and (name in helpers or name.startswith("<")):
+            if frame.f_lineno in added.get(name, ()):
+                return "%s:%d" % (name, frame.f_lineno)
+            if deep or through and (name in helpers or name.startswith("<")):
                 frame = frame.f_back
                 continue
-            return "%s:%d" % (name, frame.f_lineno) if frame.f_lineno in added.get(name, ()) else None
+            return None
         return None
 
-    def blamed(through=True):
+    def blamed(through=True, deep=False):
         """``culprit`` of the code that called our caller (a wrapper, or the hook), never re-entered by its own
         introspection."""
         tid = get_ident()
@@ -90,7 +96,7 @@ def _install():
             return None
         busy.add(tid)
         try:
-            return culprit(getframe(2), through)
+            return culprit(getframe(2), through, deep)
         finally:
             busy.discard(tid)
 
@@ -121,6 +127,10 @@ def _install():
                      "ctypes.dlopen": "loads native code", "ctypes.dlsym": "loads native code",
                      "ctypes.addressof": "reads raw memory", "ctypes.string_at": "reads raw memory",
                      "code.__new__": "builds a code object"}
+    # blamed on any added line on the stack, not only the caller's: no fix installs a tracer or signals a process
+    # through a library (introspection is not among them: logging and typing read frames for any caller)
+    deep_events = frozenset(("sys.settrace", "sys.setprofile", "sys.addaudithook", "os.kill", "os.killpg",
+                             "signal.pthread_kill"))
 
     def opened(path, where):
         if isinstance(path, int):
@@ -161,7 +171,8 @@ def _install():
         if not state["loaded"] or event not in introspection and event not in ("open", "compile"):
             return  # before the patch's first line runs, nothing can be blamed on it
         try:
-            where = blamed(event != "compile")  # an import compiles too, called by the import system
+            # an import compiles too, called by the import system
+            where = blamed(event != "compile", event in deep_events)
             if where is None:
                 return
             if event == "open":
@@ -272,11 +283,62 @@ def _install():
             if source:
                 finding("handles signal %d" % signum, source)
 
-    def check():
+    # pytest decides what runs through objects, not modules or classes: pluggy's hook table and the test items. A
+    # plugin the patch registers, a hook implementation it swaps or takes out, a relay entry or an item's function it
+    # replaces change no namespace above, whatever reached them (frames, the assertion rewriter's config, a tracer).
+    managers = []  # pluggy's plugin managers, searched for every 2 s until found (a runner may have none)
+    impls_seen = {}  # (id(manager), hook name) -> {id(implementation): implementation} at the last check
+    suspects = {}  # implementations gone while their plugin stays registered, at the last check
+
+    def relay_entries(manager, kind):
+        """(hook name, caller) in the manager's relay and the relays its plugins keep (pytest's config.hook)."""
+        relays = [manager.hook] + [getattr(p, "__dict__", {}).get("hook") for p in kind.get_plugins(manager)]
+        return [entry for relay in relays for entry in list(getattr(relay, "__dict__", {}).items())]
+
+    def dispatch(final):
+        kind = getattr(modules.get("pluggy"), "PluginManager", None)
+        state["searches"] = state.get("searches", -1) + 1
+        if not managers and isinstance(kind, type) and (final or state["searches"] % 20 == 0):
+            managers.extend(obj for obj in get_objects() if isinstance(obj, kind))
+        gone = {}
+        for manager in managers:
+            kind = type(manager)
+            for name, caller in relay_entries(manager, kind):
+                source = origin(caller)
+                if source or not hasattr(type(caller), "get_hookimpls"):
+                    if source:
+                        finding("replaces the test runner's hook %s" % name, source)
+                    continue
+                impls = {id(impl): impl for impl in type(caller).get_hookimpls(caller)}
+                for impl in impls.values():
+                    source = origin(impl) or origin(getattr(impl, "function", None))
+                    if source:
+                        finding("adds the patch's code to the test runner's hook %s" % name, source)
+                key = (id(manager), name)
+                for ident, impl in impls_seen.get(key, {}).items():
+                    if ident not in impls and kind.is_registered(manager, getattr(impl, "plugin", None)):
+                        gone[(key, ident)] = impls[ident] = impl  # a finding if still gone at the next check:
+                        # pluggy's own unregister takes a plugin out of one hook at a time
+                impls_seen[key] = impls
+            for item in list(getattr(kind.get_plugin(manager, "session"), "items", None) or ()):
+                for attr, value in list(vars(item).items()):
+                    source = (attr == "_obj" or any(attr in vars(k) for k in type(item).__mro__)) and origin(value)
+                    if source:
+                        finding("replaces a test item's %s" % attr, source, getattr(item, "nodeid", ""))
+        for (key, ident), impl in gone.items():
+            if (key, ident) in suspects:
+                finding("takes an implementation out of the test runner's hook %s" % key[1], "the hook table",
+                        getattr(impl, "plugin_name", ""))
+        suspects.clear()
+        suspects.update(gone)
+
+    def check(final=False):
         with lock:
             try:
                 refresh()
                 compare()
+                if state["loaded"]:
+                    dispatch(final)
             except Exception as exc:  # noqa: BLE001 - a dict changed size under us: the next tick sees it
                 return exc
         return None
@@ -288,7 +350,8 @@ def _install():
 
     def end():
         stop.release()  # the watchdog ends now: an exiting interpreter otherwise waits out its sleep
-        failed = check() and check()  # once more if a thread changed a namespace under the first
+        check(True)  # an implementation taken out is a finding when the next check still misses it
+        failed = check(True) and check(True)  # once more if a thread changed a namespace under the first
         if failed is not None:  # at exit nothing else runs: a check that cannot finish is the code under test's doing
             finding("stops the witness's last check", "exit", repr(failed))
         emit("END", {"loaded": state["loaded"], "findings": len(seen)})
