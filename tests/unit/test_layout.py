@@ -12,7 +12,8 @@ from qwen_swe.paths import PACKAGE_DIR, REPO_ROOT
 ENTRY_DIR = REPO_ROOT / "examples" / "qwen_swe"
 TASK_DATA = (PACKAGE_DIR / "data" / "taskpack" / "src", PACKAGE_DIR / "data" / "taskpack" / "repos")
 # the run's orchestration, and the console command (qwen_swe/cli) that fronts it: called by entry points only
-ENTRY_MODULES = {"qwen_swe.run", "qwen_swe.cli.commands", "qwen_swe.cli.main", "qwen_swe.cli.__main__"}
+ENTRY_MODULES = {"qwen_swe.run", "qwen_swe.cli.commands", "qwen_swe.cli.main", "qwen_swe.cli.__main__",
+                 "qwen_swe.cli.reference"}  # the CLI page, rendered from the commands
 LATE_OK = "# late:"  # a function-level import of ours must say why on its line
 
 
