@@ -72,7 +72,10 @@ def test_no_gold_patch_the_project_ships_is_flagged(shared_data):
 WITNESSED_CALLS = re.compile(r"_getframe|currentframe|inspect\.stack|inspect\.trace|tb_frame|gi_frame|f_back|"
                              r"__code__|\bgc\.get_|settrace|setprofile|addaudithook|signal\.(?:signal|setitimer)|"
                              r"Thread\(|start_new_thread|atexit|os\.(?:kill|killpg|write|dup2|close|truncate)\(|"
-                             r"/proc/|/dev/|ctypes|CodeType|(?<![.\w])compile\(|meta_path|path_hooks|builtins")
+                             r"/proc/|/dev/|ctypes|CodeType|(?<![.\w])compile\(|meta_path|path_hooks|builtins|"
+                             # the hook table and items (any reach), and tracers installed through a library
+                             r"pluginmanager|hookimpl|get_hookimpls|def pytest_|\.obj\s*=|\.runtest\s*=|"
+                             r"\b(?:bdb|pdb|cProfile|profile|trace)\b")
 
 
 def test_no_gold_patch_calls_what_the_witness_blames(shared_data):

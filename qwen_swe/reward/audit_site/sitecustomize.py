@@ -127,10 +127,9 @@ def _install():
                      "ctypes.dlopen": "loads native code", "ctypes.dlsym": "loads native code",
                      "ctypes.addressof": "reads raw memory", "ctypes.string_at": "reads raw memory",
                      "code.__new__": "builds a code object"}
-    # blamed on any added line on the stack, not only the caller's: no fix installs a tracer or signals a process
-    # through a library (introspection is not among them: logging and typing read frames for any caller)
-    deep_events = frozenset(("sys.settrace", "sys.setprofile", "sys.addaudithook", "os.kill", "os.killpg",
-                             "signal.pthread_kill"))
+    # blamed on any added line on the stack, not only the caller's: no fix installs a tracer through a library (not
+    # introspection or kills: logging and typing read frames, subprocess kills children, for any caller)
+    deep_events = frozenset(("sys.settrace", "sys.setprofile", "sys.addaudithook"))
 
     def opened(path, where):
         if isinstance(path, int):
