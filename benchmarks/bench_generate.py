@@ -2,7 +2,8 @@
 
 Reference measured in the same run: one pytest run of each clean repository's tests, times the number of mutations
 tried there, divided by the parallel jobs: what the pytest runs alone cost. The ratio says what the generator adds
-(mutating, parsing logs, statements, git commits). Images are not built here (see the README for their times).
+(mutating, parsing logs, statements, git commits). Images are not built here (their times are in
+docs/results/performance.md).
 
     .venv/bin/python -m benchmarks.bench_generate [--seed 0] [--jobs 2]
 """

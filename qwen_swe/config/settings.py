@@ -209,7 +209,7 @@ def all_fields() -> list[dataclasses.Field]:
 
 
 def field_groups() -> list[tuple[str, list[dataclasses.Field]]]:
-    """The settings by owner: the run's own, then each section's (the order of ``--help`` and the README)."""
+    """The settings by owner: the run's own, then each section's (the order of ``--help`` and the settings page)."""
     return [("run", _run_fields())] + [(name, list(fields(sec))) for name, sec in SECTIONS.items()]
 
 
@@ -254,7 +254,7 @@ WARM_START_AGENT: dict[str, Any] = {"tool_choice": "auto", "max_turns": 5, "agen
 # The embedded default (no VLLM_URL) is a small run of the same code path on 2 CPU cores, on the generated train
 # tasks: the warm-started SmolLM2-135M (``run.py`` builds it once and caches it; MODEL=<folder> trains another), the
 # warm start's agent profile, the seed's binary reward, and 2 steps of 4 groups of 4: about half the groups have
-# both outcomes (measured), so 8 groups give an update in nearly every run (README). bf16 compute and recomputed
+# both outcomes (measured), so 8 groups give an update in nearly every run (docs). bf16 compute and recomputed
 # activations: a 3000-token rollout's activations and logits are several GB a rank, and two ranks, the server and
 # the containers share 24 GiB. Each value applies only where the user set nothing.
 EMBEDDED_PROFILE: dict[str, Any] = {

@@ -96,7 +96,7 @@ class RayRolloutPool:
                 self._own_ray = True
         except Exception as exc:  # noqa: BLE001 - Ray raises several unrelated types for an unreachable cluster
             raise SetupError(f"cannot join the Ray cluster at RAY_ADDRESS={address or '(local)'}: {exc}; start it "
-                             "with `ray start --head` (README, Ray rollouts) or unset ROLLOUT_BACKEND") from exc
+                             "with `ray start --head` (docs/guides/ray.md) or unset ROLLOUT_BACKEND") from exc
 
     async def stop(self) -> None:
         """Stop every live worker (each reaps its node), then reap the driver's own Docker engine."""
@@ -147,7 +147,7 @@ class RayRolloutPool:
                          result["host"], result["reaped"])
         if strict and not self.slots:
             raise SetupError("no Ray node offers CPUs for rollout workers; add nodes with `ray start "
-                             "--address=HEAD:6379` (README, Ray rollouts)")
+                             "--address=HEAD:6379` (docs/guides/ray.md)")
 
     def _spawn(self, node_id: str) -> WorkerSlot:
         actor = ray.remote(RolloutWorker).options(

@@ -48,7 +48,7 @@ Runner = Callable[[list[str], dict[str, str], Path], None]
 class WarmStartSpec:
     """What a warm start is made of: 48 localized train tasks (the benchmark's best warm start demonstrated 60;
     fewer keep the first set-up within 30 minutes), 12 SFT steps of 8 (each demonstration seen twice) at lr 1e-4
-    (the benchmark's warm-start rate), no stumbles (``--demo-recover`` did not help there). README: the build's
+    (the benchmark's warm-start rate), no stumbles (``--demo-recover`` did not help there). Docs: the build's
     measured time and what the policy resolves."""
 
     model: Path = field(default_factory=embedded_model_dir)  # the base: a local HF folder
