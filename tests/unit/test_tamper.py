@@ -185,8 +185,10 @@ REWRITER = ("import sys\ndef _config():\n    return next(f.config for f in sys.m
      "takes an implementation out of the test runner's hook pytest_pyfunc_call"),
     ("import bdb\nclass _T(bdb.Bdb):\n    def trace_dispatch(self, frame, event, arg):\n        return None\n"
      "_T().set_trace()\n", "installs a tracer at "),
+    (REWRITER + "import types\n_p = types.ModuleType('p')\n_p.pytest_pyfunc_call = globals\n"
+     "_config().pluginmanager.register(_p, 'p')\n", "registers a plugin with the test runner at "),
 ], ids=["gc", "descriptor through the import table", "os._exit", "plugin through the assertion rewriter's config",
-        "hook implementation taken out", "tracer installed by bdb"])
+        "hook implementation taken out", "tracer installed by bdb", "a builtin registered as a hook"])
 def test_the_witness_sees_what_the_patch_does(tmp_path, trick, finding):
     _, found = _witnessed(tmp_path, "\n" + trick)
     assert any(finding in f for f in found), found

@@ -6,10 +6,10 @@ Python imports ``sitecustomize`` before it runs any repository code, so this ins
   profiling hooks, signals to processes, opens of the test report, of /proc or /dev files and of the log itself,
   when the Python line that caused the event is one the patch added;
 - wrappers that record the same for exit hooks, signal handlers, threads and raw writes to the log;
-- a watchdog that compares the test machinery's modules and classes, ``builtins``, ``sys``, ``sys.modules`` and the
-  import hooks with their first-seen state: a value that changed and whose code comes from a patched file is a
-  finding, whoever assigned it; so is the patch's code in pluggy's hook table or pytest's test items, or a hook
-  implementation taken out of the table while its plugin stays registered.
+- a watchdog that compares the test machinery's modules and classes, ``builtins``, ``sys``, ``sys.modules``, the
+  import hooks, pluggy's hook table and pytest's test items with their first-seen state: a value that changed and
+  whose code comes from a patched file is a finding, whoever assigned it (so is a hook that calls a builtin, or one
+  implementation taken out while its plugin stays registered).
 
 Evidence leaves the process at once, as one ``os.write`` per record to a duplicate of the log's own pipe taken
 before anything else runs: what the tests do later cannot take back a record. Each process writes START, then
@@ -61,8 +61,7 @@ def _install():
     get_objects = gc.get_objects
     stdlib = os.path.dirname(os.__file__)
     helpers = frozenset(os.path.join(stdlib, name) for name in ("inspect.py", "traceback.py", "linecache.py"))
-    busy = set()
-    seen = set()
+    busy, seen = set(), set()
     state = {"loaded": False}
     lock, stop = _thread.allocate_lock(), _thread.allocate_lock()
     stop.acquire()
@@ -186,14 +185,14 @@ def _install():
             pass
 
     # --- wrappers for what raises no audit event --------------------------------------------------
-    def watch(owner, name, what, applies=None):
+    def watch(owner, name, what, applies=None, deep=False):
         original = getattr(owner, name, None)
         if original is None:
             return
 
         def wrapper(*args, **kwargs):
             try:
-                where = blamed() if applies is None or applies(args) else None
+                where = blamed(deep=deep) if applies is None or applies(args) else None
                 if where is not None:
                     finding(what, where, getattr(args[0], "__name__", "") if args else "")
             except Exception:  # noqa: BLE001 - the call itself must behave as without us
@@ -282,46 +281,51 @@ def _install():
             if source:
                 finding("handles signal %d" % signum, source)
 
-    # pytest decides what runs through objects, not modules or classes: pluggy's hook table and the test items. A
-    # plugin the patch registers, a hook implementation it swaps or takes out, a relay entry or an item's function it
-    # replaces change no namespace above, whatever reached them (frames, the assertion rewriter's config, a tracer).
-    managers = []  # pluggy's plugin managers, searched for every 2 s until found (a runner may have none)
+    # pytest decides what runs through objects: pluggy's hook table and the test items. What the patch does to them
+    # changes no namespace above, whatever reached them (frames, the assertion rewriter's config, a tracer).
+    managers = []  # pytest's plugin manager (not a repository's own), searched for every 2 s until found
     impls_seen = {}  # (id(manager), hook name) -> {id(implementation): implementation} at the last check
     suspects = {}  # implementations gone while their plugin stays registered, at the last check
-
-    def relay_entries(manager, kind):
-        """(hook name, caller) in the manager's relay and the relays its plugins keep (pytest's config.hook)."""
-        relays = [manager.hook] + [getattr(p, "__dict__", {}).get("hook") for p in kind.get_plugins(manager)]
-        return [entry for relay in relays for entry in list(getattr(relay, "__dict__", {}).items())]
+    class_names = {}  # an item class -> the names it and its bases define
 
     def dispatch(final):
         kind = getattr(modules.get("pluggy"), "PluginManager", None)
         state["searches"] = state.get("searches", -1) + 1
         if not managers and isinstance(kind, type) and (final or state["searches"] % 20 == 0):
-            managers.extend(obj for obj in get_objects() if isinstance(obj, kind))
+            managers.extend(o for o in get_objects() if isinstance(o, kind) and o.project_name == "pytest")
+            if managers:  # (un)registering with the patch's code anywhere on the stack, whatever the plugin is
+                watch(kind, "register", "registers a plugin with the test runner", deep=True)
+                watch(kind, "unregister", "unregisters a plugin of the test runner", deep=True)
         gone = {}
         for manager in managers:
-            kind = type(manager)
-            for name, caller in relay_entries(manager, kind):
+            kind = type(manager)  # the manager's relay, and those its plugins keep (pytest's config.hook)
+            relays = [manager.hook] + [getattr(p, "__dict__", {}).get("hook") for p in kind.get_plugins(manager)]
+            for name, caller in [e for relay in relays for e in list(getattr(relay, "__dict__", {}).items())]:
                 source = origin(caller)
+                if source:
+                    finding("replaces the test runner's hook %s" % name, source)
                 if source or not hasattr(type(caller), "get_hookimpls"):
-                    if source:
-                        finding("replaces the test runner's hook %s" % name, source)
                     continue
                 impls = {id(impl): impl for impl in type(caller).get_hookimpls(caller)}
                 for impl in impls.values():
-                    source = origin(impl) or origin(getattr(impl, "function", None))
+                    function = getattr(impl, "function", None)
+                    source = origin(impl) or origin(function)
                     if source:
                         finding("adds the patch's code to the test runner's hook %s" % name, source)
+                    elif type(getattr(function, "__func__", function)) is not FunctionType:  # plugins are Python
+                        finding("makes the test runner's hook %s call %r" % (name, function), "the hook table")
                 key = (id(manager), name)
                 for ident, impl in impls_seen.get(key, {}).items():
                     if ident not in impls and kind.is_registered(manager, getattr(impl, "plugin", None)):
                         gone[(key, ident)] = impls[ident] = impl  # a finding if still gone at the next check:
                         # pluggy's own unregister takes a plugin out of one hook at a time
                 impls_seen[key] = impls
-            for item in list(getattr(kind.get_plugin(manager, "session"), "items", None) or ()):
-                for attr, value in list(vars(item).items()):
-                    source = (attr == "_obj" or any(attr in vars(k) for k in type(item).__mro__)) and origin(value)
+            every_second = final or state["searches"] % 10 == 0  # there may be thousands of items
+            for item in list(getattr(kind.get_plugin(manager, "session"), "items", None) or ()) * every_second:
+                names = class_names.get(type(item)) or class_names.setdefault(type(item), frozenset(
+                    ["_obj"] + [name for k in type(item).__mro__ for name in vars(k)]))
+                for attr in vars(item).keys() & names:  # what an item's class defines, set on the item
+                    source = origin(vars(item)[attr])
                     if source:
                         finding("replaces a test item's %s" % attr, source, getattr(item, "nodeid", ""))
         for (key, ident), impl in gone.items():
