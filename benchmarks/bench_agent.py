@@ -48,24 +48,26 @@ async def one_rollout(row: dict, run_id: str) -> dict[str, float]:
     settings = load_settings([], env={}).replace(max_turns=8, agent_timeout=600.0)
     tok = smollm2_tokenizer()
     out: dict[str, float] = {}
-    async with ScriptedServer(script, tokenizer=tok) as server:
-        async with RecordingProxy(server.url, model="scripted", tokenizer=tok, mode="tokens") as proxy:
-            session = proxy.open_session()
-            t0 = time.perf_counter()
-            async with DockerSandbox(row["image"], run_id=run_id, network="host", hide_future=False,
-                                     mounts={str(agent_bundle_dir()): AGENT_MOUNT}) as box:
-                out["boot"] = time.perf_counter() - t0
-                ref = await box.exec(f"{AGENT_MOUNT}/node/bin/node {AGENT_MOUNT}/qwen-code/package/cli.js --version",
-                                     timeout=120)
-                out["cli_start"] = ref.seconds
-                t1 = time.perf_counter()
-                result = await qa.run_agent(box, base_url=session.base_url, model="smollm2-135m",
-                                            prompt=build_prompt(row), agent=settings.agent,
-                                            inference=settings.inference, profile="compact")
-                patch = await qa.take_diff(box)
-                out["rollout"] = time.perf_counter() - t1
-                out["agent_process"] = result.seconds
-            turns = proxy.close_session(session.id)
+    async with (
+        ScriptedServer(script, tokenizer=tok) as server,
+        RecordingProxy(server.url, model="scripted", tokenizer=tok, mode="tokens") as proxy,
+    ):
+        session = proxy.open_session()
+        t0 = time.perf_counter()
+        async with DockerSandbox(row["image"], run_id=run_id, network="host", hide_future=False,
+                                 mounts={str(agent_bundle_dir()): AGENT_MOUNT}) as box:
+            out["boot"] = time.perf_counter() - t0
+            ref = await box.exec(f"{AGENT_MOUNT}/node/bin/node {AGENT_MOUNT}/qwen-code/package/cli.js --version",
+                                 timeout=120)
+            out["cli_start"] = ref.seconds
+            t1 = time.perf_counter()
+            result = await qa.run_agent(box, base_url=session.base_url, model="smollm2-135m",
+                                        prompt=build_prompt(row), agent=settings.agent,
+                                        inference=settings.inference, profile="compact")
+            patch = await qa.take_diff(box)
+            out["rollout"] = time.perf_counter() - t1
+            out["agent_process"] = result.seconds
+        turns = proxy.close_session(session.id)
     if result.outcome != "completed" or len(turns) != 3 or f"+{new}" not in patch:
         raise SystemExit(f"the scripted rollout did not complete as scripted: {result.outcome} {result.log_tail[-500:]}")
     out["proxy_model_seconds"] = sum(t.latency for t in turns)
@@ -100,7 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"task {row['instance_id']}, 3 scripted turns (read_file, edit, final text), compact profile, "
           f"best of {args.repeat}")
     print(f"container boot                {best['boot']:6.2f} s")
-    print(f"run_agent (settings, CLI, sweep, diff) {best['rollout']:6.2f} s   agent process {best['agent_process']:6.2f} s"
+    print(f"run_agent (settings, CLI, sweep, diff) {best['rollout']:6.2f} s   "
+          f"agent process {best['agent_process']:6.2f} s"
           f"   of which model calls via proxy {best['proxy_model_seconds']:5.2f} s")
     print(f"reference: CLI start (cli.js --version) in the container {best['cli_start']:6.2f} s   "
           f"ratio rollout/CLI start {best['rollout'] / best['cli_start']:.1f}x")

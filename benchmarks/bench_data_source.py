@@ -11,9 +11,9 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable
 
 from qwen_swe.data.source import SWEBenchDataSource, load_instances
 from qwen_swe.paths import REPO_ROOT

@@ -6,8 +6,8 @@ measured in the same run.
     .venv/bin/python -m benchmarks.bench_inference --reserved-cpus 0 --trainer-load   # vs the default 1
 
 Weight sync = InferenceClient.reload_weights (pause, reload from a new folder, reset prefix cache, resume); the
-reference is reading the same safetensors file's bytes in this process (page cache) (the floor for any disk-based sync) and
-one 1-token request. Throughput: one stream vs 8 concurrent streams of 128 greedy tokens (ignore_eos).
+reference is reading the same safetensors file's bytes in this process (page cache) (the floor for any disk-based
+sync) and one 1-token request. Throughput: one stream vs 8 concurrent streams of 128 greedy tokens (ignore_eos).
 ``--trainer-load`` runs a 1-thread torch matmul loop beside the server (the trainer sharing the 2 cores), to
 compare VLLM_CPU_NUM_OF_RESERVED_CPU=0 and 1 (the embedded default).
 """
@@ -23,9 +23,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator
 
 from qwen_swe import paths
 from qwen_swe.config import settings as config

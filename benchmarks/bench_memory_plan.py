@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> None:
                                        response_len=args.tokens - got["prompt"], lora_rank=lora,
                                        activation_checkpointing=ckpt, gpu=False))
             mb = 2**20
-            print(f"  {name}, activation checkpointing {'on ' if ckpt else 'off'}, LoRA rank {lora:2d}: parameters planned "
+            print(f"  {name}, activation checkpointing {'on ' if ckpt else 'off'}, LoRA rank {lora:2d}: "
+                  "parameters planned "
                   f"{p.parameters / mb:6.0f} MB, measured {got['params_mb']:6.0f} MB "
                   f"({p.parameters / mb / got['params_mb']:.2f}x); step peak planned {p.total / mb:6.0f} MB "
                   f"(activations {p.activations / mb:5.0f}), measured {got['peak_mb']:6.0f} MB: "

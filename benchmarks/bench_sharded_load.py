@@ -2,8 +2,9 @@
 full load (WEIGHT_LOADING=full), measured in the same run, on 2 gloo ranks.
 
 Each mode runs in its own torchrun. Per rank: RSS after torch, FSDP, the model's transformers module and the
-process group are loaded (the baseline, the same in both modes), then the kernel's peak RSS (VmHWM, reset via /proc/self/clear_refs) over ``build_policy``, and a
-digest of every local shard, so the two modes are also checked to load the same bits.
+process group are loaded (the baseline, the same in both modes), then the kernel's peak RSS (VmHWM, reset via
+/proc/self/clear_refs) over ``build_policy``, and a digest of every local shard, so the two modes are also checked
+to load the same bits.
 
 Run: .venv/bin/python -m benchmarks.bench_sharded_load [--model DIR]
 """

@@ -45,7 +45,10 @@ def session_turns(builder: PromptBuilder, turns: int, *, output_chars: int, resu
         planning += time.perf_counter() - t0
         last_render = (i, plan.text)
         thought = (f"Step {i}: " + words * 40)[:output_chars]
-        text = thought + '\n<tool_call>\n{"name": "run_shell_command", "arguments": {"command": "sed -n 1,40p a.py"}}\n</tool_call>'
+        text = thought + (
+            '\n<tool_call>\n{"name": "run_shell_command", "arguments": {"command": "sed -n 1,40p a.py"}}'
+            "\n</tool_call>"
+        )
         ids = builder.encode(text) + [builder.end_id]
         message = parse_completion(text, "hermes", TOOLS).message()
         recorded.append(Turn(index=i, session_id="bench", request_messages=messages, tools=TOOLS, message=message,
@@ -82,10 +85,12 @@ def main() -> None:
     builder.encode(final_text)
     retokenise = time.perf_counter() - t0
     print(f"session: {args.turns} turns, {total} tokens, {sampled} sampled; "
-          f"generation at {args.tok_per_s:g} tok/s = {gen_seconds:.0f} s; splices {sum(t.prompt_source == 'splice' for t in turns)}")
+          f"generation at {args.tok_per_s:g} tok/s = {gen_seconds:.0f} s; "
+          f"splices {sum(t.prompt_source == 'splice' for t in turns)}")
     print(f"  build_sample                 {build * 1000:9.1f} ms  = {100 * build / gen_seconds:.4f}% of generation  "
           f"(x{build / retokenise:.2f} of one re-tokenisation of the transcript, {retokenise * 1000:.1f} ms)")
-    print(f"  proxy planning, all calls    {planning * 1000:9.1f} ms  = {100 * planning / gen_seconds:.4f}% of generation  "
+    print(f"  proxy planning, all calls    {planning * 1000:9.1f} ms  = "
+          f"{100 * planning / gen_seconds:.4f}% of generation  "
           f"({planning / args.turns * 1000:.1f} ms per call, last calls ~{total} tokens)")
     print(f"  target: each < 1% of generation -> {'met' if max(build, planning) < 0.01 * gen_seconds else 'NOT met'}")
 

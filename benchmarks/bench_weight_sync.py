@@ -30,10 +30,9 @@ def main() -> None:
         sys.exit(f"no SmolLM2 folder at {embedded_model_dir()} (scripts/setup/50_model.sh makes it)")
     print("command: .venv/bin/python -m benchmarks.bench_weight_sync")
     settings = config.load_settings([], env={"WEIGHT_SYNC": "broadcast"})
-    with tempfile.TemporaryDirectory() as tmp:
-        with embedded_server(settings, log_dir=Path(tmp) / "logs") as url:
-            r = run_against(url, Path(tmp) / "full")
-            lo = run_against(url, Path(tmp) / "lora", lora=4)
+    with tempfile.TemporaryDirectory() as tmp, embedded_server(settings, log_dir=Path(tmp) / "logs") as url:
+        r = run_against(url, Path(tmp) / "full")
+        lo = run_against(url, Path(tmp) / "lora", lora=4)
     m = r["metrics"]
     print("full fine-tuning:")
     print(f"  disk (gather + write HF folder + reload_weights): {r['disk_seconds']:.2f} s")

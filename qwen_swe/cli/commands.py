@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from qwen_swe.config.settings import PRECEDENCE, build_parser
 

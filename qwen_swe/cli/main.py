@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from qwen_swe.cli.commands import COMMANDS, command_help
 

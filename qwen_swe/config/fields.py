@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import field, fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from qwen_swe.errors import ConfigError
-
 
 # What a re-run into a folder with a checkpoint does with a setting (config/resume.py): "keep" its saved value (a
 # different one is refused unless RESUME_OVERRIDE names it); "free": a given value wins, as the setting changes

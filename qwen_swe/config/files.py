@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
+from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any, Collection, Mapping
+from typing import Any
 
 import yaml
 

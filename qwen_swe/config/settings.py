@@ -14,9 +14,10 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from qwen_swe.agent.settings import AgentSettings
 from qwen_swe.config.environment import check_environment
@@ -102,19 +103,19 @@ class Settings:
 
     # --- building ------------------------------------------------------------------------------
     @classmethod
-    def build(cls, **values: Any) -> "Settings":
+    def build(cls, **values: Any) -> Settings:
         """Settings from flat field names (``max_turns=8``, ``vllm_url=...``): each goes to its section."""
         run, sections = _split(values)
         return cls(**run, **{name: SECTIONS[name](**kw) for name, kw in sections.items()})
 
-    def replace(self, **changes: Any) -> "Settings":
+    def replace(self, **changes: Any) -> Settings:
         """A copy with flat field names changed, each in its own section."""
         run, sections = _split(changes)
         return dataclasses.replace(self, **run, **{name: dataclasses.replace(getattr(self, name), **kw)
                                                    for name, kw in sections.items()})
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Settings":
+    def from_dict(cls, data: Mapping[str, Any]) -> Settings:
         """The inverse of ``to_dict`` (what settings.json holds); no environment, no profile."""
         try:
             run = {f.name: from_json_value(f, data[f.name]) for f in _run_fields() if f.name in data}
@@ -127,7 +128,7 @@ class Settings:
         return cls(**run, **parts)
 
     @classmethod
-    def from_json(cls, path: str | os.PathLike[str]) -> "Settings":
+    def from_json(cls, path: str | os.PathLike[str]) -> Settings:
         try:
             data = json.loads(Path(path).read_text())
         except (OSError, ValueError) as exc:

@@ -3,8 +3,9 @@ where its value came from, as YAML that ``--config`` reads back."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 

@@ -7,7 +7,8 @@ has an 8k context and needs a literal tool-call example to copy.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from qwen_swe.errors import PromptError
 from qwen_swe.paths import TESTBED

@@ -4,8 +4,9 @@ with the fields its reader needs, and a bad line named by file and number."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 from qwen_swe.errors import DataError
 

@@ -40,7 +40,7 @@ except ImportError:
         weight_versions: list[str] = field(default_factory=list)
         rollout_log_probs: list[float] | None = None  # aligned with the response
         remove_sample: bool = False
-        status: "Sample.Status" = None  # type: ignore[assignment]
+        status: Sample.Status = None  # type: ignore[assignment]
         metadata: dict[str, Any] = field(default_factory=dict)
         train_metadata: dict[str, Any] | None = None
         non_generation_time: float = 0.0

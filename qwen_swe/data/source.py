@@ -15,9 +15,10 @@ import logging
 import os
 import random
 import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from qwen_swe.data.prompts import build_prompt
 from qwen_swe.data.sample import Sample
@@ -260,7 +261,7 @@ class SWEBenchDataSource(_Base):  # type: ignore[misc,valid-type]
         self._order = self._permutation(0)
 
     @classmethod
-    def from_settings(cls, settings: Any) -> "SWEBenchDataSource":
+    def from_settings(cls, settings: Any) -> SWEBenchDataSource:
         """The data source for our own trainer: its position lives under OUTPUT_DIR, saved and resumed there."""
         out = str(settings.output_dir)
         return cls(SimpleNamespace(prompt_data=settings.dataset_source, n_samples_per_prompt=settings.n_samples,

@@ -14,8 +14,8 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from qwen_swe import preflight
 from qwen_swe.config.settings import Settings, load_settings

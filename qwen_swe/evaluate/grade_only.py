@@ -59,7 +59,7 @@ async def grade_predictions(predictions: list[Prediction], rows: dict[str, dict[
     done = load_done(out)
     bound = asyncio.Semaphore(max(1, concurrency))
     todo = [p for p in predictions if p.instance_id in rows and (p.instance_id, p.attempt) not in done]
-    meter = Meter(total=len(todo), tallies={kind: 0 for kind in (RESOLVED, UNRESOLVED, EMPTY, ERROR)})
+    meter = Meter(total=len(todo), tallies=dict.fromkeys((RESOLVED, UNRESOLVED, EMPTY, ERROR), 0))
 
     async def one(p: Prediction) -> None:
         async with bound:

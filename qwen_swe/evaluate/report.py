@@ -9,8 +9,9 @@ Infrastructure failures are ``error``, never ``unresolved``.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 RESOLVED, UNRESOLVED, EMPTY, ERROR = "resolved", "unresolved", "empty_patch", "error"
 

@@ -27,9 +27,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Iterator, Mapping, Sequence
+from typing import IO
 
 from qwen_swe import paths
 from qwen_swe.config import settings as config
@@ -167,7 +168,7 @@ class VLLMServer:
         if self.process is not None:
             raise InferenceError(f"server {self.base_url} was already started (pid {self.pid})")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - the server writes it until stop() closes it
         env = {**os.environ, **self.serve.env()}
         self.process = SUPERVISOR.spawn(self.serve.argv(), env=env, stdin=subprocess.DEVNULL, stdout=self._log,
                                         stderr=subprocess.STDOUT)
@@ -204,7 +205,7 @@ class VLLMServer:
         except OSError:
             return "(no log)"
 
-    def __enter__(self) -> "VLLMServer":
+    def __enter__(self) -> VLLMServer:
         return self
 
     def __exit__(self, *exc: object) -> None:

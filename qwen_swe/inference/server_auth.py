@@ -15,7 +15,8 @@ import hashlib
 import hmac
 import json
 import os
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 KEY_ENV = "VLLM_API_KEY"
 OPEN = frozenset({("GET", "/health")})

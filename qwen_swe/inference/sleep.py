@@ -12,7 +12,8 @@ the routes, as a pause that releases nothing: the CPU tests exercise the calls a
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from qwen_swe.errors import InferenceError
 from qwen_swe.inference.client import InferenceClient

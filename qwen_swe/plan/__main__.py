@@ -3,7 +3,8 @@
 The model comes from ``--config`` (a config.json, a model folder, or a built-in name: no hub); the training
 shape from the run's own settings (env vars or flags: TRAIN_PROCS, MICRO_BATCH_SIZE, MAX_RESPONSE_LEN,
 LORA_RANK, LORA_ALPHA, ACTIVATION_CHECKPOINTING, MIXED_PRECISION, KL_LOSS_COEF; COLOCATE and TP add the colocated
-turns), so the plan describes the run those settings would start. ``--search`` also lists, for the same model and GPU, which combinations fit.
+turns), so the plan describes the run those settings would start. ``--search`` also lists, for the same model and
+GPU, which combinations fit.
 
     python -m qwen_swe.plan --config qwen3-coder-30b-a3b --gpu-memory-gb 80 --train-procs 8 \\
         --activation-checkpointing true --mixed-precision true
@@ -14,7 +15,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from qwen_swe.config.settings import load_settings
 from qwen_swe.errors import ConfigError

@@ -8,8 +8,9 @@ import functools
 import itertools
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from qwen_swe.config.settings import Settings
 from qwen_swe.errors import ConfigError

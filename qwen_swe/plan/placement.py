@@ -19,8 +19,8 @@ import os
 import shutil
 import socket
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 from urllib.parse import urlparse
 
 from qwen_swe.config.settings import Settings
@@ -207,7 +207,7 @@ def _check_known(name: str, given: tuple[int, ...], known: list[int]) -> None:
                           f"{_span(known)}")
 
 
-def _span(gpus: "list[int] | tuple[int, ...]") -> str:
+def _span(gpus: list[int] | tuple[int, ...]) -> str:
     """(0, 1, 2, 5) -> "0-2,5": the form the settings take."""
     runs: list[list[int]] = []
     for g in sorted(gpus):

@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from qwen_swe.paths import TESTBED
 from qwen_swe.reward.tamper import SELF_TESTING_REPOS

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from swebench.harness import log_parsers
 from swebench.harness.constants import (

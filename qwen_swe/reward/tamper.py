@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping
 from pathlib import PurePosixPath
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from qwen_swe.reward.testfiles import is_test_path
 

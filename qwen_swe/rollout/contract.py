@@ -10,9 +10,10 @@ slime's ``Sample`` with this project's ``RunRecord`` (``qwen_swe/data/sample.py`
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from qwen_swe.data.sample import Sample
 from qwen_swe.rollout.progress import BatchStats

@@ -203,7 +203,7 @@ class RayRolloutPool:
         except asyncio.CancelledError:
             _cancel(ref)  # the worker's engine removes the sample's container on the way out
             raise
-        except asyncio.TimeoutError:
+        except TimeoutError:
             _cancel(ref)
             drop(sample, DropReason.SAMPLE_TIMEOUT, f"the worker on node {slot.node_id[:12]} did not answer")
         except WORKER_LOST_ERRORS as exc:

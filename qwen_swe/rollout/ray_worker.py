@@ -2,9 +2,10 @@
 
 Everything a sample touches stays on the worker's node: the engine's event loop (the actor's own, Ray runs async
 actors on one), the recording proxy (each container reaches only its own session, through a Unix socket of the
-node mounted into it: ``traffic/endpoint.py``; the node's Docker engine must be local), the tokenizer, the sandbox and boot bounds, and the node's Docker engine for rollout and grading containers. Only
-the finished ``Sample`` travels back (pickled by Ray). The proxy forwards to ``upstream``, so that URL must be
-routable from every node.
+node mounted into it: ``traffic/endpoint.py``; the node's Docker engine must be local), the tokenizer, the
+sandbox and boot bounds, and the node's Docker engine for rollout and grading containers. Only the finished
+``Sample`` travels back (pickled by Ray). The proxy forwards to ``upstream``, so that URL must be routable from
+every node.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from qwen_swe.data.sample import Sample, stamp
 from qwen_swe.rollout.engine import RolloutEngine
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.sandbox.docker import reap
+
 
 class RolloutWorker:
     """The actor's body (``ray.remote(RolloutWorker)`` in the pool); plain methods, so it also runs without Ray."""

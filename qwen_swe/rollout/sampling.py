@@ -5,8 +5,8 @@ until the batch is full or SAMPLING_ROUNDS ran."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 

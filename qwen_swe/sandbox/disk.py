@@ -43,7 +43,7 @@ class DiskBudget:
         self._task: asyncio.Task | None = None
         self._client: Any = None
 
-    async def __aenter__(self) -> "DiskBudget":
+    async def __aenter__(self) -> DiskBudget:
         if self.limit > 0:
             self._client = await asyncio.to_thread(docker.from_env, timeout=DOCKER_TIMEOUT)
             self._task = asyncio.ensure_future(self._watch())

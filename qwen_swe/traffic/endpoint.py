@@ -16,9 +16,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -41,11 +42,12 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class SessionEndpoint:
-    """``async with SessionEndpoint(chat, models, sid) as ep``: ``ep.folder`` is the folder to mount (removed at exit)."""
+    """``async with SessionEndpoint(chat, models, sid) as ep``: ``ep.folder`` is the folder to mount (removed at
+    exit)."""
 
     def __init__(self, chat: Handler, models: Handler, sid: str, *, parent: str | None = None,
                  client_max_size: int = 256 * 1024 * 1024,
-                 on_stop: Callable[["SessionEndpoint"], None] | None = None) -> None:
+                 on_stop: Callable[[SessionEndpoint], None] | None = None) -> None:
         self.binding = Binding(sid)
         self._chat, self._models, self._parent, self._max = chat, models, parent, client_max_size
         self._on_stop = on_stop
@@ -62,7 +64,7 @@ class SessionEndpoint:
     def socket_in_container(self) -> str:
         return f"{SOCKET_DIR_IN_CONTAINER}/{SOCKET_NAME}"
 
-    async def start(self) -> "SessionEndpoint":
+    async def start(self) -> SessionEndpoint:
         parent = self._parent or tempfile.gettempdir()
         self.folder = Path(tempfile.mkdtemp(prefix="qwen-swe-ep-", dir=parent))
         if len(str(self.socket_path)) > MAX_SOCKET_PATH:
@@ -97,7 +99,7 @@ class SessionEndpoint:
             if self._on_stop is not None:
                 self._on_stop(self)
 
-    async def __aenter__(self) -> "SessionEndpoint":
+    async def __aenter__(self) -> SessionEndpoint:
         return await self.start()
 
     async def __aexit__(self, *exc: Any) -> None:

@@ -8,7 +8,6 @@ give no token ids, with the chat-template mask fallback in ``trajectory.py``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from typing import Any, Protocol
@@ -49,7 +48,7 @@ async def chat_forward(proxy: Upstream, request: web.Request, body: dict[str, An
         async for line in resp.content:
             await out.write(line)
             acc.feed(line)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         turn.status, turn.error = 504, "timeout while streaming"
     finally:
         resp.release()

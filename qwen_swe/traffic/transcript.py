@@ -4,7 +4,8 @@ sent and received (tool outputs capped, with the cap recorded) and, per model ca
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from qwen_swe.traffic.trajectory import Turn
 

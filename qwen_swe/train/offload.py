@@ -10,8 +10,8 @@ several tensors is copied once. Nothing of this is collective: each rank moves i
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
 
 import torch
 from torch import nn

@@ -8,7 +8,7 @@ driver's checkpointed data position excludes the batches in flight, so a resume 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from qwen_swe.data.sample import Sample, drop, run_of
 from qwen_swe.errors import DropReason, TrainerError

@@ -8,7 +8,7 @@ collective over the FSDP ranks.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist

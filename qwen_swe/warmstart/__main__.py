@@ -17,9 +17,9 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import Sequence
 
 from qwen_swe.config.settings import load_settings
 from qwen_swe.data.source import load_instances

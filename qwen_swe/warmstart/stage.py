@@ -21,9 +21,10 @@ import random
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from qwen_swe.agent.bundle import QWEN_CODE_VERSION
 from qwen_swe.errors import ConfigError, DataError, SetupError
@@ -31,8 +32,16 @@ from qwen_swe.inference.embedded_model import STAMP_NAME
 from qwen_swe.paths import cache_home, embedded_model_dir, embedded_tasks, file_sha256
 from qwen_swe.warmstart.collect import DEMOS, usable
 from qwen_swe.warmstart.expert import EXPERT_VERSION
-from qwen_swe.warmstart.phases import (AGENT_PROFILE, PROGRESS_INTERVAL, Progress, collect_command, format_seconds,
-                                      latest_weights, run_logged, sft_command)
+from qwen_swe.warmstart.phases import (
+    AGENT_PROFILE,
+    PROGRESS_INTERVAL,
+    Progress,
+    collect_command,
+    format_seconds,
+    latest_weights,
+    run_logged,
+    sft_command,
+)
 
 # Bump when the stage's own procedure changes what it builds (the task choice, the commands, the folder's layout).
 STAGE_VERSION = 1

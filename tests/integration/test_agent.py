@@ -62,25 +62,27 @@ def _containers(run_id: str) -> list:
 async def _rollout(task: dict, run_id: str, script: list, settings, *, before=None, after=None, profile="compact",
                    tokenizer=None, max_model_len=8192, bundle=AGENT_MOUNT):
     tokenizer = tokenizer or smollm2_tokenizer()
-    async with ScriptedServer(script, tokenizer=tokenizer, max_model_len=max_model_len) as server:
-        async with RecordingProxy(server.url, model="scripted", tokenizer=tokenizer, mode="tokens") as proxy:
-            session = proxy.open_session({"test": run_id})
+    async with (
+        ScriptedServer(script, tokenizer=tokenizer, max_model_len=max_model_len) as server,
+        RecordingProxy(server.url, model="scripted", tokenizer=tokenizer, mode="tokens") as proxy,
+    ):
+        session = proxy.open_session({"test": run_id})
 
-            def fresh_session() -> str:  # as the rollout engine does
-                nonlocal session
-                session = proxy.restart_session(session.id)
-                return session.base_url
+        def fresh_session() -> str:  # as the rollout engine does
+            nonlocal session
+            session = proxy.restart_session(session.id)
+            return session.base_url
 
-            async with _box(task, run_id) as box:
-                if before:
-                    await before(box)
-                result = await qa.run_agent(box, base_url=session.base_url, model="smollm2-135m",
-                                            prompt=build_prompt(task), agent=settings.agent,
-                                            inference=settings.inference, profile=profile, bundle=bundle,
-                                            fresh_session=fresh_session)
-                result = SimpleNamespace(**dataclasses.asdict(result), patch=await qa.take_diff(box))
-                extra = await after(box) if after else None
-            turns = proxy.close_session(session.id)
+        async with _box(task, run_id) as box:
+            if before:
+                await before(box)
+            result = await qa.run_agent(box, base_url=session.base_url, model="smollm2-135m",
+                                        prompt=build_prompt(task), agent=settings.agent,
+                                        inference=settings.inference, profile=profile, bundle=bundle,
+                                        fresh_session=fresh_session)
+            result = SimpleNamespace(**dataclasses.asdict(result), patch=await qa.take_diff(box))
+            extra = await after(box) if after else None
+        turns = proxy.close_session(session.id)
     return result, turns, tokenizer, server, extra
 
 

@@ -175,8 +175,8 @@ class _StandIn:
 
     def __init__(self, fail_reload: str = "", model: Path | None = None) -> None:
         import threading
-        from types import SimpleNamespace
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from types import SimpleNamespace
 
         from qwen_swe.inference.broadcast_worker import BroadcastWorkerExtension
 

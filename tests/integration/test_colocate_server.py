@@ -75,9 +75,11 @@ def test_vllms_cpu_build_refuses_sleep_mode(tmp_path: Path):
     serve = embedded_serve_config(colocated)
     assert serve.sleep_mode and "--enable-sleep-mode" not in serve.argv()  # what the launcher sends on CPU
     serve = dataclasses.replace(serve, extra_args=("--enable-sleep-mode",))  # what it would be on a GPU
-    with VLLMServer(serve, tmp_path / "vllm.log") as server:
-        with pytest.raises(InferenceError, match="exited with code"):
-            server.start(300)
+    with (
+        VLLMServer(serve, tmp_path / "vllm.log") as server,
+        pytest.raises(InferenceError, match="exited with code"),
+    ):
+        server.start(300)
     assert "Sleep mode is not supported on current platform" in (tmp_path / "vllm.log").read_text()
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import docker
 import pytest

@@ -30,6 +30,7 @@ from qwen_swe.rollout.contract import WeightUpdate
 from qwen_swe.supervise import run_rank
 from tests.tiny_model import tiny_model_dir
 
+
 class FakeDriver:
     """Deterministic groups; instance 2, 5, 8, ... has flat rewards (a zero-variance group)."""
 
@@ -354,7 +355,7 @@ def _roundtrip(out: Path) -> None:
     pairs = list(zip(policy.parameters(), policy2.parameters()))
     params_equal = sum(torch.equal(a.to_local(), b.to_local()) for a, b in pairs)
     optim = [(opt.state[a][k], opt2.state[b][k]) for a, b in pairs for k in opt.state[a]]
-    optim_equal = sum(torch.equal(getattr(x, "to_local", lambda: x)(), getattr(y, "to_local", lambda: y)())
+    optim_equal = sum(torch.equal(getattr(x, "to_local", lambda: x)(), getattr(y, "to_local", lambda: y)())  # noqa: B023 - called at once
                       for x, y in optim)
     sharded = all(a.to_local().numel() < a.numel() for a, _ in pairs if a.shape[0] >= 2)
     step(policy, opt)

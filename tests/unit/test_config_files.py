@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from qwen_swe.config.settings import ConfigError, EMBEDDED_PROFILE, Settings, given_with_sources, load_settings
+from qwen_swe.config.settings import EMBEDDED_PROFILE, ConfigError, Settings, given_with_sources, load_settings
 from qwen_swe.config.show import precedence, render, source_of
 from qwen_swe.paths import REPO_ROOT
 

@@ -14,9 +14,11 @@ from qwen_swe.traffic.proxy import RecordingProxy
 
 
 async def _status(socket_path: str, path: str) -> int:
-    async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=socket_path)) as client:
-        async with client.get(f"http://session{path}", timeout=aiohttp.ClientTimeout(total=30)) as resp:
-            return resp.status
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=socket_path)) as client,
+        client.get(f"http://session{path}", timeout=aiohttp.ClientTimeout(total=30)) as resp,
+    ):
+        return resp.status
 
 
 def test_the_socket_serves_one_session_and_follows_its_restart(tmp_path):

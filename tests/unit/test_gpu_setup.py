@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+
 from qwen_swe.paths import REPO_ROOT
 from tests.gpu_stand_in import no_gpu_path, nvidia_smi_path
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import struct
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

@@ -137,6 +137,6 @@ def test_an_ordinary_environment_is_not_a_misspelt_setting(monkeypatch, tmp_path
                 "SLURM_JOB_ID", "WANDB_PROJECT", "SERVER_URL", "MODEL_NAME", "BATCH_SIZE", "LEARNING_RATE", "SEED",
                 "DEBIAN_MIRROR", "SLIME_PATH", "EMBEDDED_VLLM_URL", "QWEN_SWE_HOME", "QWEN_SWE_AGENT_RUN",
                 "QWEN_SWE_TEST_MARKER", "http_proxy", "lr", "PS1", "TZ", "UNRELATED"]
-    load_settings([], {name: "1" for name in ordinary})
+    load_settings([], dict.fromkeys(ordinary, "1"))
     monkeypatch.setenv("OUTPUT_DIR", str(tmp_path))
     load_settings([])  # this process's own environment

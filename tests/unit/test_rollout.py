@@ -16,10 +16,10 @@ from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import RUN_FIELDS, Sample, Status, attempt_row, drop, run_of, stamp
 from qwen_swe.errors import DropReason, SandboxError
 from qwen_swe.reward.harness import Grade, GradeStatus
-from qwen_swe.rollout.record import dump_rollout_data, dump_rollouts, not_kept
-from qwen_swe.rollout.sampling import GROUP_DROPPED
 from qwen_swe.rollout.engine import RolloutEngine, batch_metrics
 from qwen_swe.rollout.progress import BatchStats
+from qwen_swe.rollout.record import dump_rollout_data, dump_rollouts, not_kept
+from qwen_swe.rollout.sampling import GROUP_DROPPED
 from qwen_swe.traffic.trajectory import Trajectory
 
 
@@ -115,7 +115,8 @@ def test_metrics_and_dump_cover_kept_and_dropped_samples(tmp_path):
 
     data = tmp_path / "rollout_data" / "step_000000.jsonl.gz"
     dump_rollout_data(data, kept)
-    saved = [json.loads(line) for line in gzip.open(data, "rt")]
+    with gzip.open(data, "rt") as fh:
+        saved = [json.loads(line) for line in fh]
     # what the trainer gets of every complete group, enough to recompute the step offline
     assert [(r["instance_id"], r["reward"], r["tokens"], r["response_length"], r["loss_mask"]) for r in saved] == [
         (x.metadata["instance_id"], x.reward, x.tokens, x.response_length, x.loss_mask) for g in kept for x in g]

@@ -3,8 +3,6 @@ warm start's build itself is the stage's (tests/unit/test_warmstart_stage.py) an
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from qwen_swe import run

@@ -110,7 +110,7 @@ def dry_run(capsys, monkeypatch, slime_dir: Path, **env: str) -> tuple[list[list
     return [shlex.split(re.sub(r"^#.*$", "", b, flags=re.M).replace("\\\n", " ")) for b in blocks], printed
 
 
-def test_dry_run_prints_the_fsdp_plan_for_v022(seed_env, capsys, monkeypatch):
+def test_dry_run_prints_the_fsdp_plan_for_v022(seed_env, capsys, monkeypatch):  # noqa: F811 - the imported fixture
     (train,), printed = dry_run(capsys, monkeypatch, V022)
     assert train[0] == "cd" and Path(train[1]).resolve() == V022.resolve()  # ../shared may be a symlink
     assert train[train.index("train.py") - 1:][1] == "train.py"
@@ -119,7 +119,7 @@ def test_dry_run_prints_the_fsdp_plan_for_v022(seed_env, capsys, monkeypatch):
     assert "tools/convert_hf_to_torch_dist.py" not in printed
 
 
-def test_dry_run_prints_the_megatron_plan_for_v031(seed_env, capsys, monkeypatch):
+def test_dry_run_prints_the_megatron_plan_for_v031(seed_env, capsys, monkeypatch):  # noqa: F811 - the imported fixture
     (convert, train), printed = dry_run(capsys, monkeypatch, V031, SLIME_TP="4", SLIME_EP="8")
     out = seed_env["OUTPUT_DIR"]
     assert convert[0] == "cd" and Path(convert[1]).resolve() == V031.resolve()  # ../shared may be a symlink
@@ -162,7 +162,7 @@ def defined_flags(*files: Path) -> dict[str, dict]:
                 choices = kw.get("choices")
                 flag = {"switch": action in ("'store_true'", "'store_false'", "argparse.BooleanOptionalAction"),
                         "choices": ast.literal_eval(choices) if isinstance(choices, (ast.List, ast.Tuple)) else None}
-                found.update({n: flag for n in names})
+                found.update(dict.fromkeys(names, flag))
             if isinstance(node, ast.ClassDef) and node.name == "FSDPArgs":
                 for item in node.body:
                     if isinstance(item, ast.AnnAssign):

@@ -116,9 +116,8 @@ def test_server_that_exits_early_reports_its_log(tmp_path: Path):
     # The project's interpreter has no vLLM, so the process exits at once: start must say so, with the log tail.
     serve = ServeConfig(model="Qwen/Qwen3-8B", python=sys.executable, port=start_vllm.free_port())
     server = start_vllm.VLLMServer(serve, tmp_path / "srv.log")
-    with pytest.raises(InferenceError, match="(?s)exited with code 1.*No module named"):
-        with server:
-            server.start(timeout=60)
+    with pytest.raises(InferenceError, match="(?s)exited with code 1.*No module named"), server:
+        server.start(timeout=60)
     assert server.process is None
 
 

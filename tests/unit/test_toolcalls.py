@@ -88,7 +88,10 @@ def test_qwen3_coder_malformed_stays_content(bad):
 
 
 def test_reasoning_is_split_off():
-    text = '<think>\nshould list\n</think>\n\n<tool_call>\n{"name": "run_shell_command", "arguments": {"command": "ls"}}\n</tool_call>'
+    text = (
+        '<think>\nshould list\n</think>\n\n<tool_call>\n{"name": "run_shell_command", "arguments": {"command": "ls"}}'
+        "\n</tool_call>"
+    )
     reply = parse_completion(text, "hermes", TOOLS)
     assert reply.reasoning_content == "should list"
     assert _calls(reply) == [("run_shell_command", {"command": "ls"})]

@@ -9,9 +9,9 @@ import pytest
 from qwen_swe.data.sample import Sample, Status
 from qwen_swe.traffic.sessions import PromptBuilder, for_template
 from qwen_swe.traffic.toolcalls import parse_completion
-from tests.toolcall_text import render_calls
 from qwen_swe.traffic.trajectory import Trajectory, TrajectoryError, Turn, build_sample, mask_from_messages, to_sample
 from tests.scripted_server import fake_logprob, qwen3_tokenizer, smollm2_tokenizer
+from tests.toolcall_text import render_calls
 
 TOOLS = [{"type": "function", "function": {
     "name": "run_shell_command", "description": "Executes a shell command. Output is returned.",

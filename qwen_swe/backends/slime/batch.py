@@ -3,7 +3,8 @@ and the one fix-up slime v0.2.2's FSDP packing needs."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from qwen_swe.errors import SlimeBackendError
 

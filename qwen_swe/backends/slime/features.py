@@ -20,7 +20,7 @@ refused; left unset (the built-in trainer's fp32 default) it gets a warning, so 
 
 from __future__ import annotations
 
-from typing import Collection
+from collections.abc import Collection
 
 from qwen_swe.config.settings import Settings
 

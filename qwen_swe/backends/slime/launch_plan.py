@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Collection
+from typing import Any
 
-from qwen_swe.backends.slime import megatron
+from qwen_swe.backends.slime import features, megatron
 from qwen_swe.backends.slime.carry import extra_args_files
 from qwen_swe.backends.slime.checkout import detect_release, link_problem
 from qwen_swe.backends.slime.environment import check_packages_in, check_server
-from qwen_swe.backends.slime import features
 from qwen_swe.backends.slime.train_args import global_batch_problems, megatron_train_args, train_args
 from qwen_swe.config.settings import Settings
 from qwen_swe.errors import SlimeBackendError

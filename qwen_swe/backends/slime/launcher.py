@@ -17,17 +17,30 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Collection, Sequence
 
 from qwen_swe.backends.slime.batch import batch_problems, trim_trailing_pad, validate_rollout_batch
 from qwen_swe.backends.slime.carry import SETTINGS_FILE, extra_args_files, settings_from_slime_args
-from qwen_swe.backends.slime.checkout import (PACKAGE_DIR, SLIME_FSDP_COMMIT, SLIME_FSDP_TAG, Release,
-                                              detect_release, ensure_link, link_problem, slime_version)
+from qwen_swe.backends.slime.checkout import (
+    PACKAGE_DIR,
+    SLIME_FSDP_COMMIT,
+    SLIME_FSDP_TAG,
+    Release,
+    detect_release,
+    ensure_link,
+    link_problem,
+    slime_version,
+)
 from qwen_swe.backends.slime.environment import IMAGE_HINT, PACKAGES, check_packages, check_packages_in, check_server
 from qwen_swe.backends.slime.launch_plan import LaunchPlan, Step, build_plan
-from qwen_swe.backends.slime.train_args import (DATA_SOURCE_PATH, EXTRA_ARGS_FILE, ROLLOUT_FUNCTION_PATH,
-                                                megatron_train_args, train_args)
+from qwen_swe.backends.slime.train_args import (
+    DATA_SOURCE_PATH,
+    EXTRA_ARGS_FILE,
+    ROLLOUT_FUNCTION_PATH,
+    megatron_train_args,
+    train_args,
+)
 from qwen_swe.config.settings import Settings, given_settings, load_settings
 from qwen_swe.errors import SETUP_EXIT_CODE, ConfigError, SlimeBackendError
 

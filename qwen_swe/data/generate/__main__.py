@@ -14,8 +14,9 @@ import json
 import random
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from qwen_swe.data.generate.tasks import Generation, generate, scratch, shipped_repos
 from qwen_swe.data.taskpack.check import check_all, format_report

@@ -16,9 +16,10 @@ import json
 import random
 import re
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from qwen_swe.data.generate.mutations import Mutation, apply_mutation, mutations_of
 from qwen_swe.data.generate.validate import Verdict, validate

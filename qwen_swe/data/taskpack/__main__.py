@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from qwen_swe.data.taskpack import TASKS_JSONL
 from qwen_swe.data.taskpack.check import check_all, format_report

@@ -13,9 +13,10 @@ import asyncio
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from qwen_swe.data.taskpack.source import careless_patch
 from qwen_swe.errors import TaskPackError
