@@ -72,6 +72,7 @@ def check_logprobs_mode(settings: Settings) -> None:
     if not settings.uses_served_logprobs or settings.logprob_temperature == 1.0:  # 1.0 also in SFT
         return
     url = settings.inference.vllm_url
+    assert url is not None  # checked only with VLLM_URL
     client = InferenceClient(url, timeout=60.0, api_key=settings.inference.api_key)
     model = settings.inference.served_model_name or settings.model_name
     try:
@@ -97,6 +98,7 @@ def check_sleep_mode(settings: Settings) -> None:
     if not settings.placement.colocate:
         return
     url = settings.inference.vllm_url
+    assert url is not None  # checked only with VLLM_URL
     client = InferenceClient(url, timeout=60.0, api_key=settings.inference.api_key)
     try:
         enabled = sleep_mode_of(client.get("/server_info", query={"config_format": "json"}))

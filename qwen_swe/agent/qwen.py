@@ -19,9 +19,10 @@ import re
 import secrets
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from qwen_swe.agent.settings import AgentSettings
 from qwen_swe.data.prompts import SYSTEM_PROMPT_COMPACT
@@ -282,6 +283,7 @@ async def run_agent(sandbox: Sandbox, *, base_url: str, model: str, prompt: str,
     budget = max(1, int(agent.agent_timeout))
     for attempt in range(1 + STDIN_RETRIES):
         if attempt:
+            assert fresh_session is not None  # the loop below goes on only with one
             await sandbox.exec(sweep_command(marker), timeout=120)
             base_url = fresh_session()
         done = await sandbox.exec(command, timeout=budget + 2 * KILL_GRACE + EXEC_SLACK,

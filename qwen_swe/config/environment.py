@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Collection, Mapping
+from collections.abc import Collection, Mapping
 
 from qwen_swe.errors import ConfigError
 
@@ -30,8 +30,8 @@ CUTOFF = 0.85  # ROLLOUT_BATCHSIZE -> ROLLOUT_BATCH_SIZE is 0.97; SERVER_URL -> 
 def check_environment(env: Mapping[str, str], settings: Collection[str], internal: Collection[str] = ()) -> None:
     """Raise one ConfigError naming every variable of ``env`` that looks like one of ``settings`` (env names) but is
     not one, each with the nearest setting; ``internal`` settings (filled in by the run) are never suggested."""
-    problems = [_problem(name, settings) for name in sorted(env) if name not in settings and name not in internal]
-    problems = [p for p in problems if p]
+    found = [_problem(name, settings) for name in sorted(env) if name not in settings and name not in internal]
+    problems = [p for p in found if p]
     if problems:
         raise ConfigError("; ".join(problems) + " (`--help` lists every setting)")
 

@@ -10,8 +10,9 @@ by nature (``resume="free"`` on its field: the run's length, what it writes out)
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, cast
 
 from qwen_swe.config.fields import env_name, from_json_value, to_json_value
 from qwen_swe.config.settings import SECTIONS, Settings, all_fields, with_profile
@@ -20,7 +21,7 @@ from qwen_swe.errors import ConfigError
 
 def run_folder(given: Mapping[str, Any]) -> Path:
     """The OUTPUT_DIR the ``given`` settings point at: the folder a resume reads its settings from."""
-    return Path(given.get("output_dir") or Settings.__dataclass_fields__["output_dir"].default)
+    return Path(given.get("output_dir") or cast(Path, Settings.__dataclass_fields__["output_dir"].default))
 
 
 def resumed_settings(saved_file: Path, given: Mapping[str, Any]) -> tuple[Settings, str]:

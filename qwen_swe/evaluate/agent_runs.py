@@ -54,6 +54,7 @@ async def run_attempts(rows: list[dict[str, Any]], settings: Settings, out: Path
     """
     if engine is not None:
         return await _attempts(engine, rows, settings, out, label)
+    assert settings.inference.url is not None  # the run started or was given its server
     engine = RolloutEngine(settings, upstream=settings.inference.url, model=settings.model_name,
                            served_model=settings.inference.served_model_name)
     await engine.start()

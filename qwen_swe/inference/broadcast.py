@@ -20,8 +20,9 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 
@@ -43,7 +44,7 @@ def folder_buckets(folder: Path, bucket_bytes: int, dtype: torch.dtype) -> Itera
     size = 0
     for file in files:
         with safe_open(str(file), framework="pt") as fh:
-            for name in fh.keys():
+            for name in fh.keys():  # noqa: SIM118 - safe_open has keys() but is not iterable
                 tensor = fh.get_tensor(name).to(dtype)
                 bucket.append((name, tensor))
                 size += tensor.numel() * tensor.element_size()
@@ -69,7 +70,8 @@ class _Call(threading.Thread):
 
     def __init__(self, fn: Callable[[], Any]) -> None:
         super().__init__(name="qwen-swe-broadcast-rpc", daemon=True)
-        self.fn, self.result, self.error = fn, None, None
+        self.fn, self.result = fn, None
+        self.error: BaseException | None = None
         self.start()
 
     def run(self) -> None:

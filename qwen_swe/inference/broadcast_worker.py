@@ -21,10 +21,11 @@ Imports only the standard library, torch, safetensors and this project's errors:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable, Iterator, Union
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -48,13 +49,13 @@ class LoraAdapter:
     scaling: float
 
 
-Entry = Union[tuple[str, torch.Tensor], LoraAdapter]
+Entry = tuple[str, torch.Tensor] | LoraAdapter
 
 
 def make_group(backend: str, host: str, port: int, rank: int, world: int, timeout: float) -> Any:
     """A process group of its own over a TCPStore (rank 0 hosts it); gloo or NCCL, never the default group."""
     wait = timedelta(seconds=timeout)
-    store = dist.TCPStore(host, port, world, is_master=rank == 0, timeout=wait, wait_for_workers=False)
+    store: dist.Store = dist.TCPStore(host, port, world, is_master=rank == 0, timeout=wait, wait_for_workers=False)
     store = dist.PrefixStore("qwen_swe_broadcast", store)
     if backend == "gloo":
         return dist.ProcessGroupGloo(store, rank, world, wait)
@@ -129,6 +130,9 @@ def manifest_bytes(manifest: dict[str, Any]) -> int:
 
 class BroadcastWorkerExtension:
     """Added to vLLM's worker class; every name starts with ``qwen_swe_`` so it never shadows one of vLLM's."""
+
+    model_config: Any  # vLLM's worker sets these two (annotations only: no attribute of ours)
+    model_runner: Any
 
     def qwen_swe_join(self, init: str) -> str:
         """Join the trainer's group: ``init`` is JSON with host, port, world, backend, timeout, rank_offset."""

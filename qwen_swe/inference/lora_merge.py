@@ -57,7 +57,7 @@ class BaseWeights:
 
             for file in sorted(self.folder.glob("*.safetensors")):
                 with safe_open(str(file), framework="pt") as fh:
-                    self.files.update((name, file) for name in fh.keys())
+                    self.files.update((name, file) for name in fh.keys())  # noqa: SIM118 - safe_open is not iterable
         if not self.files:
             raise WeightSyncError(f"{self.folder} holds no safetensors weights: a LoRA broadcast merges the adapter "
                                   "into the base weights the server was started from")
@@ -69,7 +69,7 @@ class BaseWeights:
                                   f"{len(missing) - 1} more) that the LoRA broadcast names: the server must be started "
                                   "from the model the trainer adapts")
 
-    def reader(self) -> "_Reader":
+    def reader(self) -> _Reader:
         return _Reader(self)
 
 
@@ -77,7 +77,8 @@ class _Reader:
     """Open files for one sync (memory maps, closed at the end); ``get`` copies out a single tensor."""
 
     def __init__(self, base: BaseWeights) -> None:
-        self.base, self.stack, self.handles = base, ExitStack(), {}
+        self.base, self.stack = base, ExitStack()
+        self.handles: dict[Path, Any] = {}
 
     def get(self, name: str) -> torch.Tensor:
         from safetensors import safe_open
@@ -88,7 +89,7 @@ class _Reader:
             self.handles[file] = self.stack.enter_context(safe_open(str(file), framework="pt"))
         return self.handles[file].get_tensor(name)
 
-    def __enter__(self) -> "_Reader":
+    def __enter__(self) -> _Reader:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import modal
 
@@ -94,7 +94,7 @@ def reload_server(path: str, lora_name: str | None = None, base_url: str = f"htt
     return {"path": where, "lora_name": lora_name, "version": version}
 
 
-def _deploy_env() -> dict[str, str]:
+def _deploy_env() -> dict[str, str | None]:
     return {k: os.environ[k] for k in DEPLOY_ENV_KEYS if os.environ.get(k)}
 
 
@@ -108,7 +108,8 @@ image = (
 hf_cache_volume = modal.Volume.from_name("qwen-swe-hf-cache", create_if_missing=True)
 vllm_cache_volume = modal.Volume.from_name("qwen-swe-vllm-cache", create_if_missing=True)
 weights_volume = modal.Volume.from_name("qwen-swe-weights", create_if_missing=True)
-VOLUMES = {HF_CACHE: hf_cache_volume, VLLM_CACHE: vllm_cache_volume, WEIGHTS: weights_volume}
+VOLUMES: dict[str | PurePosixPath, modal.Volume | modal.CloudBucketMount] = {
+    HF_CACHE: hf_cache_volume, VLLM_CACHE: vllm_cache_volume, WEIGHTS: weights_volume}
 SECRETS = [modal.Secret.from_name(os.environ["MODAL_HF_SECRET"])] if os.environ.get("MODAL_HF_SECRET") else []
 if os.environ.get(KEY_ENV):  # its own secret, apart from the deploy variables (DEPLOY_ENV_KEYS)
     SECRETS.append(modal.Secret.from_dict({KEY_ENV: os.environ[KEY_ENV]}))

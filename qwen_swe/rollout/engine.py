@@ -13,8 +13,9 @@ import copy
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from qwen_swe.agent.qwen import AgentResult, run_agent, take_diff
 from qwen_swe.config.settings import Settings
@@ -89,7 +90,7 @@ class RolloutEngine:
             try:
                 guard = self.settings.agent.agent_timeout + self.settings.reward.eval_timeout + 120
                 return await asyncio.wait_for(self._run_sample(sample), guard)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return drop(sample, DropReason.SAMPLE_TIMEOUT, "outer time guard hit")
             except InfraError as exc:
                 return drop(sample, exc.reason, str(exc))
@@ -167,7 +168,9 @@ class RolloutEngine:
               grade_timings=grade.timings, trajectory=_jsonable(traj.metadata), turns=len(turns),
               grade_seconds=round(grade_seconds, 3))
         # every version a turn was sampled with (a trajectory may span a sync); the record keeps the oldest, the start's
-        versions = {int(v) for v in sample.weight_versions} | {int(run_of(sample).weight_version)}
+        started = run_of(sample).weight_version
+        assert started is not None  # stamped when the attempt began
+        versions = {int(v) for v in sample.weight_versions} | {int(started)}
         sample.weight_versions = [str(v) for v in sorted(versions)]
         return sample
 
@@ -221,7 +224,7 @@ async def run_batch(run_samples: GroupRunner, groups: list[list[Sample]], stats:
     await asyncio.gather(*late, return_exceptions=True)
     for x in (x for g in groups for x in g if x.status == Status.PENDING):
         stats.count(drop(x, DropReason.ROLLOUT_TIMEOUT, f"the batch exceeded {rollout.rollout_timeout:.0f}s"))
-    return [t.result() for t in tasks if t not in late and t.result() is not None]
+    return [g for t in tasks if t not in late and (g := t.result()) is not None]
 
 
 def _fresh_copy(sample: Sample) -> Sample:

@@ -8,8 +8,9 @@ from __future__ import annotations
 import abc
 import shlex
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol, Self
 
 from qwen_swe.errors import SandboxError
 from qwen_swe.paths import TESTBED
@@ -42,7 +43,7 @@ class Sandbox(abc.ABC):
 
     image: str = ""   # what the machine is made from, for logs
 
-    async def prepare(self) -> None:
+    async def prepare(self) -> None:  # noqa: B027 - an optional step: a no-op unless a sandbox needs it
         """Fetch what ``start`` needs (an image), so a caller can time the two apart; nothing by default."""
 
     @abc.abstractmethod
@@ -80,7 +81,7 @@ class Sandbox(abc.ABC):
         finally:
             await self.exec(f"rm -f {out}", timeout=30)
 
-    async def __aenter__(self) -> "Sandbox":
+    async def __aenter__(self) -> Self:
         try:
             await self.start()
         except BaseException:

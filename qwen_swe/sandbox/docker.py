@@ -28,8 +28,8 @@ import logging
 import tarfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import docker
 import docker.errors
@@ -51,9 +51,10 @@ PIDS_LIMIT = 1024         # processes per container: far above a test suite's, l
 _PG_DIR = "/tmp"
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
-def image_for(instance: dict, namespace: str = "swebench") -> str:
+def image_for(instance: Mapping[str, Any], namespace: str = "swebench") -> str:
     """The instance's image: its ``image`` column when present, else swebench's official name.
 
     With a namespace the name is ``<ns>/sweb.eval.x86_64.<id>:latest`` with ``__`` written ``_1776_`` (Docker Hub
@@ -174,10 +175,12 @@ async def _finish(fn: Callable[[], T]) -> T:
 ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
 
 
-def _engine_errors(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+def _engine_errors(
+    method: Callable[Concatenate[DockerSandbox, P], Awaitable[T]],
+) -> Callable[Concatenate[DockerSandbox, P], Coroutine[Any, Any, T]]:
     """A sandbox method whose Docker engine failures (API, connection, HTTP timeouts) raise ``SandboxError``."""
     @functools.wraps(method)
-    async def wrapped(self: "DockerSandbox", *args: Any, **kwargs: Any) -> T:
+    async def wrapped(self: DockerSandbox, *args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return await method(self, *args, **kwargs)
         except ENGINE_ERRORS as exc:
@@ -207,7 +210,7 @@ class DockerSandbox(Sandbox):
 
     @classmethod
     def for_instance(cls, settings: SandboxSettings, instance: Mapping[str, Any], *, run_id: str, role: str,
-                     network: str | None = None, **kw: Any) -> "DockerSandbox":
+                     network: str | None = None, **kw: Any) -> DockerSandbox:
         """A sandbox for a SWE-bench row: its image (see ``image_for``), the section's limits and network."""
         return cls(image_for(instance, settings.image_namespace), run_id=run_id, role=role, cpus=settings.sandbox_cpus,
                    memory=settings.sandbox_memory, network=network or settings.sandbox_network, **kw)
@@ -247,6 +250,7 @@ class DockerSandbox(Sandbox):
     def _create(self) -> None:
         volumes = {host: {"bind": inside, "mode": "ro"} for host, inside in self.mounts.items()}
         try:
+            assert self._client is not None  # start() made it
             self._container = self._client.containers.run(
                 self.image, entrypoint=["sleep", "infinity"], command=[], detach=True, name=self.name,
                 labels=labels_for(self.run_id, self.role), network_mode=self.network, environment=self.env,
@@ -271,6 +275,7 @@ class DockerSandbox(Sandbox):
 
     def _remove(self) -> None:
         try:
+            assert self._client is not None  # stop() returns early without one
             target = self._container or self._client.containers.get(self.name)
             target.remove(force=True)
         except docker.errors.NotFound:
@@ -287,6 +292,7 @@ class DockerSandbox(Sandbox):
     async def exec(self, cmd: str, timeout: float, *, workdir: str | None = None,
                    env: dict[str, str] | None = None) -> ExecResult:
         container = self._require()
+        assert self._client is not None  # there is a container, so a client
         pg_file = f"{_PG_DIR}/.{LABEL}-pg-{uuid.uuid4().hex[:12]}"
         api = self._client.api
         t0 = time.monotonic()
@@ -295,7 +301,8 @@ class DockerSandbox(Sandbox):
                 api.exec_create, container.id, ["bash", "-c", EXEC_WRAPPER, pg_file, cmd],
                 workdir=workdir or self.workdir, environment=env or None, user="root")
             exec_id = created["Id"]
-            stream = await asyncio.to_thread(api.exec_start, exec_id, stream=True)
+            # a CancellableStream: through to_thread mypy picks exec_start's first overload (bytes)
+            stream: Any = await asyncio.to_thread(api.exec_start, exec_id, stream=True)
         except docker.errors.APIError as exc:
             raise SandboxError(f"exec in container {self.name} ({self.image}) failed: {exc}; "
                                "the container may have crashed or been removed") from exc
@@ -304,7 +311,7 @@ class DockerSandbox(Sandbox):
         timed_out = False
         try:
             await asyncio.wait_for(asyncio.shield(reader), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             timed_out = True
             if not await self._end_group(container, pg_file, reader):
                 stream.close()   # a process outside the group still holds the pipe: stop listening
@@ -329,12 +336,12 @@ class DockerSandbox(Sandbox):
         for step, bound in steps:
             try:
                 await asyncio.wait_for(step(container, pg_file), bound)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass   # the thread goes on; the next step does not need it
             try:
                 await asyncio.wait_for(asyncio.shield(reader), KILL_GRACE)
                 return True
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 continue
         return False
 

@@ -51,7 +51,8 @@ def _error_body(message: str, kind: str = "proxy_error", code: int | None = None
 
 
 class RecordingProxy:
-    """``async with RecordingProxy(url, model=...) as proxy: s = proxy.open_session(); ...; proxy.close_session(s.id)``."""
+    """``async with RecordingProxy(url, model=...) as proxy:``
+    ``s = proxy.open_session(); ...; proxy.close_session(s.id)``."""
 
     def __init__(self, upstream: str, *, model: str | None = None, tokenizer_path: str | None = None,
                  mode: str | None = None, request_timeout: float = 600.0, tool_parser: str = "hermes",
@@ -125,7 +126,7 @@ class RecordingProxy:
     async def _offload(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
-    async def __aenter__(self) -> "RecordingProxy":
+    async def __aenter__(self) -> RecordingProxy:
         await self.start()
         return self
 
@@ -204,10 +205,11 @@ class RecordingProxy:
         found = self._lookup(request)
         if isinstance(found, web.Response):
             return found
+        assert self._client is not None, "start() first"
         try:
             async with self._client.get(f"{self.upstream}/models") as resp:
                 return web.Response(status=resp.status, body=await resp.read(), content_type="application/json")
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             return web.json_response(_error_body(f"upstream /models failed: {exc!r}", "upstream_error"), status=502)
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
@@ -248,9 +250,10 @@ class RecordingProxy:
 
     # --- upstream calls --------------------------------------------------------------------------
     async def post_upstream(self, path: str, payload: dict[str, Any]) -> aiohttp.ClientResponse:
+        assert self._client is not None, "start() first"
         try:
             resp = await self._client.post(f"{self.upstream}{path}", json=payload)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise UpstreamFailure(504, _error_body(f"upstream {path} timed out after {self.request_timeout}s",
                                                    "timeout", 504), "timeout") from None
         except aiohttp.ClientError as exc:
@@ -269,7 +272,7 @@ class RecordingProxy:
     async def read_json(self, resp: aiohttp.ClientResponse, path: str) -> dict[str, Any]:
         try:
             return await resp.json(content_type=None)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise UpstreamFailure(504, _error_body(f"upstream {path} timed out after {self.request_timeout}s",
                                                    "timeout", 504), "timeout") from None
         finally:
@@ -279,11 +282,12 @@ class RecordingProxy:
     async def _fetch_max_model_len(self) -> None:
         if self._max_model_len is not None:
             return
+        assert self._client is not None, "start() first"
         try:
             async with self._client.get(f"{self.upstream}/models") as resp:
                 cards = (await resp.json(content_type=None)).get("data") or []
             self._max_model_len = next((int(c["max_model_len"]) for c in cards if c.get("max_model_len")), 0)
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError):
+        except (TimeoutError, aiohttp.ClientError, ValueError, AttributeError):
             self._max_model_len = 0
 
     async def _max_tokens(self, body: dict[str, Any], prompt_len: int) -> int | None:
@@ -308,6 +312,7 @@ class RecordingProxy:
         choice = await self._complete(body, turn, plan.prompt_ids)
         session.last_render = (turn.index, plan.text)
         message, finish = self._parse(body, turn, choice)
+        assert turn.sampled_ids is not None  # _complete recorded them
         turn.usage = {"prompt_tokens": len(plan.prompt_ids), "completion_tokens": len(turn.sampled_ids),
                       "total_tokens": len(plan.prompt_ids) + len(turn.sampled_ids)}
         return await self._answer(request, body, turn, message, finish)
@@ -315,6 +320,7 @@ class RecordingProxy:
     async def _plan(self, request: web.Request, body: dict[str, Any], session: Session, turn: Turn) -> Any:
         """The prompt ids: earlier prompts and sampled ids kept, newly rendered messages appended."""
         builder = self._builder
+        assert builder is not None  # token mode has one
         args = (turn.request_messages, turn.tools, list(session.turns), body.get("chat_template_kwargs"),
                 session.last_render)
         small = (request.content_length or 0) < INLINE_RENDER_BYTES
@@ -355,6 +361,7 @@ class RecordingProxy:
 
     def _parse(self, body: dict[str, Any], turn: Turn, choice: dict[str, Any]) -> tuple[dict[str, Any], str]:
         """The sampled text as an assistant message: tool calls in the template's format, reasoning split off."""
+        assert self._builder is not None and turn.sampled_ids is not None  # token mode; _complete recorded them
         text = self._builder.decode(turn.sampled_ids)
         turn.completion_text = text
         if turn.tools and body.get("tool_choice") != "none":

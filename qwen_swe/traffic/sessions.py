@@ -125,6 +125,7 @@ class PromptBuilder:
             return PromptPlan(self.encode(full), "render")
         keys = [_key(m) for m in messages]
         for turn in reversed(recorded):
+            assert turn.message is not None and turn.prompt_ids is not None and turn.sampled_ids is not None
             n = len(turn.request_messages)
             if len(messages) <= n or not _continues(turn.message, messages[n]):
                 continue

@@ -12,8 +12,9 @@ gave no ids falls back to chat-template masking (``mask_from_messages``), with t
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Iterable
+from typing import Any
 
 from qwen_swe.data.sample import stamp
 from qwen_swe.errors import TrajectoryError
@@ -96,7 +97,7 @@ class Turn:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Turn":
+    def from_dict(cls, data: dict[str, Any]) -> Turn:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 
@@ -171,6 +172,7 @@ class _Spliced:
 
     def add_prompt(self, turn: Turn, first: bool) -> None:
         """Extend by the turn's prompt; where it does not extend the sequence, cut back and record the drift."""
+        assert turn.prompt_ids is not None  # token mode records them
         prompt = list(turn.prompt_ids)
         keep = 0 if first else _common_prefix(self.tokens, prompt)
         if not first and keep < len(self.tokens):
@@ -185,6 +187,7 @@ class _Spliced:
             self.prompt_len = len(prompt)
 
     def add_sampled(self, turn: Turn) -> None:
+        assert turn.sampled_ids is not None  # token mode records them
         ids = list(turn.sampled_ids)
         lp = list(turn.logprobs) if turn.logprobs is not None and len(turn.logprobs) == len(ids) else None
         if lp is None:
@@ -257,7 +260,7 @@ def mask_from_messages(tokenizer: Any, messages: list[dict[str, Any]],
     offsets = enc["offset_mapping"]
     mask = []
     span = 0
-    for start, end in offsets:
+    for start, _end in offsets:
         while span < len(trained) and trained[span][1] <= start:
             span += 1
         inside = span < len(trained) and trained[span][0] <= start < trained[span][1]

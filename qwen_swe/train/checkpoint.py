@@ -190,7 +190,7 @@ def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimiz
     if not (path / MARKER).exists():
         raise CheckpointError(f"{path} is not a complete checkpoint (no '{MARKER}' marker); delete it and rerun")
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    sd = {"model": model_sd, "optim": optim_sd}
+    sd: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
     dcp.load(sd, checkpoint_id=str(path / "dcp"))
     set_state_dict(model, optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
     rng = path / f"rng_rank{dist.get_rank()}.pt"

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Protocol, TypeVar
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 from qwen_swe.errors import TrainerError
 from qwen_swe.inference.sleep import KV_CACHE, WEIGHTS
 from qwen_swe.train.offload import TrainerOffload
-from qwen_swe.train.publish import on_rank0
+from qwen_swe.train.publish import on_rank0, rank0_only
 
 log = logging.getLogger("qwen_swe.colocate")
 T = TypeVar("T")
@@ -60,6 +61,7 @@ class Colocation:
         if not self.enabled or self.trainer_resident:
             return
         self._timed("colocate/sleep_seconds", self._sleep)
+        assert self.offload is not None, "attach() first"
         restored = self._timed("colocate/reload_seconds", self.offload.reload)
         self.trainer_resident = True
         log.info("COLOCATE: the server sleeps, the trainer's %.2f GiB are back on its device", restored / 2**30)
@@ -73,13 +75,14 @@ class Colocation:
             return
         if not self.trainer_resident:
             raise TrainerError("to_rollouts() while the trainer is offloaded: call to_trainer() first")
+        assert self.offload is not None, "attach() first"
         parked = self._timed("colocate/offload_seconds", self.offload.offload_optimizer)
-        self._timed("colocate/wake_seconds", lambda: on_rank0(lambda: self.server.wake_up((WEIGHTS,)),
+        self._timed("colocate/wake_seconds", lambda: on_rank0(lambda: rank0_only(self.server).wake_up((WEIGHTS,)),
                                                                "POST /wake_up?tags=weights"))
         if push is not None:
             push()
         parked += self._timed("colocate/offload_seconds", self.offload.offload_parameters)
-        self._timed("colocate/wake_seconds", lambda: on_rank0(lambda: self.server.wake_up((KV_CACHE,)),
+        self._timed("colocate/wake_seconds", lambda: on_rank0(lambda: rank0_only(self.server).wake_up((KV_CACHE,)),
                                                                "POST /wake_up?tags=kv_cache"))
         self.trainer_resident = False
         log.info("COLOCATE: the trainer's %.2f GiB wait in host memory, the server serves", parked / 2**30)
@@ -90,7 +93,7 @@ class Colocation:
         return out
 
     def _sleep(self) -> None:
-        on_rank0(lambda: self.server.sleep(), "POST /sleep")  # the server exists on rank 0 only
+        on_rank0(lambda: rank0_only(self.server).sleep(), "POST /sleep")  # the server exists on rank 0 only
 
     def _timed(self, key: str, fn: Callable[[], T]) -> T:
         t0 = time.monotonic()

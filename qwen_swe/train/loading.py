@@ -17,13 +17,13 @@ initialised in full on CPU, in the same order and with the same RNG draws as tod
 from __future__ import annotations
 
 import json
-import os
 import re
 import struct
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -79,7 +79,7 @@ class SafetensorsIndex:
         itemsize = torch.empty((), dtype=info.dtype).element_size()
         direct = out.dtype == info.dtype and out.is_contiguous() and out.device.type == "cpu"
         buf = out if direct else torch.empty(out.numel(), dtype=info.dtype)
-        view = memoryview(buf.view(torch.uint8).numpy())
+        view = memoryview(buf.view(torch.uint8).numpy())  # type: ignore[arg-type]  # numpy's stubs lack the buffer protocol
         offset = info.start + rows.start * row_elems * itemsize
         with info.file.open("rb", buffering=0) as fh:
             fh.seek(offset)
@@ -98,10 +98,10 @@ def parameters_on_meta() -> Iterator[None]:
     def register(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
         original(module, name, param)
         if param is not None and param.device.type != "meta":
-            p = module._parameters[name]
+            p = cast(nn.Parameter, module._parameters[name])  # just registered, not None
             module._parameters[name] = type(p)(p.to("meta"), requires_grad=p.requires_grad)
 
-    nn.Module.register_parameter = register  # type: ignore[method-assign]
+    nn.Module.register_parameter = register  # type: ignore[method-assign,assignment]  # patched inside the block only
     try:
         yield
     finally:
@@ -135,7 +135,7 @@ def recording_adapters(lm_holder: dict[str, nn.Module], values: dict[str, Tensor
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     original = BaseTunerLayer._move_adapter_to_device_of_base_layer
-    seen: list[tuple[nn.Module, str, dict[str, Tensor]]] = []
+    seen: list[tuple[BaseTunerLayer, str, dict[str, Tensor]]] = []
 
     def move(layer: BaseTunerLayer, adapter_name: str, device: torch.device | None = None) -> None:
         params = {f"{part}.{adapter_name}.{n}": p.detach().clone()
@@ -144,7 +144,7 @@ def recording_adapters(lm_holder: dict[str, nn.Module], values: dict[str, Tensor
         seen.append((layer, adapter_name, params))
         original(layer, adapter_name, device)
 
-    BaseTunerLayer._move_adapter_to_device_of_base_layer = move  # type: ignore[method-assign]
+    BaseTunerLayer._move_adapter_to_device_of_base_layer = move  # type: ignore[method-assign,assignment]  # patched inside the block only
     try:
         yield
     finally:

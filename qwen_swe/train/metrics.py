@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from qwen_swe.progress import step_label
 from qwen_swe.train.reporting import make_sinks
@@ -46,15 +47,16 @@ class MetricsLog:
         refresh_viewer(self.dir)
 
     def close(self) -> None:
-        png: Path | None = self.dir / "rewards.png"
+        png = self.dir / "rewards.png"
+        drawn: Path | None = png
         try:
             plot_rewards(self.path, png)
         except Exception as exc:  # noqa: BLE001 - a missing plot must not fail a finished run
             log.warning("could not draw %s: %r", png, exc)
-            png = None
+            drawn = None
         for sink in self.sinks:
             try:
-                sink.close(png)
+                sink.close(drawn)
             except Exception as exc:  # noqa: BLE001 - the metrics are on disk; a sink's last call must not fail the run
                 log.warning("could not close the %s sink: %r", type(sink).__name__, exc)
 

@@ -21,9 +21,10 @@ import contextlib
 import json
 import logging
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -47,7 +48,7 @@ class PolicyModel(nn.Module):
         super().__init__()
         if not temperature > 0:
             raise TrainerError(f"the log-probs' temperature must be > 0, got {temperature}")
-        self.lm = lm
+        self.lm: Any = lm  # a transformers model or peft's wrapper: its methods are not in nn.Module's types
         self.chunk_size = chunk_size
         self.temperature = temperature
 
@@ -58,7 +59,7 @@ class PolicyModel(nn.Module):
                 targets: Tensor) -> tuple[Tensor, Tensor]:
         """Log-probs ``[N]`` of ``targets`` predicted at flat ``positions`` of ``input_ids`` (``[B, T]``) at the
         sampling temperature, and the entropy ``[N]`` of the model's predictive distributions (detached)."""
-        base = self.base()
+        base: Any = self.base()  # a transformers model: get_decoder() is not in nn.Module's types
         out = base.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         hidden = out.last_hidden_state.reshape(-1, out.last_hidden_state.shape[-1])
         head = base.get_output_embeddings()
@@ -185,7 +186,7 @@ class Reference:
 
     @classmethod
     def build(cls, policy: PolicyModel, model_path: str, *, device: torch.device, lora: bool, mixed_precision: bool,
-              weight_loading: str) -> "Reference":
+              weight_loading: str) -> Reference:
         if lora:
             return cls(policy, None)
         copy = build_policy(model_path, device=device, mixed_precision=mixed_precision, weight_loading=weight_loading,
@@ -259,10 +260,10 @@ def full_state_dict(policy: PolicyModel) -> dict[str, Tensor]:
     sd = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if dist.get_rank() != 0:
         return {}
-    sd = {k.removeprefix("lm."): v for k, v in sd.items()}
-    if any(".lora_A." in k for k in sd):
-        sd = merge_lora(sd, scaling=_lora_scaling(policy))
-    return sd
+    named = cast("dict[str, Tensor]", {k.removeprefix("lm."): v for k, v in sd.items()})  # full: plain tensors
+    if any(".lora_A." in k for k in named):
+        named = merge_lora(named, scaling=_lora_scaling(policy))
+    return named
 
 
 def _lora_scaling(policy: PolicyModel) -> float:

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -18,6 +19,7 @@ from qwen_swe.train.policy import PolicyModel, full_state_dict, parameter_bytes,
 from qwen_swe.train.streaming import weight_buckets
 
 KEEP_WEIGHT_VERSIONS = 2
+T = TypeVar("T")
 
 
 def on_rank0(fn: Callable[[], Any], what: str, *, share: bool = True) -> Any:
@@ -39,6 +41,12 @@ def on_rank0(fn: Callable[[], Any], what: str, *, share: bool = True) -> Any:
             raise error
         raise TrainerError(value)
     return result if dist.get_rank() == 0 else value
+
+
+def rank0_only(obj: T | None) -> T:
+    """``obj`` lives on rank 0 only (the rollout source, the server); the caller runs there, inside ``on_rank0``."""
+    assert obj is not None, "an object of rank 0 used on another rank"
+    return obj
 
 
 class WeightExporter:
@@ -79,7 +87,7 @@ def publish(settings: Settings, source: RolloutSource | None, policy: PolicyMode
     inf = settings.inference
     if inf.sync_mode != "broadcast":
         update = WeightUpdate(version, folder=exporter.export(version))
-        on_rank0(lambda: source.sync_weights(update), f"driver.sync_weights v{version}")
+        on_rank0(lambda: rank0_only(source).sync_weights(update), f"driver.sync_weights v{version}")
         return
     stream = weight_buckets(policy, inf.broadcast_bucket_mb << 20, getattr(torch, inf.broadcast_dtype))
     if dist.get_rank() != 0:
@@ -88,7 +96,7 @@ def publish(settings: Settings, source: RolloutSource | None, policy: PolicyMode
 
     def push() -> None:
         try:
-            source.sync_weights(WeightUpdate(version, buckets=stream))
+            rank0_only(source).sync_weights(WeightUpdate(version, buckets=stream))
         finally:
             for _ in stream:  # after a failure on rank 0, finish the gathers the other ranks are in
                 pass

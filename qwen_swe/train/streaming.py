@@ -10,7 +10,8 @@ on rank 0 is one bucket plus one gathered parameter. With LoRA only the adapters
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -81,6 +82,6 @@ def _gather(param: Tensor) -> Tensor:
 
 
 def _lora_scaling(policy: nn.Module) -> float:
-    lm = getattr(policy, "lm", policy)
+    lm: Any = getattr(policy, "lm", policy)  # a peft model: its peft_config is not in nn.Module's types
     cfg = lm.peft_config["default"]
     return cfg.lora_alpha / cfg.r

@@ -27,11 +27,11 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -50,7 +50,7 @@ from qwen_swe.train.metrics import MetricsLog
 from qwen_swe.train.offload import TrainerOffload
 from qwen_swe.train.offpolicy import Prefetch, drop_stale
 from qwen_swe.train.policy import PolicyModel, Reference, build_policy, parameter_bytes
-from qwen_swe.train.publish import WeightExporter, on_rank0, publish
+from qwen_swe.train.publish import WeightExporter, on_rank0, publish, rank0_only
 from qwen_swe.train.update import clip_and_step, prepare_batch, train_on_batch, warmup_lr
 
 log = logging.getLogger("qwen_swe.trainer")
@@ -90,7 +90,7 @@ class Learner:
     checkpoint_bytes: int
 
     @classmethod
-    def build(cls, settings: Settings, model_path: str, device: torch.device) -> "Learner":
+    def build(cls, settings: Settings, model_path: str, device: torch.device) -> Learner:
         tr = settings.train
         policy = build_policy(model_path, device=device, lora_rank=tr.lora_rank, lora_alpha=tr.lora_alpha,
                               activation_checkpointing=tr.activation_checkpointing,
@@ -150,9 +150,9 @@ def _train(settings: Settings, source: RolloutSource | None, model_path: str, de
     turns = _colocation(settings)
     turns.start()  # COLOCATE: the server sleeps before the trainer allocates
     learner = Learner.build(settings, model_path, device)
-    turns.attach(TrainerOffload(learner.optimizer, learner.policy, learner.reference and learner.reference.copy))
+    turns.attach(TrainerOffload(learner.optimizer, learner.policy, learner.reference.copy if learner.reference else None))
     step, version = _resume(settings, source, learner, turns)
-    rollouts = on_rank0(lambda: Rollouts(settings, source, step), "the rollout pipeline", share=False)
+    rollouts = on_rank0(lambda: Rollouts(settings, rank0_only(source), step), "the rollout pipeline", share=False)
     metrics_log = MetricsLog(settings.output_dir, resume_step=step, report_to=settings.train.reporters,
                              config=settings.to_dict()) if dist.get_rank() == 0 else None
     last: dict = {}
@@ -160,7 +160,7 @@ def _train(settings: Settings, source: RolloutSource | None, model_path: str, de
         while step < settings.num_rollouts:
             timer = PhaseTimer()
             with timer("rollout"):
-                items, metrics = on_rank0(lambda: rollouts.batch(step, version), f"rollout of step {step}")
+                items, metrics = on_rank0(lambda: rollouts.batch(step, version), f"rollout of step {step}")  # noqa: B023 - called at once
             metrics.update(step=step, weight_version=version, skipped_update=True, grad_norm=0.0, loss=0.0,
                            dropped_samples=_dropped(metrics))
             trained = _trainable(items)
@@ -201,6 +201,7 @@ def _colocation(settings: Settings) -> Colocation:
     server = None
     if settings.placement.colocate and dist.get_rank() == 0:
         inf = settings.inference
+        assert inf.url is not None  # the run started or was given its server
         server = ServerSleep(InferenceClient(inf.url, timeout=inf.request_timeout, api_key=inf.api_key),
                              timeout=inf.request_timeout)
     return Colocation(settings.placement.colocate, server)
@@ -222,7 +223,7 @@ def _resume(settings: Settings, source: RolloutSource | None, learner: Learner,
         step, version = int(state["step"]), int(state["weight_version"])
         log.info("resuming from %s: step %d, weight version %d", latest, step, version)
         if state.get("driver") is not None:
-            on_rank0(lambda: source.load_state_dict(state["driver"]), "driver.load_state_dict")
+            on_rank0(lambda: rank0_only(source).load_state_dict(state["driver"]), "driver.load_state_dict")
     turns.to_rollouts(_push(settings, source, learner, version) if latest is not None else None)
     if dist.get_rank() == 0:
         settings.write(out)
@@ -238,7 +239,8 @@ class Rollouts:
             self.prefetch = Prefetch(source, settings.train.max_staleness, first_step, settings.num_rollouts - 1)
 
     def batch(self, step: int, version: int) -> tuple[list[dict], dict]:
-        s, lag = self.settings, {}
+        s = self.settings
+        lag: dict[str, float] = {}
         if self.prefetch is None:
             samples, rollout_metrics = self.source.generate(step, version)
         else:  # the next batches start before this one trains; this one may be older than the weights

@@ -28,8 +28,9 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from aiohttp import web
 
@@ -160,9 +161,10 @@ class ExpertServer:
         self.url = ""
 
     def reply(self, prompt_text: str) -> str:
-        statement, fix = next(((s, f) for s, f in self.fixes.items() if escape_at(s) in prompt_text), (None, None))
-        if fix is None:
+        found = next(((s, f) for s, f in self.fixes.items() if escape_at(s) in prompt_text), None)
+        if found is None:
             raise web.HTTPBadRequest(text="the expert does not know this task")
+        statement, fix = found
         traced = fix.path in traceback_paths(statement)
         names = imported_names(statement) if self.search and not traced else None
         last_output = prompt_text.rsplit(ASSISTANT, 1)[0].rsplit("<tool_response>", 1)[-1]

@@ -12,10 +12,11 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any
 
 from qwen_swe.config.fields import env_name
 from qwen_swe.config.settings import WARM_START_AGENT, all_fields
@@ -133,14 +134,14 @@ class Progress:
     def line(self) -> str:
         return progress_line(self.label, self.counts, time.monotonic() - self.start, "steps")
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         self.start = time.monotonic()
         print(f"{self.label} ...", flush=True)
         self.view = show(self.counts, self.label, unit="steps", interval=self.interval, file=sys.stdout)
         self.view.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         if self.view is not None:
             self.view.__exit__(*exc)
         print(f"{self.label} {'done' if exc[0] is None else 'failed'} in "

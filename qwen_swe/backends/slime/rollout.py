@@ -22,6 +22,7 @@ REFILL_ROUNDS = 3  # draws of fresh groups for the ones lost to infrastructure, 
 def weight_sync_for(settings: Settings, args: Any) -> SlimeWeightSync:
     """slime's checkpoints (``--save``, ``--hf-checkpoint``, or Megatron's ``--save-hf`` folders) pushed into the
     run's server the run's way."""
+    assert settings.inference.url is not None  # slime's run has its server
     client = InferenceClient(settings.inference.url, timeout=settings.inference.request_timeout,
                              api_key=settings.inference.api_key)
     return SlimeWeightSync(getattr(args, "save", None) or settings.output_dir,
@@ -45,6 +46,7 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
 async def _slime_rollout(settings: Settings, args: Any, rollout_id: int, data_source: Any,
                          evaluation: bool) -> Any:
     upstream = settings.inference.url
+    assert upstream is not None  # slime's run has its server
     version = 0
     if not evaluation:
         version = await asyncio.to_thread(weight_sync_for(settings, args).before_rollout, rollout_id)

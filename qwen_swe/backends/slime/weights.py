@@ -28,9 +28,10 @@ import re
 import shutil
 import time
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from qwen_swe.errors import InferenceError, WeightSyncError
 from qwen_swe.inference.weight_sync import WeightSync
@@ -199,7 +200,7 @@ def _write_shards(plan: _Conversion, model_dir: Path, tmp: Path) -> None:
         tensors = {plan.names[k]: state[k].to(plan.dtypes[k]).contiguous() for k in group}
         save_file(tensors, str(tmp / fname), metadata={"format": "pt"})
         total += sum(t.numel() * t.element_size() for t in tensors.values())
-        weight_map.update({name: fname for name in tensors})
+        weight_map.update(dict.fromkeys(tensors, fname))
         del state, tensors
     if count > 1:
         index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
@@ -298,6 +299,7 @@ class SlimeWeightSync:
     def before_rollout(self, rollout_id: int) -> int:
         """Make the server serve the weights trained on rollout ``rollout_id - 1`` (or up to ``max_staleness``
         rollouts before it); return their version (the steps baked in; 0 = the base model, for rollout 0 only)."""
+        newest: Path | SlimeCheckpoint | None  # Megatron's own HF folder (hf_exports), else slime's checkpoint
         if self.hf_exports:
             version, newest = self._newest_export(rollout_id)
             wanted, flag = Path(self.hf_exports.format(rollout_id=rollout_id - 1)), "--save-hf"
@@ -306,7 +308,7 @@ class SlimeWeightSync:
             version, newest = (checkpoint.iteration, checkpoint) if checkpoint else (0, None)
             wanted, flag = self.save_dir / f"iter_{rollout_id:07d}" / "model", "--save"
         if rollout_id >= 1 and version < rollout_id - self.max_staleness:
-            have = f"the newest is {getattr(newest, 'path', newest).name}" if newest else "there is none"
+            have = f"the newest is {(newest.path if isinstance(newest, SlimeCheckpoint) else newest).name}" if newest else "there is none"
             message = (f"rollout {rollout_id} must run on the weights trained on rollout {rollout_id - 1}: "
                        f"{wanted} is missing ({have}). Run slime with --save-interval 1 and the same {flag} folder "
                        f"as this rollout function reads")
@@ -316,7 +318,7 @@ class SlimeWeightSync:
         if newest is None:
             return 0
         t0 = time.monotonic()
-        target = newest if self.hf_exports else self._export(newest)
+        target = newest if isinstance(newest, Path) else self._export(newest)
         t1 = time.monotonic()
         try:
             self.sync.push(target, version)
@@ -327,7 +329,7 @@ class SlimeWeightSync:
                         target, exc)
             return 0
         self.timings = {"convert_seconds": round(t1 - t0, 3), "reload_seconds": round(time.monotonic() - t1, 3)}
-        if self.hf_exports:
+        if isinstance(newest, Path):
             self._prune_megatron(target)
         else:
             self._prune(newest)
@@ -346,6 +348,7 @@ class SlimeWeightSync:
     def _newest_export(self, rollout_id: int) -> tuple[int, Path | None]:
         """(version, folder) of the newest ``--save-hf`` folder written before rollout ``rollout_id``, or (0, None):
         Megatron writes it after the step's checkpoint, inside the save slime waits for before the next rollout."""
+        assert self.hf_exports is not None  # called only with --save-hf
         for r in range(rollout_id - 1, -1, -1):
             folder = Path(self.hf_exports.format(rollout_id=r))
             if (folder / MEGATRON_EXPORT_DONE).is_file():
@@ -355,9 +358,10 @@ class SlimeWeightSync:
     def _prune_megatron(self, served: Path) -> None:
         """KEEP_CHECKPOINTS under Megatron: its ``iter_*`` folders (model and optimizer, every step) beyond the
         newest ``keep_checkpoints`` that the tracker confirms, and the HF copies beyond the newest ``keep_exports``."""
+        assert self.hf_exports is not None  # called only with --save-hf
         name = re.compile(re.escape(Path(self.hf_exports).name).replace(re.escape("{rollout_id}"), r"(\d+)") + "$")
         parent = Path(self.hf_exports).parent
-        exports = sorted((p for p in parent.iterdir() if name.match(p.name)), key=lambda p: int(name.match(p.name)[1]))
+        exports = sorted((p for p in parent.iterdir() if name.match(p.name)), key=lambda p: _number(name, p.name))
         _remove(p for p in exports[:-self.keep_exports] if p != served)
         done = read_tracker(self.save_dir) or 0
         saved = sorted((p for p in self.save_dir.iterdir() if (m := _ITER_RE.match(p.name)) and int(m[1]) <= done),
@@ -368,10 +372,17 @@ class SlimeWeightSync:
         """Drop old exports (the served one and the one before stay) and all but the newest ``keep_checkpoints``
         slime checkpoints: with one checkpoint per step (model + optimizer) they would otherwise fill the disk."""
         exports = sorted((p for p in self.export_root.iterdir() if _ITER_RE.match(p.name)),
-                         key=lambda p: int(_ITER_RE.match(p.name).group(1))) if self.export_root.is_dir() else []
+                         key=lambda p: _number(_ITER_RE, p.name)) if self.export_root.is_dir() else []
         _remove(p for p in exports[:-self.keep_exports] if p.name != served.path.name)
         old = list_checkpoints(self.save_dir)[:-self.keep_checkpoints]
         _remove(c.path for c in old if c.iteration < served.iteration)
+
+
+def _number(pattern: re.Pattern[str], name: str) -> int:
+    """The number in ``name``, which ``pattern`` (its first group the number) is known to match."""
+    match = pattern.match(name)
+    assert match is not None
+    return int(match[1])
 
 
 def _remove(paths: Iterable[Path]) -> None:

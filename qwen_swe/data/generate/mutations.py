@@ -10,8 +10,8 @@ not parse, or parses to the same tree, is never produced.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 BINOP_SWAPS = {ast.Add: "-", ast.Sub: "+", ast.Mult: "//", ast.FloorDiv: "*", ast.Div: "//", ast.Mod: "//"}
 BINOP_TEXT = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Div: "/", ast.Mod: "%"}
@@ -67,14 +67,14 @@ def _docstring_lines(tree: ast.AST) -> set[int]:
     return lines
 
 
-def _one_line(node: ast.AST) -> bool:
+def _one_line(node: ast.expr | ast.stmt) -> bool:
     return getattr(node, "lineno", None) is not None and node.lineno == node.end_lineno
 
 
 Edit = Callable[[bytes], "bytes | None"]  # one source line (bytes: ast columns are UTF-8 offsets) -> mutated
 
 
-def _swap_token(start: int, end: int, old: str, new: str) -> Edit:
+def _swap_token(start: int | None, end: int | None, old: str, new: str) -> Edit:
     """Replace the operator ``old`` that is all there is (besides spaces) between columns ``start`` and ``end``."""
     def edit(line: bytes) -> bytes | None:
         gap = line[start:end].decode()
@@ -82,12 +82,26 @@ def _swap_token(start: int, end: int, old: str, new: str) -> Edit:
     return edit
 
 
-def _rewrite(start: int, end: int, new: Callable[[str, bytes], "str | None"]) -> Edit:
+def _rewrite(start: int | None, end: int | None, new: Callable[[str, bytes], str | None]) -> Edit:
     """Replace columns ``start:end`` by ``new(segment, line)`` (None: no mutation here)."""
     def edit(line: bytes) -> bytes | None:
         text = new(line[start:end].decode(), line)
         return None if text is None else line[:start] + text.encode() + line[end:]
     return edit
+
+
+def _constant(text: str) -> Callable[[str, bytes], str | None]:
+    return lambda _s, _l: text
+
+
+def _columns(a: int | None, b: int | None) -> Callable[[str, bytes], str | None]:
+    """The line's columns ``a:b`` (the call's receiver, for ``drop_call``)."""
+    return lambda _s, line: line[a:b].decode()
+
+
+def _swapped(a0: int | None, a1: int | None, b0: int | None, b1: int | None) -> Callable[[str, bytes], str | None]:
+    """Columns ``a0:b1`` with the two arguments ``a0:a1`` and ``b0:b1`` swapped (``swap_args``)."""
+    return lambda _s, line: (line[b0:b1] + line[a1:b0] + line[a0:a1]).decode()
 
 
 def _candidates(tree: ast.AST) -> Iterator[tuple[str, int, Edit]]:
@@ -109,7 +123,7 @@ def _candidates(tree: ast.AST) -> Iterator[tuple[str, int, Edit]]:
             for value in (node.value + 1, node.value - 1):
                 if value >= 0:
                     yield "off_by_one", node.lineno, _rewrite(node.col_offset, node.end_col_offset,
-                                                              lambda _s, _l, v=value: str(v))
+                                                              _constant(str(value)))
         if isinstance(node, (ast.If, ast.While)) and _one_line(node.test):
             test = node.test
             if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
@@ -124,15 +138,13 @@ def _candidates(tree: ast.AST) -> Iterator[tuple[str, int, Edit]]:
                 and node.func.value.lineno == node.lineno:
             r = node.func.value
             yield "drop_call", node.lineno, _rewrite(node.col_offset, node.end_col_offset,
-                                                     lambda _s, line, a=r.col_offset, b=r.end_col_offset:
-                                                     line[a:b].decode())
+                                                     _columns(r.col_offset, r.end_col_offset))
         if isinstance(node, ast.Call) and len(node.args) == 2 and not node.keywords and _one_line(node) \
                 and all(isinstance(a, SIMPLE_ARGS) for a in node.args):
             a, b = node.args
-            yield "swap_args", node.lineno, _rewrite(
-                a.col_offset, b.end_col_offset,
-                lambda _s, line, a0=a.col_offset, a1=a.end_col_offset, b0=b.col_offset, b1=b.end_col_offset:
-                (line[b0:b1] + line[a1:b0] + line[a0:a1]).decode())
+            yield "swap_args", node.lineno, _rewrite(a.col_offset, b.end_col_offset,
+                                                     _swapped(a.col_offset, a.end_col_offset, b.col_offset,
+                                                              b.end_col_offset))
         if isinstance(node, ast.If) and len(node.body) == 1 and isinstance(node.body[0], ast.Return) \
                 and _one_line(node.body[0]) and node.body[0].lineno != node.lineno:
             ret = node.body[0]

@@ -20,11 +20,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Iterable
 
 from swebench.harness.log_parsers.python import parse_log_pytest
 
@@ -72,7 +72,8 @@ def failure_of(log: str, test: str) -> tuple[str, tuple[str, ...]]:
     match = re.search(rf"^_+ {re.escape(name)} _+$(.*?)(?=^_{{3,}} |^=+ )", log, flags=re.M | re.S)
     if not match:
         return "", ()
-    code, errors, frames, frame = "", [], [], None
+    code, frames, frame = "", [], None
+    errors: list[str] = []
     for line in match.group(1).splitlines():
         if line.startswith("E   ") and len(errors) < 4:
             errors.append(ADDRESS.sub(" at 0x...", line[4:].rstrip()))  # reprs' addresses differ per run
@@ -158,7 +159,7 @@ def validate(source_repo: Path, mutations: Iterable[Mutation], test_files: list[
         partial = stored.with_suffix(f".tmp{os.getpid()}")
         partial.write_text(json.dumps([asdict(v) for v in verdicts]))
         partial.replace(stored)  # atomic: a concurrent or killed run never leaves half a file
-        for older in set(cache.glob(f"{source_repo.name}-*.json")) - {stored}:
+        for older in set(stored.parent.glob(f"{source_repo.name}-*.json")) - {stored}:
             older.unlink(missing_ok=True)  # one entry per repository: the cache does not grow with every change
     return verdicts
 
