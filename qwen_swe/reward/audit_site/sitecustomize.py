@@ -37,7 +37,7 @@ def _install():
     from functools import partial
     from types import FunctionType, MethodType
 
-    if CONFIG is None:
+    if CONFIG is None:  # noqa: F821 - the module deletes it at the end, after this ran
         return
     own_file = os.path.abspath(__file__)
     try:
@@ -47,7 +47,7 @@ def _install():
         return
     if (st.st_dev, st.st_ino) != log_ident:
         return  # a child whose output is not the log (captured by a test): nothing to witness there
-    config = json.loads(CONFIG)
+    config = json.loads(CONFIG)  # noqa: F821 - the module deletes it at the end, after this ran
     mark = config["mark"]
     added = {path: frozenset(lines) for path, lines in config["added"].items()}
     machinery = tuple(config["machinery"])
@@ -206,7 +206,7 @@ def _install():
     snapshot = {}  # id(owner) -> (owner, {name: value} as first seen, their ids: the quick test; the dict keeps
     # the values alive, so no id is reused)
     patched = frozenset(added)
-    HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
+    HEAPTYPE = 1 << 9  # noqa: N806 - Py_TPFLAGS_HEAPTYPE, the C flag: a class defined in Python
     built = {}  # id -> code object the patch's lines compiled from strings (exec, eval)
 
     def origin(value, depth=0):
@@ -391,7 +391,7 @@ def _run():
     import builtins
     from types import FunctionType
     own = dict(globals(), __builtins__=dict(vars(builtins)))
-    FunctionType(_install.__code__, own)()
+    FunctionType(_install.__code__, own)()  # noqa: F821 - the module deletes it at the end, after this ran
 
 
 try:
