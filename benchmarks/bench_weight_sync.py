@@ -22,7 +22,7 @@ from pathlib import Path
 from qwen_swe.config import settings as config
 from qwen_swe.inference.launcher import embedded_server
 from qwen_swe.paths import embedded_model_dir
-from tests.integration.test_broadcast_sync import run_against
+from tests.vllm_sync import run_against
 
 
 def main() -> None:
@@ -36,21 +36,31 @@ def main() -> None:
     m = r["metrics"]
     print("full fine-tuning:")
     print(f"  disk (gather + write HF folder + reload_weights): {r['disk_seconds']:.2f} s")
-    print(f"  broadcast ({m['sync/broadcast_buckets']:.0f} buckets, {m['sync/broadcast_bytes'] / 2**20:.0f} MiB bf16): "
-          f"{r['broadcast_seconds']:.2f} s")
-    print(f"  ratio broadcast/disk: {r['broadcast_seconds'] / r['disk_seconds']:.2f}x; server answers identical: "
-          f"{r['broadcast'] == r['disk']}; changed from the original: {r['broadcast'] != r['before']}")
+    print(
+        f"  broadcast ({m['sync/broadcast_buckets']:.0f} buckets, {m['sync/broadcast_bytes'] / 2**20:.0f} MiB bf16): "
+        f"{r['broadcast_seconds']:.2f} s"
+    )
+    print(
+        f"  ratio broadcast/disk: {r['broadcast_seconds'] / r['disk_seconds']:.2f}x; server answers identical: "
+        f"{r['broadcast'] == r['disk']}; changed from the original: {r['broadcast'] != r['before']}"
+    )
     a, mm = lo["metrics"], lo["merged_metrics"]
     print("LoRA rank 4:")
     print(f"  disk (gather, merge, write HF folder, reload_weights): {lo['disk_seconds']:.2f} s")
-    print(f"  broadcast, layers merged on the trainer ({mm['sync/broadcast_bytes'] / 2**20:.1f} MiB bf16): "
-          f"{lo['merged_seconds']:.2f} s")
-    print(f"  broadcast, adapter only, merged by the worker ({a['sync/broadcast_bytes'] / 2**20:.2f} MiB fp32): "
-          f"{lo['broadcast_seconds']:.2f} s")
-    print(f"  ratio adapter/merged: bytes {a['sync/broadcast_bytes'] / mm['sync/broadcast_bytes']:.3f}x, seconds "
-          f"{lo['broadcast_seconds'] / lo['merged_seconds']:.2f}x; adapter/disk seconds "
-          f"{lo['broadcast_seconds'] / lo['disk_seconds']:.2f}x; server answers identical (adapter, merged, disk): "
-          f"{lo['broadcast'] == lo['merged'] == lo['disk']}; changed: {lo['broadcast'] != lo['before']}")
+    print(
+        f"  broadcast, layers merged on the trainer ({mm['sync/broadcast_bytes'] / 2**20:.1f} MiB bf16): "
+        f"{lo['merged_seconds']:.2f} s"
+    )
+    print(
+        f"  broadcast, adapter only, merged by the worker ({a['sync/broadcast_bytes'] / 2**20:.2f} MiB fp32): "
+        f"{lo['broadcast_seconds']:.2f} s"
+    )
+    print(
+        f"  ratio adapter/merged: bytes {a['sync/broadcast_bytes'] / mm['sync/broadcast_bytes']:.3f}x, seconds "
+        f"{lo['broadcast_seconds'] / lo['merged_seconds']:.2f}x; adapter/disk seconds "
+        f"{lo['broadcast_seconds'] / lo['disk_seconds']:.2f}x; server answers identical (adapter, merged, disk): "
+        f"{lo['broadcast'] == lo['merged'] == lo['disk']}; changed: {lo['broadcast'] != lo['before']}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,10 +1,9 @@
 """WEIGHT_SYNC=broadcast against the real vLLM CPU server (gloo between the trainer and its worker), and the same
 call sequence against a loopback stand-in of the server (runs everywhere, also stands in for the GPU path).
 
-Run as a module (``-m tests.integration.test_broadcast_sync URL OUT``) it is the torchrun worker: 2 gloo trainer
-ranks build SmolLM2 sharded, change it, and make the server serve the change twice, once through the disk
-(export + reload, today's path) and once by broadcast; rank 0 records what the server answered and how long each
-took, and restores the server's original weights.
+The real server's worker is tests/vllm_sync.py (the weight-sync benchmark runs it too); run as a module
+(``-m tests.integration.test_broadcast_sync publish OUT LORA``) this file is the torchrun worker of the trainer's
+``publish`` into the stand-in.
 """
 
 from __future__ import annotations
@@ -13,135 +12,17 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from qwen_swe.paths import REPO_ROOT, embedded_model_dir
+from qwen_swe.paths import REPO_ROOT
 from qwen_swe.supervise import run_rank
-
-PROMPT = "The capital of France is"
-
-
-def _probe(client, model: str) -> tuple[list[int], list[float]]:
-    body = client.post("/v1/completions", {"model": model, "prompt": PROMPT, "max_tokens": 8, "temperature": 0.0,
-                                           "return_token_ids": True, "logprobs": 0})
-    choice = body["choices"][0]
-    return choice["token_ids"], choice["logprobs"]["token_logprobs"]
-
-
-def _worker(url: str, out: Path, lora: int = 0) -> None:
-    import torch.distributed as dist
-
-    from qwen_swe.inference.broadcast import BroadcastSync
-    from qwen_swe.inference.client import InferenceClient
-    from qwen_swe.train.policy import build_policy, full_state_dict, save_hf_folder
-    from qwen_swe.train.streaming import weight_buckets
-
-    dist.init_process_group("gloo")
-    rank, model = dist.get_rank(), str(embedded_model_dir())
-    torch.manual_seed(0)
-    policy = build_policy(model, device=torch.device("cpu"), weight_loading="meta", lora_rank=lora)
-    with torch.no_grad():
-        for name, p in policy.named_parameters():
-            if lora and ".lora_B." in name:  # a trained adapter
-                p.to_local().normal_(std=0.05)
-            elif not lora and "down_proj" in name and int(name.split("layers.")[1].split(".")[0]) < 10:
-                p.to_local().zero_()  # silence every MLP of the first ten layers, on each rank's shard
-    client = InferenceClient(url, timeout=300) if rank == 0 else None
-    served = client.models()[0] if client else None
-    result: dict = {}
-    if rank == 0:
-        result["before"] = _probe(client, served)
-    # today's path: gather the full state dict, write an HF folder, the server reloads it
-    t0 = time.monotonic()
-    sd = full_state_dict(policy)
-    if rank == 0:
-        folder = save_hf_folder(sd, out / "v000001", model, None)
-        client.reload_weights(folder)
-        result["disk_seconds"] = time.monotonic() - t0
-        result["disk"] = _probe(client, served)
-        client.reload_weights(model)
-        result["restored"] = _probe(client, served)
-    del sd
-    # broadcast: bucket by bucket into the worker, no folder
-    sync = BroadcastSync(client, host="127.0.0.1", port=0) if rank == 0 else None
-    if rank == 0:
-        sync.connect()
-    dist.barrier()
-    t0 = time.monotonic()
-    stream = weight_buckets(policy, 64 << 20, torch.bfloat16)  # what trainer.publish streams
-    if rank == 0:
-        result["metrics"] = sync.push(stream, 2)
-        result["broadcast_seconds"] = time.monotonic() - t0
-        result["broadcast"] = _probe(client, served)
-        result["version"] = client.weight_version.version
-        client.reload_weights(model)  # the server may be shared: leave it as it was
-        result["after_restore"] = _probe(client, served)
-    else:
-        for _ in stream:
-            pass
-    if lora:  # the previous LoRA broadcast, for comparison: the adapted layers merged on the trainer, full size
-        dist.barrier()
-        t0 = time.monotonic()
-        stream = merged_lora_buckets(policy, 64 << 20, torch.bfloat16)
-        if rank == 0:
-            result["merged_metrics"] = sync.push(stream, 3)
-            result["merged_seconds"] = time.monotonic() - t0
-            result["merged"] = _probe(client, served)
-            client.reload_weights(model)
-        else:
-            for _ in stream:
-                pass
-    if rank == 0:
-        sync.close()
-        (out / "result.json").write_text(json.dumps(result))
-    dist.barrier()
-    dist.destroy_process_group()
-
-
-def merged_lora_buckets(policy, bucket_bytes: int, dtype: torch.dtype):
-    """Collective: the adapted layers merged on the trainer (``W + alpha/r * B @ A``), as broadcast sent them before
-    the server merged adapters itself; kept for the benchmark's comparison."""
-    import torch.distributed as dist
-
-    from qwen_swe.train.loading import checkpoint_name
-    from qwen_swe.train.streaming import _gather, _lora_scaling
-
-    params, scaling = dict(policy.named_parameters()), _lora_scaling(policy)
-    bucket, size = [], 0
-    for pname, param in params.items():
-        prefix = pname.split(".base_layer.")[0]
-        a, b = params.get(f"{prefix}.lora_A.default.weight"), params.get(f"{prefix}.lora_B.default.weight")
-        if ".base_layer." not in pname or a is None or b is None:
-            continue
-        full, fa, fb = _gather(param), _gather(a), _gather(b)
-        if dist.get_rank() != 0:
-            continue
-        full = (full + scaling * (fb.float() @ fa.float())).to(dtype).contiguous()
-        bucket.append((checkpoint_name(pname), full))
-        size += full.numel() * full.element_size()
-        if size >= bucket_bytes:
-            yield bucket
-            bucket, size = [], 0
-    if bucket:
-        yield bucket
-
-
-def run_against(url: str, out: Path, lora: int = 0) -> dict:
-    out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "tests.integration.test_broadcast_sync", url, str(out), str(lora)]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
-    if proc.returncode != 0 or not (out / "result.json").exists():
-        raise RuntimeError(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
-    return json.loads((out / "result.json").read_text())
-
+from tests.vllm_sync import run_against
 
 # --- the real vLLM CPU server --------------------------------------------------------------------------------
+
 
 @pytest.mark.vllm
 @pytest.mark.slow
@@ -168,6 +49,7 @@ def test_broadcast_serves_exactly_what_the_disk_reload_serves(tmp_path):
 
 
 # --- the same call sequence against a loopback stand-in of the server -------------------------------------------
+
 
 class _StandIn:
     """The vLLM routes the sync uses, served over HTTP on loopback, dispatching ``collective_rpc`` to the real
@@ -227,17 +109,22 @@ class _StandIn:
 
 def _buckets() -> list[list[tuple[str, torch.Tensor]]]:
     g = torch.Generator().manual_seed(0)
-    return [[("model.embed_tokens.weight", torch.randn(50, 8, generator=g).to(torch.bfloat16)),
-             ("model.norm.weight", torch.randn(8, generator=g).to(torch.bfloat16))],
-            [("model.layers.0.mlp.experts.3.up_proj.weight", torch.randn(4, 8, generator=g))]]
+    return [
+        [
+            ("model.embed_tokens.weight", torch.randn(50, 8, generator=g).to(torch.bfloat16)),
+            ("model.norm.weight", torch.randn(8, generator=g).to(torch.bfloat16)),
+        ],
+        [("model.layers.0.mlp.experts.3.up_proj.weight", torch.randn(4, 8, generator=g))],
+    ]
 
 
 def _sync(stand_in: _StandIn, backend: str = "gloo"):
     from qwen_swe.inference.broadcast import BroadcastSync
     from qwen_swe.inference.client import InferenceClient
 
-    return BroadcastSync(InferenceClient(stand_in.url, timeout=30), host="127.0.0.1", port=0, backend=backend,
-                         timeout=60)
+    return BroadcastSync(
+        InferenceClient(stand_in.url, timeout=30), host="127.0.0.1", port=0, backend=backend, timeout=60
+    )
 
 
 def _check_sequence(backend: str) -> None:
@@ -250,12 +137,23 @@ def _check_sequence(backend: str) -> None:
         sync.close()
     finally:
         stand_in.close()
-    assert stand_in.calls == ["qwen_swe_join",  # the group is formed once, then each sync is paused around
-                              "/pause", "qwen_swe_receive", "/reset_prefix_cache", "/resume",
-                              "/pause", "qwen_swe_receive", "/reset_prefix_cache", "/resume", "qwen_swe_leave"]
+    assert stand_in.calls == [
+        "qwen_swe_join",  # the group is formed once, then each sync is paused around
+        "/pause",
+        "qwen_swe_receive",
+        "/reset_prefix_cache",
+        "/resume",
+        "/pause",
+        "qwen_swe_receive",
+        "/reset_prefix_cache",
+        "/resume",
+        "qwen_swe_leave",
+    ]
     want = dict(t for bucket in sent for t in bucket)
     assert stand_in.loaded.keys() == want.keys()
-    assert all(stand_in.loaded[k].dtype == v.dtype and torch.equal(stand_in.loaded[k].cpu(), v) for k, v in want.items())
+    assert all(
+        stand_in.loaded[k].dtype == v.dtype and torch.equal(stand_in.loaded[k].cpu(), v) for k, v in want.items()
+    )
     assert metrics["sync/broadcast_buckets"] == 2
     assert sync.client.weight_version.version == 2
 
@@ -401,8 +299,14 @@ def _publish_worker(out: Path, lora: int) -> None:
 
     dist.init_process_group("gloo")
     rank, model = dist.get_rank(), str(tiny_model_dir())  # built by the parent: the ranks only read it
-    settings = Settings.build(vllm_url="http://127.0.0.1:9", model=model, output_dir=out, weight_sync="broadcast",
-                              broadcast_bucket_mb=4, lora_rank=lora)
+    settings = Settings.build(
+        vllm_url="http://127.0.0.1:9",
+        model=model,
+        output_dir=out,
+        weight_sync="broadcast",
+        broadcast_bucket_mb=4,
+        lora_rank=lora,
+    )
     torch.manual_seed(0)
     policy = build_policy(model, device=torch.device("cpu"), lora_rank=lora)
     if lora:
@@ -424,8 +328,11 @@ def _publish_worker(out: Path, lora: int) -> None:
     sd = full_state_dict(policy)
     named = dict(policy.named_parameters())  # global shapes (DTensor)
     adapter_bytes = sum(p.numel() * 4 for n, p in named.items() if ".lora_" in n)  # fp32 A and B
-    merged_bytes = sum(named[n.replace(".lora_A.default.", ".base_layer.")].numel() * 2  # the merged layers in bf16
-                       for n in named if ".lora_A." in n)
+    merged_bytes = sum(
+        named[n.replace(".lora_A.default.", ".base_layer.")].numel() * 2  # the merged layers in bf16
+        for n in named
+        if ".lora_A." in n
+    )
     folders = sorted(p.name for p in out.glob("weights/*"))  # before the disk export below: broadcast wrote none
     disk = exporter.export(2) if lora else None  # the disk path's merge, for comparison
     if rank == 0:
@@ -438,14 +345,25 @@ def _publish_worker(out: Path, lora: int) -> None:
             want = {k: v for k, v in want.items() if k.endswith("proj.weight")}
         got = stand_in.loaded
         served = load_file(str(disk / "model.safetensors")) if disk else {}  # as vLLM casts it: to bf16
-        (out / "publish.json").write_text(json.dumps({
-            "calls": stand_in.calls, "keys_equal": sorted(got) == sorted(want),
-            "values_equal": all(torch.equal(got[k], want[k]) for k in want if k in got),
-            "disk_equal": all(torch.equal(got[k], served[k].to(torch.bfloat16)) for k in got) if disk else None,
-            "buckets": driver.metrics["sync/broadcast_buckets"], "folders": folders,
-            "sent": len(got), "bytes": driver.metrics["sync/broadcast_bytes"],
-            "adapter_bytes": adapter_bytes, "merged_bytes": merged_bytes,
-            "changed_by_lora": sum(not torch.equal(got[k], v.to(torch.bfloat16)) for k, v in base.items() if k in got)}))
+        (out / "publish.json").write_text(
+            json.dumps(
+                {
+                    "calls": stand_in.calls,
+                    "keys_equal": sorted(got) == sorted(want),
+                    "values_equal": all(torch.equal(got[k], want[k]) for k in want if k in got),
+                    "disk_equal": all(torch.equal(got[k], served[k].to(torch.bfloat16)) for k in got) if disk else None,
+                    "buckets": driver.metrics["sync/broadcast_buckets"],
+                    "folders": folders,
+                    "sent": len(got),
+                    "bytes": driver.metrics["sync/broadcast_bytes"],
+                    "adapter_bytes": adapter_bytes,
+                    "merged_bytes": merged_bytes,
+                    "changed_by_lora": sum(
+                        not torch.equal(got[k], v.to(torch.bfloat16)) for k, v in base.items() if k in got
+                    ),
+                }
+            )
+        )
     dist.destroy_process_group()
 
 
@@ -454,8 +372,19 @@ def _publish(out: Path, lora: int = 0) -> dict:
 
     tiny_model_dir()  # once, here: two ranks building it at the same time race on the rename
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "tests.integration.test_broadcast_sync", "publish", str(out), str(lora)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "tests.integration.test_broadcast_sync",
+        "publish",
+        str(out),
+        str(lora),
+    ]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-6000:]
     r = json.loads((out / "publish.json").read_text())
@@ -478,6 +407,7 @@ def test_trainer_publish_with_lora_sends_only_the_adapters_and_the_worker_merges
 
 
 # --- the whole trainer with WEIGHT_SYNC=broadcast ---------------------------------------------------------------
+
 
 def make_broadcast_driver(settings):
     """The trainer tests' synthetic driver whose server is the loopback stand-in, fed by broadcast: its rollout
@@ -507,14 +437,34 @@ def _train_broadcast(out: Path, steps: int) -> None:
     from qwen_swe.config.settings import Settings
     from tests.tiny_model import tiny_model_dir
 
-    settings = Settings.build(model=str(tiny_model_dir()), vllm_url="http://127.0.0.1:9", output_dir=out,
-                              num_rollouts=steps, rollout_batch_size=3, n_samples=2, lr=1e-3,
-                              weight_sync="broadcast", broadcast_dtype="float32", broadcast_bucket_mb=1,
-                              weight_loading="meta")
+    settings = Settings.build(
+        model=str(tiny_model_dir()),
+        vllm_url="http://127.0.0.1:9",
+        output_dir=out,
+        num_rollouts=steps,
+        rollout_batch_size=3,
+        n_samples=2,
+        lr=1e-3,
+        weight_sync="broadcast",
+        broadcast_dtype="float32",
+        broadcast_bucket_mb=1,
+        weight_loading="meta",
+    )
     path = settings.write(out)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "tests.fake_trainer", "broadcast", "--settings", str(path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "tests.fake_trainer",
+        "broadcast",
+        "--settings",
+        str(path),
+    ]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-6000:]
 
@@ -536,5 +486,4 @@ def test_trainer_trains_on_the_weights_it_broadcast_and_resumes(tmp_path):
 
 
 if __name__ == "__main__":  # a torchrun worker
-    run_rank(lambda: _publish_worker(Path(sys.argv[2]), int(sys.argv[3])) if sys.argv[1] == "publish"
-             else _worker(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])))
+    run_rank(lambda: _publish_worker(Path(sys.argv[2]), int(sys.argv[3])))
