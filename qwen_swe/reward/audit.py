@@ -25,6 +25,7 @@ from qwen_swe.reward.tamper import SELF_TESTING_REPOS
 
 FILE = "sitecustomize.py"  # the name Python imports at start-up, before any repository code
 SITE = Path(__file__).with_name("audit_site") / FILE
+OBJECTS = SITE.with_name("pytest_objects.py")  # its checks of pytest's objects, carried in its settings
 MARK = "\x1eqwen-swe-audit"
 MACHINERY = ("_pytest", "pytest", "pluggy", "unittest", "py._")
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
@@ -63,10 +64,12 @@ def setup(patch: str, site_dir: str, report: str | None, root: str = TESTBED) ->
     The prefix puts ``site_dir`` first on PYTHONPATH and records which pipe is the log, so only a process that
     writes to the log itself (not a child whose output a test captures) emits records.
     """
-    config = {"mark": MARK, "added": added_line_numbers(patch, root), "machinery": MACHINERY, "report": report}
+    config = {"mark": MARK, "added": added_line_numbers(patch, root), "machinery": MACHINERY, "report": report,
+              "objects": OBJECTS.read_text()}
     site = SITE.read_text().replace("\nCONFIG = None ", f"\nCONFIG = {json.dumps(config)!r} ", 1)
     q = shlex.quote(site_dir)
-    prefix = f"export PYTHONPATH={q}${{PYTHONPATH:+:$PYTHONPATH}} QWEN_SWE_AUDIT_LOG=$(stat -L -c %d:%i /proc/$$/fd/1); "
+    prefix = (f"export PYTHONPATH={q}${{PYTHONPATH:+:$PYTHONPATH}} "
+              "QWEN_SWE_AUDIT_LOG=$(stat -L -c %d:%i /proc/$$/fd/1); ")
     return site, prefix
 
 

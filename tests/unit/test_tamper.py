@@ -187,8 +187,12 @@ REWRITER = ("import sys\ndef _config():\n    return next(f.config for f in sys.m
      "_T().set_trace()\n", "installs a tracer at "),
     (REWRITER + "import types\n_p = types.ModuleType('p')\n_p.pytest_pyfunc_call = globals\n"
      "_config().pluginmanager.register(_p, 'p')\n", "registers a plugin with the test runner at "),
+    ("import importlib.machinery as m, os, py_compile, sys, tempfile\n_p = os.path.abspath('tests/test_add.py')\n"
+     "_c = py_compile.compile(_p, cfile=tempfile.mktemp(), optimize=2)\n_m = type(sys)('t')\n_m.__file__ = _p\n"
+     "m.SourcelessFileLoader('t', _c).exec_module(_m)\n", "runs code compiled without its assert statements at "),
 ], ids=["gc", "descriptor through the import table", "os._exit", "plugin through the assertion rewriter's config",
-        "hook implementation taken out", "tracer installed by bdb", "a builtin registered as a hook"])
+        "hook implementation taken out", "tracer installed by bdb", "a builtin registered as a hook",
+        "a test file compiled without its asserts"])
 def test_the_witness_sees_what_the_patch_does(tmp_path, trick, finding):
     _, found = _witnessed(tmp_path, "\n" + trick)
     assert any(finding in f for f in found), found

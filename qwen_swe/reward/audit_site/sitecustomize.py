@@ -6,10 +6,10 @@ Python imports ``sitecustomize`` before it runs any repository code, so this ins
   profiling hooks, signals to processes, opens of the test report, of /proc or /dev files and of the log itself,
   when the Python line that caused the event is one the patch added;
 - wrappers that record the same for exit hooks, signal handlers, threads and raw writes to the log;
-- a watchdog that compares the test machinery's modules and classes, ``builtins``, ``sys``, ``sys.modules``, the
-  import hooks, pluggy's hook table and pytest's test items with their first-seen state: a value that changed and
-  whose code comes from a patched file is a finding, whoever assigned it (so is a hook that calls a builtin, or one
-  implementation taken out while its plugin stays registered).
+- a watchdog that compares the test machinery's modules and classes, ``builtins``, ``sys``, ``sys.modules`` and the
+  import hooks with their first-seen state: a value that changed and whose code comes from a patched file is a
+  finding, whoever assigned it; and the checks of ``pytest_objects.py`` (pluggy's hook table, pytest's test items,
+  test code running without its asserts).
 
 Evidence leaves the process at once, as one ``os.write`` per record to a duplicate of the log's own pipe taken
 before anything else runs: what the tests do later cannot take back a record. Each process writes START, then
@@ -165,6 +165,12 @@ def _install():
                         adopt(code)
                 except Exception:  # noqa: BLE001
                     pass
+            elif state["loaded"] and isinstance(name, str) and name not in added:
+                try:
+                    if stripped(code):
+                        finding("runs code compiled without its assert statements", name)
+                except Exception:  # noqa: BLE001
+                    pass
             return
         if not state["loaded"] or event not in introspection and event not in ("open", "compile"):
             return  # before the patch's first line runs, nothing can be blamed on it
@@ -281,59 +287,11 @@ def _install():
             if source:
                 finding("handles signal %d" % signum, source)
 
-    # pytest decides what runs through objects: pluggy's hook table and the test items. What the patch does to them
-    # changes no namespace above, whatever reached them (frames, the assertion rewriter's config, a tracer).
-    managers = []  # pytest's plugin manager (not a repository's own), searched for every 2 s until found
-    impls_seen = {}  # (id(manager), hook name) -> {id(implementation): implementation} at the last check
-    suspects = {}  # implementations gone while their plugin stays registered, at the last check
-    class_names = {}  # an item class -> the names it and its bases define
-
-    def dispatch(final):
-        kind = getattr(modules.get("pluggy"), "PluginManager", None)
-        state["searches"] = state.get("searches", -1) + 1
-        if not managers and isinstance(kind, type) and (final or state["searches"] % 20 == 0):
-            managers.extend(o for o in get_objects() if isinstance(o, kind) and o.project_name == "pytest")
-            if managers:  # (un)registering with the patch's code anywhere on the stack, whatever the plugin is
-                watch(kind, "register", "registers a plugin with the test runner", deep=True)
-                watch(kind, "unregister", "unregisters a plugin of the test runner", deep=True)
-        gone = {}
-        for manager in managers:
-            kind = type(manager)  # the manager's relay, and those its plugins keep (pytest's config.hook)
-            relays = [manager.hook] + [getattr(p, "__dict__", {}).get("hook") for p in kind.get_plugins(manager)]
-            for name, caller in [e for relay in relays for e in list(getattr(relay, "__dict__", {}).items())]:
-                source = origin(caller)
-                if source:
-                    finding("replaces the test runner's hook %s" % name, source)
-                if source or not hasattr(type(caller), "get_hookimpls"):
-                    continue
-                impls = {id(impl): impl for impl in type(caller).get_hookimpls(caller)}
-                for impl in impls.values():
-                    function = getattr(impl, "function", None)
-                    source = origin(impl) or origin(function)
-                    if source:
-                        finding("adds the patch's code to the test runner's hook %s" % name, source)
-                    elif type(getattr(function, "__func__", function)) is not FunctionType:  # plugins are Python
-                        finding("makes the test runner's hook %s call %r" % (name, function), "the hook table")
-                key = (id(manager), name)
-                for ident, impl in impls_seen.get(key, {}).items():
-                    if ident not in impls and kind.is_registered(manager, getattr(impl, "plugin", None)):
-                        gone[(key, ident)] = impls[ident] = impl  # a finding if still gone at the next check:
-                        # pluggy's own unregister takes a plugin out of one hook at a time
-                impls_seen[key] = impls
-            every_second = final or state["searches"] % 10 == 0  # there may be thousands of items
-            for item in list(getattr(kind.get_plugin(manager, "session"), "items", None) or ()) * every_second:
-                names = class_names.get(type(item)) or class_names.setdefault(type(item), frozenset(
-                    ["_obj"] + [name for k in type(item).__mro__ for name in vars(k)]))
-                for attr in vars(item).keys() & names:  # what an item's class defines, set on the item
-                    source = origin(vars(item)[attr])
-                    if source:
-                        finding("replaces a test item's %s" % attr, source, getattr(item, "nodeid", ""))
-        for (key, ident), impl in gone.items():
-            if (key, ident) in suspects:
-                finding("takes an implementation out of the test runner's hook %s" % key[1], "the hook table",
-                        getattr(impl, "plugin_name", ""))
-        suspects.clear()
-        suspects.update(gone)
+    # what pytest keeps in objects (its hook table, test items, the test code it runs): pytest_objects.py, carried in
+    # the settings and compiled here, before the code under test runs
+    space = {"__builtins__": __builtins__}
+    exec(compile(config["objects"], os.path.join(os.path.dirname(own_file), "pytest_objects.py"), "exec"), space)
+    dispatch, stripped = space["checks"](origin, finding, watch, modules, get_objects, os.getcwd() + os.sep)
 
     def check(final=False):
         with lock:
@@ -341,7 +299,8 @@ def _install():
                 refresh()
                 compare()
                 if state["loaded"]:
-                    dispatch(final)
+                    state["ticks"] = state.get("ticks", -1) + 1
+                    dispatch(state["ticks"], final)
             except Exception as exc:  # noqa: BLE001 - a dict changed size under us: the next tick sees it
                 return exc
         return None
