@@ -190,9 +190,12 @@ REWRITER = ("import sys\ndef _config():\n    return next(f.config for f in sys.m
     ("import importlib.machinery as m, os, py_compile, sys, tempfile\n_p = os.path.abspath('tests/test_add.py')\n"
      "_c = py_compile.compile(_p, cfile=tempfile.mktemp(), optimize=2)\n_m = type(sys)('t')\n_m.__file__ = _p\n"
      "m.SourcelessFileLoader('t', _c).exec_module(_m)\n", "runs code compiled without its assert statements at "),
+    ("import importlib, os, sys\n_h = type(sys)('test_add')\n_h.__file__ = os.path.abspath('tests/test_add.py')\n"
+     "_h.test_add = importlib.invalidate_caches\ngetattr(sys, 'mod' + 'ules')['test_add'] = _h\n",
+     "runs a test whose function is <function invalidate_caches"),
 ], ids=["gc", "descriptor through the import table", "os._exit", "plugin through the assertion rewriter's config",
         "hook implementation taken out", "tracer installed by bdb", "a builtin registered as a hook",
-        "a test file compiled without its asserts"])
+        "a test file compiled without its asserts", "a test module swapped for the standard library's functions"])
 def test_the_witness_sees_what_the_patch_does(tmp_path, trick, finding):
     _, found = _witnessed(tmp_path, "\n" + trick)
     assert any(finding in f for f in found), found

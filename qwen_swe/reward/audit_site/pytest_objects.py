@@ -7,7 +7,8 @@ What the patch does to these objects changes no namespace the watchdog compares,
 - pluggy's hook table: the patch's code (or any code that is not Python) among a hook's implementations or in a
   relay entry; an implementation taken out while its plugin stays registered; a plugin registered or unregistered
   with a line the patch added anywhere on the stack;
-- pytest's test items: a method or the function of an item replaced on the item by the patch's code;
+- pytest's test items: a method or the function of an item replaced on the item by the patch's code, or a test whose
+  function is not Python code or is the standard library's (a test module swapped for one of no-op functions);
 - test code that runs without its asserts: a file whose source asserts, running as code that cannot raise
   AssertionError (compiled with ``optimize=2`` by a library, for instance).
 
@@ -20,6 +21,7 @@ def checks(origin, finding, watch, modules, get_objects, root):
     ``root``: the folder the tests run in (the repository)."""
     import ast
     import dis
+    import os
     import sys
     from types import FunctionType
 
@@ -28,6 +30,7 @@ def checks(origin, finding, watch, modules, get_objects, root):
     suspects = {}  # implementations gone while their plugin stays registered, at the last check
     class_names = {}  # an item class -> the names it and its bases define
     assertion_op = dis.opmap.get("LOAD_ASSERTION_ERROR")  # 3.9+; before, an assert loads the global name
+    stdlib = os.path.dirname(os.__file__) + os.sep  # a test's function is never the standard library's
 
     def find_managers(kind):
         managers.extend(o for o in get_objects() if isinstance(o, kind) and o.project_name == "pytest")
@@ -66,6 +69,13 @@ def checks(origin, finding, watch, modules, get_objects, root):
                 source = origin(vars(item)[attr])
                 if source:
                     finding("replaces a test item's %s" % attr, source, getattr(item, "nodeid", ""))
+            function = vars(item).get("_obj")
+            for _ in range(10):  # a method's function, a decorator's wrapped function
+                function = getattr(function, "__func__", None) or getattr(function, "__wrapped__", None) or function
+            code = getattr(function, "__code__", None)
+            if function is not None and (type(function) is not FunctionType or code.co_filename.startswith(stdlib)
+                                         and "-packages" not in code.co_filename):
+                finding("runs a test whose function is %r" % (function,), "the test items", getattr(item, "nodeid", ""))
 
     def dispatch(tick, final):
         """One check; ``tick`` counts the checks (0.1 s apart), ``final``: the last checks at exit."""
