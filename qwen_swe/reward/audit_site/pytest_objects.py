@@ -25,7 +25,7 @@ def checks(origin, finding, watch, modules, get_objects, root):
     import sys
     from types import FunctionType
 
-    managers = []  # pytest's plugin manager (not a repository's own), searched for every 2 s until found
+    managers = []  # pytest's plugin manager (not a repository's own): a heap search when the patch's code loads
     impls_seen = {}  # (id(manager), hook name) -> {id(implementation): implementation} at the last check
     suspects = {}  # implementations gone while their plugin stays registered, at the last check
     class_names = {}  # an item class -> the names it and its bases define
@@ -80,7 +80,7 @@ def checks(origin, finding, watch, modules, get_objects, root):
     def dispatch(tick, final):
         """One check; ``tick`` counts the checks (0.1 s apart), ``final``: the last checks at exit."""
         kind = getattr(modules.get("pluggy"), "PluginManager", None)
-        if not managers and isinstance(kind, type) and (final or tick % 20 == 0):
+        if not managers and isinstance(kind, type) and (final or tick == 0):  # pytest made it before any test ran
             find_managers(kind)
         gone = {}
         for manager in managers:
