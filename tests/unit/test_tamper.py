@@ -193,9 +193,15 @@ REWRITER = ("import sys\ndef _config():\n    return next(f.config for f in sys.m
     ("import importlib, os, sys\n_h = type(sys)('test_add')\n_h.__file__ = os.path.abspath('tests/test_add.py')\n"
      "_h.test_add = importlib.invalidate_caches\ngetattr(sys, 'mod' + 'ules')['test_add'] = _h\n",
      "runs a test whose function is <function invalidate_caches"),
+    (REWRITER + "def _swap():\n    for i in _config().hook.pytest_runtest_makereport.get_hookimpls():\n"
+     "        if i.plugin_name == 'runner':\n            def f(item, call, i=i, o=i.function):\n"
+     "                i.function = o\n                r = o(item, call)\n                r.outcome = 'passed'\n"
+     "                return r\n            i.function = f\n_add = add\ndef add(a, b):\n    _swap()\n"
+     "    return _add(a, b)\n", "adds the patch's code to the test runner's hook pytest_runtest_makereport at "),
 ], ids=["gc", "descriptor through the import table", "os._exit", "plugin through the assertion rewriter's config",
         "hook implementation taken out", "tracer installed by bdb", "a builtin registered as a hook",
-        "a test file compiled without its asserts", "a test module swapped for the standard library's functions"])
+        "a test file compiled without its asserts", "a test module swapped for the standard library's functions",
+        "a report hook swapped while a test runs and restored at once"])
 def test_the_witness_sees_what_the_patch_does(tmp_path, trick, finding):
     _, found = _witnessed(tmp_path, "\n" + trick)
     assert any(finding in f for f in found), found

@@ -31,16 +31,44 @@ def checks(origin, finding, watch, modules, get_objects, root):
     class_names = {}  # an item class -> the names it and its bases define
     assertion_op = dis.opmap.get("LOAD_ASSERTION_ERROR")  # 3.9+; before, an assert loads the global name
     stdlib = os.path.dirname(os.__file__) + os.sep  # a test's function is never the standard library's
+    running = frozenset(("pytest_runtest_protocol", "pytest_runtest_setup", "pytest_runtest_call", "pytest_pyfunc_call",
+                         "pytest_runtest_teardown", "pytest_runtest_makereport", "pytest_runtest_logreport",
+                         "pytest_report_teststatus"))
+
+    class Witness(object):
+        """Hooks of the witness's own: the hooks that run a test are checked as each test runs, so a swap undone
+        before the next tick is seen in place (a change made after these run is gone before the report exists)."""
+
+        def pytest_runtest_call(self, item):
+            at_test()
+
+        def pytest_runtest_makereport(self, item, call):
+            at_test()
+
+        def pytest_runtest_logreport(self, report):
+            at_test()
+
+    def at_test():
+        try:
+            for manager in managers:
+                hooks(manager, type(manager), None, running)
+        except Exception:  # noqa: BLE001 - the tests must run as without us; the ticks and exit check again
+            pass
 
     def find_managers(kind):
         managers.extend(o for o in get_objects() if isinstance(o, kind) and o.project_name == "pytest")
+        for manager in managers:
+            type(manager).register(manager, Witness(), "qwen-swe-witness")
         if managers:
             watch(kind, "register", "registers a plugin with the test runner", deep=True)
             watch(kind, "unregister", "unregisters a plugin of the test runner", deep=True)
 
-    def hooks(manager, kind, gone):
+    def hooks(manager, kind, gone, only=None):
+        """Check the hook table (``only``: these hooks); ``gone`` collects implementations taken out (None: skip)."""
         relays = [manager.hook] + [getattr(p, "__dict__", {}).get("hook") for p in kind.get_plugins(manager)]
         for name, caller in [e for relay in relays for e in list(getattr(relay, "__dict__", {}).items())]:
+            if only is not None and name not in only:
+                continue
             source = origin(caller)
             if source:
                 finding("replaces the test runner's hook %s" % name, source)
@@ -55,11 +83,12 @@ def checks(origin, finding, watch, modules, get_objects, root):
                 elif type(getattr(function, "__func__", function)) is not FunctionType:  # plugins are Python
                     finding("makes the test runner's hook %s call %r" % (name, function), "the hook table")
             key = (id(manager), name)
-            for ident, impl in impls_seen.get(key, {}).items():
+            for ident, impl in impls_seen.get(key, {}).items() if gone is not None else ():
                 if ident not in impls and kind.is_registered(manager, getattr(impl, "plugin", None)):
                     gone[(key, ident)] = impls[ident] = impl  # a finding if still gone at the next check:
                     # pluggy's own unregister takes a plugin out of one hook at a time
-            impls_seen[key] = impls
+            if gone is not None:
+                impls_seen[key] = impls
 
     def items(manager, kind):
         for item in list(getattr(kind.get_plugin(manager, "session"), "items", None) or ()):
