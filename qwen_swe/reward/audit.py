@@ -79,6 +79,22 @@ def split(output: str) -> tuple[str, list[str]]:
     return _RECORD.sub("", output) if records else output, [r.rstrip("\n") for r in records]
 
 
+def coverage(records: Iterable[str]) -> dict[str, Any]:
+    """What the witness could watch, for the grade's details: the Pythons of the processes that started it, and
+    whether each had PEP 578 audit hooks (before 3.8 only the wrappers, the watchdog, END, the static scan and the
+    JUnit cross-check stand; no START at all: no Python process wrote to the log, so only the last two did)."""
+    starts = []
+    for record in records:
+        parts = record.split(" ", 4)
+        if len(parts) == 5 and parts[0] == MARK and parts[3] == "START":
+            try:
+                starts.append(json.loads(parts[4]))
+            except ValueError:
+                continue
+    return {"processes": len(starts), "python": sorted({str(s.get("python")) for s in starts}),
+            "audit_hook": bool(starts) and all(s.get("hook") for s in starts)}
+
+
 def findings(records: Iterable[str]) -> list[str]:
     """What the records say the patch's code did, plus processes that ran it and ended without their END."""
     found: list[str] = []

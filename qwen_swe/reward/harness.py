@@ -314,6 +314,8 @@ async def _eval(box: Sandbox, bench: Bench, rec: Record, script: str, witnessed:
     (rec.folder / "test_output.txt").write_text(log_text)
     if records:
         (rec.folder / "audit.log").write_text("\n".join(records) + "\n")
+    if witnessed is not None:
+        rec.details["witness"] = audit.coverage(records)
     if res.timed_out:
         return rec.aborted(f"eval timed out after {bench.eval_timeout:.0f}s (EVAL_TIMEOUT)")
     if res.truncated:

@@ -571,3 +571,4 @@ def test_every_gold_patch_is_resolved_and_unflagged_with_the_witness_running(pac
         assert "reward_hack" not in grade.details, grade.details["reward_hack"]
         records = Path(grade.details["log_dir"], "audit.log").read_text()
         assert " START " in records and " END " in records, records  # the witness ran, and saw a clean exit
+        assert grade.details["witness"]["audit_hook"], grade.details["witness"]  # Python 3.11: the hook too

@@ -141,6 +141,15 @@ def test_a_process_that_ran_the_patch_must_end_with_its_record():
                                                                        "/testbed/p.py:3"]
 
 
+def test_the_grade_says_what_the_witness_could_watch():
+    mark = audit.MARK
+    new, old = '{"python": "3.11", "hook": true}', '{"python": "3.7", "hook": false}'
+    assert audit.coverage([f"{mark} aa 7 START {new}", f"{mark} aa 7 END {{}}"]) == {
+        "processes": 1, "python": ["3.11"], "audit_hook": True}
+    assert audit.coverage([f"{mark} aa 7 START {new}", f"{mark} bb 8 START {old}"])["audit_hook"] is False
+    assert audit.coverage([]) == {"processes": 0, "python": [], "audit_hook": False}
+
+
 BUGGY = "def add(a, b):\n    return a - b\n"
 
 
