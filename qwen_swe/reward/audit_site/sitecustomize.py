@@ -291,7 +291,7 @@ def _install():
     # the settings and compiled here, before the code under test runs
     space = {"__builtins__": __builtins__}
     exec(compile(config["objects"], os.path.join(os.path.dirname(own_file), "pytest_objects.py"), "exec"), space)
-    dispatch, stripped = space["checks"](origin, finding, watch, modules, get_objects, os.getcwd() + os.sep)
+    dispatch, stripped = space["checks"](origin, finding, watch, modules, get_objects, os.getcwd() + os.sep, added)
 
     def check(final=False):
         with lock:
