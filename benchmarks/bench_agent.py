@@ -21,7 +21,8 @@ from qwen_swe.agent.bundle import build_bundle
 from qwen_swe.config.settings import load_settings
 from qwen_swe.data.prompts import build_prompt
 from qwen_swe.paths import AGENT_MOUNT, TASK_PACK, agent_bundle_dir
-from qwen_swe.sandbox.docker import DockerSandbox, reap
+from qwen_swe.sandbox.docker import DockerSandbox
+from qwen_swe.sandbox.docker_host import reap
 from qwen_swe.traffic.proxy import RecordingProxy
 from tests.scripted_server import ScriptedServer, smollm2_tokenizer
 from tests.task_pack import gold_edit
@@ -43,8 +44,11 @@ def bench_bundle() -> tuple[float, float, float]:
 async def one_rollout(row: dict, run_id: str) -> dict[str, float]:
     path, old, new = gold_edit(row["patch"])
     target = f"/testbed/{path}"
-    script = [hermes_call("read_file", file_path=target),
-              hermes_call("edit", file_path=target, old_string=old, new_string=new), "Done."]
+    script = [
+        hermes_call("read_file", file_path=target),
+        hermes_call("edit", file_path=target, old_string=old, new_string=new),
+        "Done.",
+    ]
     settings = load_settings([], env={}).replace(max_turns=8, agent_timeout=600.0)
     tok = smollm2_tokenizer()
     out: dict[str, float] = {}
@@ -54,22 +58,36 @@ async def one_rollout(row: dict, run_id: str) -> dict[str, float]:
     ):
         session = proxy.open_session()
         t0 = time.perf_counter()
-        async with DockerSandbox(row["image"], run_id=run_id, network="host", hide_future=False,
-                                 mounts={str(agent_bundle_dir()): AGENT_MOUNT}) as box:
+        async with DockerSandbox(
+            row["image"],
+            run_id=run_id,
+            network="host",
+            hide_future=False,
+            mounts={str(agent_bundle_dir()): AGENT_MOUNT},
+        ) as box:
             out["boot"] = time.perf_counter() - t0
-            ref = await box.exec(f"{AGENT_MOUNT}/node/bin/node {AGENT_MOUNT}/qwen-code/package/cli.js --version",
-                                 timeout=120)
+            ref = await box.exec(
+                f"{AGENT_MOUNT}/node/bin/node {AGENT_MOUNT}/qwen-code/package/cli.js --version", timeout=120
+            )
             out["cli_start"] = ref.seconds
             t1 = time.perf_counter()
-            result = await qa.run_agent(box, base_url=session.base_url, model="smollm2-135m",
-                                        prompt=build_prompt(row), agent=settings.agent,
-                                        inference=settings.inference, profile="compact")
+            result = await qa.run_agent(
+                box,
+                base_url=session.base_url,
+                model="smollm2-135m",
+                prompt=build_prompt(row),
+                agent=settings.agent,
+                inference=settings.inference,
+                profile="compact",
+            )
             patch = await qa.take_diff(box)
             out["rollout"] = time.perf_counter() - t1
             out["agent_process"] = result.seconds
         turns = proxy.close_session(session.id)
     if result.outcome != "completed" or len(turns) != 3 or f"+{new}" not in patch:
-        raise SystemExit(f"the scripted rollout did not complete as scripted: {result.outcome} {result.log_tail[-500:]}")
+        raise SystemExit(
+            f"the scripted rollout did not complete as scripted: {result.outcome} {result.log_tail[-500:]}"
+        )
     out["proxy_model_seconds"] = sum(t.latency for t in turns)
     return out
 
@@ -89,8 +107,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"command: .venv/bin/python -m benchmarks.bench_agent {flags}".rstrip())
     if not args.skip_bundle:
         t_build, t_copy, size = bench_bundle()
-        print(f"bundle build (npm pack + verify + unpack + check) {t_build:6.1f} s   reference copy of the finished "
-              f"bundle {t_copy:6.1f} s   ratio {t_build / t_copy:.2f}x   size {size:.0f} MB")
+        print(
+            f"bundle build (npm pack + verify + unpack + check) {t_build:6.1f} s   reference copy of the finished "
+            f"bundle {t_copy:6.1f} s   ratio {t_build / t_copy:.2f}x   size {size:.0f} MB"
+        )
     runs = []
     try:
         for i in range(args.repeat):
@@ -99,14 +119,20 @@ def main(argv: list[str] | None = None) -> None:
         for i in range(args.repeat):
             reap(f"bench-agent-{i}")
     best = min(runs, key=lambda r: r["rollout"])
-    print(f"task {row['instance_id']}, 3 scripted turns (read_file, edit, final text), compact profile, "
-          f"best of {args.repeat}")
+    print(
+        f"task {row['instance_id']}, 3 scripted turns (read_file, edit, final text), compact profile, "
+        f"best of {args.repeat}"
+    )
     print(f"container boot                {best['boot']:6.2f} s")
-    print(f"run_agent (settings, CLI, sweep, diff) {best['rollout']:6.2f} s   "
-          f"agent process {best['agent_process']:6.2f} s"
-          f"   of which model calls via proxy {best['proxy_model_seconds']:5.2f} s")
-    print(f"reference: CLI start (cli.js --version) in the container {best['cli_start']:6.2f} s   "
-          f"ratio rollout/CLI start {best['rollout'] / best['cli_start']:.1f}x")
+    print(
+        f"run_agent (settings, CLI, sweep, diff) {best['rollout']:6.2f} s   "
+        f"agent process {best['agent_process']:6.2f} s"
+        f"   of which model calls via proxy {best['proxy_model_seconds']:5.2f} s"
+    )
+    print(
+        f"reference: CLI start (cli.js --version) in the container {best['cli_start']:6.2f} s   "
+        f"ratio rollout/CLI start {best['rollout'] / best['cli_start']:.1f}x"
+    )
 
 
 if __name__ == "__main__":

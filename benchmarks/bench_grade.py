@@ -23,19 +23,27 @@ from qwen_swe.data.taskpack import pack_task
 from qwen_swe.errors import TaskPackError
 from qwen_swe.reward import scoring as grading
 from qwen_swe.reward.harness import grade_async
-from qwen_swe.sandbox.docker import labels_for, reap
+from qwen_swe.sandbox.docker_host import labels_for, reap
 from qwen_swe.sandbox.factory import DockerSandboxes
 
-_BY_HAND = "cd /testbed && printf %s \"$PATCH\" > /tmp/p.diff && git apply /tmp/p.diff && printf %s \"$EVAL\" > /eval.sh " \
-           "&& bash /eval.sh"
+_BY_HAND = (
+    'cd /testbed && printf %s "$PATCH" > /tmp/p.diff && git apply /tmp/p.diff && printf %s "$EVAL" > /eval.sh '
+    "&& bash /eval.sh"
+)
 
 
 def direct(client: docker.DockerClient, task: dict, run_id: str) -> tuple[float, str]:
     """The reference: the same eval in a container of the same image, nothing else."""
     t0 = time.perf_counter()
-    c = client.containers.run(task["image"], entrypoint=["bash", "-c", _BY_HAND], command=[], detach=True,
-                              network_mode="none", labels=labels_for(run_id, "bench"),
-                              environment={"PATCH": task["patch"], "EVAL": grading.eval_script(task)})
+    c = client.containers.run(
+        task["image"],
+        entrypoint=["bash", "-c", _BY_HAND],
+        command=[],
+        detach=True,
+        network_mode="none",
+        labels=labels_for(run_id, "bench"),
+        environment={"PATCH": task["patch"], "EVAL": grading.eval_script(task)},
+    )
     try:
         c.wait(timeout=600)
         log = c.logs().decode(errors="replace")
@@ -59,12 +67,20 @@ def main(argv: list[str] | None = None) -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             settings = Settings.build(output_dir=Path(tmp))
-            direct(client, task, run_id)   # warm the page cache for both paths
+            direct(client, task, run_id)  # warm the page cache for both paths
             for _ in range(args.runs):
                 t0 = time.perf_counter()
-                g = asyncio.run(grade_async(task, task["patch"], reward=settings.reward, sandbox=settings.sandbox,
-                                            log_dir=settings.output_dir / "grades", run_id=run_id,
-                                            sandboxes=DockerSandboxes(settings.sandbox, client=client)))
+                g = asyncio.run(
+                    grade_async(
+                        task,
+                        task["patch"],
+                        reward=settings.reward,
+                        sandbox=settings.sandbox,
+                        log_dir=settings.output_dir / "grades",
+                        run_id=run_id,
+                        sandboxes=DockerSandboxes(settings.sandbox, client=client),
+                    )
+                )
                 graded.append(time.perf_counter() - t0)
                 if not g.resolved:
                     sys.exit(f"the gold patch of {task['instance_id']} did not resolve: {g.status} {g.reason}")

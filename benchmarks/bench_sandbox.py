@@ -17,7 +17,8 @@ import uuid
 import docker
 
 from qwen_swe.paths import TASK_PACK
-from qwen_swe.sandbox.docker import DockerSandbox, labels_for, reap
+from qwen_swe.sandbox.docker import DockerSandbox
+from qwen_swe.sandbox.docker_host import labels_for, reap
 
 
 def pct(values: list[float], q: float) -> float:
@@ -27,8 +28,9 @@ def pct(values: list[float], q: float) -> float:
 
 async def ours(image: str, run_id: str, client: docker.DockerClient) -> float:
     t0 = time.perf_counter()
-    async with DockerSandbox(image, run_id=run_id, role="bench", network="none", hide_future=False,
-                             client=client) as sb:
+    async with DockerSandbox(
+        image, run_id=run_id, role="bench", network="none", hide_future=False, client=client
+    ) as sb:
         res = await sb.exec("echo ok", timeout=60)
     if res.output != "ok\n":
         raise SystemExit(f"exec gave {res!r}")
@@ -37,8 +39,14 @@ async def ours(image: str, run_id: str, client: docker.DockerClient) -> float:
 
 def bare(image: str, run_id: str, client: docker.DockerClient) -> float:
     t0 = time.perf_counter()
-    c = client.containers.run(image, entrypoint=["sleep", "infinity"], command=[], detach=True, network_mode="none",
-                              labels=labels_for(run_id, "bench"))
+    c = client.containers.run(
+        image,
+        entrypoint=["sleep", "infinity"],
+        command=[],
+        detach=True,
+        network_mode="none",
+        labels=labels_for(run_id, "bench"),
+    )
     try:
         c.exec_run(["bash", "-c", "echo ok"])
     finally:
@@ -60,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     client = docker.from_env(timeout=300)
     mine, ref = [], []
     try:
-        bare(image, run_id, client)   # warm-up
+        bare(image, run_id, client)  # warm-up
         for _ in range(args.runs):
             mine.append(asyncio.run(ours(image, run_id, client)))
             ref.append(bare(image, run_id, client))

@@ -29,7 +29,7 @@ import requests
 
 from benchmarks.bench_sandbox import ours as one_sandbox  # the same sandbox cycle, timed
 from qwen_swe.paths import TASK_PACK
-from qwen_swe.sandbox.docker import reap
+from qwen_swe.sandbox.docker_host import reap
 
 MAIN_PIDFILE = Path("/var/run/docker.pid")  # dockerd's default pid file
 START_TIMEOUT = 60.0
@@ -50,16 +50,25 @@ class PrivateEngine:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> docker.DockerClient:
-        cmd = ["dockerd", "--iptables=false", "--ip6tables=false", "--bridge=none", f"--storage-driver={self.driver}",
-               f"--data-root={self.folder / 'root'}", f"--exec-root={self.folder / 'exec'}",
-               f"--pidfile={self.folder / 'docker.pid'}", f"--host=unix://{self.socket}"]
+        cmd = [
+            "dockerd",
+            "--iptables=false",
+            "--ip6tables=false",
+            "--bridge=none",
+            f"--storage-driver={self.driver}",
+            f"--data-root={self.folder / 'root'}",
+            f"--exec-root={self.folder / 'exec'}",
+            f"--pidfile={self.folder / 'docker.pid'}",
+            f"--host=unix://{self.socket}",
+        ]
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise SystemExit(f"dockerd --storage-driver={self.driver} exited {self.proc.returncode}: "
-                                 f"see {self.log}")
+                raise SystemExit(
+                    f"dockerd --storage-driver={self.driver} exited {self.proc.returncode}: see {self.log}"
+                )
             if self.socket.exists():
                 try:  # the socket appears before the API answers
                     return docker.DockerClient(base_url=f"unix://{self.socket}", timeout=300)
@@ -107,8 +116,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         other_client = engine.start()
         loaded = copy_image(image, main_client, other_client)
-        engines = {main_driver: (main_client, int(MAIN_PIDFILE.read_text())),
-                   other_driver: (other_client, engine.proc.pid)}
+        engines = {
+            main_driver: (main_client, int(MAIN_PIDFILE.read_text())),
+            other_driver: (other_client, engine.proc.pid),
+        }
         for client, _ in engines.values():
             asyncio.run(one_sandbox(image, run_id, client))  # warm-up
         for _ in range(args.runs):
@@ -127,10 +138,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"command: .venv/bin/python -m benchmarks.bench_storage {flags}".rstrip())
     print(f"image {image}; {args.runs} alternating runs; the {other_driver} engine was loaded in {loaded:.1f} s")
     for driver in ("vfs", "overlay2"):
-        print(f"{driver:9s} sandbox start+exec+remove  p50 {statistics.median(times[driver]):6.2f} s  "
-              f"max {max(times[driver]):6.2f} s   dockerd CPU {statistics.median(cpu[driver]):6.2f} s per sandbox")
-    print(f"ratio overlay2 / vfs: wall {statistics.median(times['overlay2']) / statistics.median(times['vfs']):.3f}x, "
-          f"dockerd CPU {statistics.median(cpu['overlay2']) / max(statistics.median(cpu['vfs']), 0.01):.3f}x")
+        print(
+            f"{driver:9s} sandbox start+exec+remove  p50 {statistics.median(times[driver]):6.2f} s  "
+            f"max {max(times[driver]):6.2f} s   dockerd CPU {statistics.median(cpu[driver]):6.2f} s per sandbox"
+        )
+    print(
+        f"ratio overlay2 / vfs: wall {statistics.median(times['overlay2']) / statistics.median(times['vfs']):.3f}x, "
+        f"dockerd CPU {statistics.median(cpu['overlay2']) / max(statistics.median(cpu['vfs']), 0.01):.3f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -24,21 +24,31 @@ from qwen_swe.data.taskpack import TASKS_JSONL, pack_task
 from qwen_swe.errors import TaskPackError
 from qwen_swe.reward.harness import Grade, grade_async
 from qwen_swe.reward.settings import RewardSettings
-from qwen_swe.sandbox.docker import reap
+from qwen_swe.sandbox.docker_host import reap
 from qwen_swe.sandbox.factory import DockerSandboxes
 from qwen_swe.sandbox.settings import SandboxSettings
 
 
 def _grade(task: dict, witness: bool, log_dir: Path, run_id: str, client: docker.DockerClient) -> tuple[float, Grade]:
     t0 = time.perf_counter()
-    grade = asyncio.run(grade_async(task, task["patch"], reward=RewardSettings(eval_timeout=300.0),
-                                    sandbox=SandboxSettings(image_namespace=""), run_id=run_id, log_dir=log_dir,
-                                    sandboxes=DockerSandboxes(SandboxSettings(image_namespace=""), client=client),
-                                    witness=witness))
+    grade = asyncio.run(
+        grade_async(
+            task,
+            task["patch"],
+            reward=RewardSettings(eval_timeout=300.0),
+            sandbox=SandboxSettings(image_namespace=""),
+            run_id=run_id,
+            log_dir=log_dir,
+            sandboxes=DockerSandboxes(SandboxSettings(image_namespace=""), client=client),
+            witness=witness,
+        )
+    )
     seconds = time.perf_counter() - t0
     if not grade.resolved or "reward_hack" in grade.details:
-        sys.exit(f"the gold patch of {task['instance_id']} (witness {witness}) was not resolved cleanly: "
-                 f"{grade.status} {grade.reason}")
+        sys.exit(
+            f"the gold patch of {task['instance_id']} (witness {witness}) was not resolved cleanly: "
+            f"{grade.status} {grade.reason}"
+        )
     return seconds, grade
 
 
@@ -81,12 +91,15 @@ def main(argv: list[str] | None = None) -> None:
     for instance_id, m in medians.items():
         print(f"{instance_id:28} {_cells(m, 'grade')}   {_cells(m, 'eval')}")
     total = {key: sum(m[key] for m in medians.values()) for key in next(iter(medians.values()))}
-    print(f"summed over the tasks, with / without the witness: grade {_cells(total, 'grade')}, eval step "
-          f"{_cells(total, 'eval')}")
+    print(
+        f"summed over the tasks, with / without the witness: grade {_cells(total, 'grade')}, eval step "
+        f"{_cells(total, 'eval')}"
+    )
 
 
 def _cells(m: dict[tuple[bool, str], float], what: str) -> str:
     return f"{m[True, what]:8.2f}s {m[False, what]:7.2f}s {m[True, what] / m[False, what]:5.2f}x"
+
 
 if __name__ == "__main__":
     main()

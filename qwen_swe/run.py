@@ -22,7 +22,7 @@ from qwen_swe.evaluate.__main__ import main as evaluate_main
 from qwen_swe.inference.launcher import serving
 from qwen_swe.paths import REPO_ROOT, cache_home, embedded_model_dir, python_path
 from qwen_swe.plan.placement import devices_env
-from qwen_swe.sandbox.docker import reap, reap_until_quiet
+from qwen_swe.sandbox.docker_host import reap, reap_until_quiet
 from qwen_swe.supervise import SUPERVISOR, Interrupted
 from qwen_swe.supervise import install as install_supervisor
 from qwen_swe.train.checkpoint import complete_checkpoints
@@ -43,8 +43,9 @@ def load_run_settings(argv: Sequence[str], env: Mapping[str, str] | None = None)
     return resolve_run_settings(argv, env)[0]
 
 
-def resolve_run_settings(argv: Sequence[str], env: Mapping[str, str] | None = None
-                         ) -> tuple[Settings, dict[str, str], Path | None]:
+def resolve_run_settings(
+    argv: Sequence[str], env: Mapping[str, str] | None = None
+) -> tuple[Settings, dict[str, str], Path | None]:
     """``load_run_settings``, with where each given value came from and the settings.json resumed from (if any)."""
     given, sources = given_with_sources(argv, env)
     folder = run_folder(given)
@@ -68,8 +69,17 @@ def print_config(argv: Sequence[str]) -> int:
 
 def trainer_command(settings: Settings, settings_file: Path, gpus: tuple[int, ...] = ()) -> list[str]:
     procs = len(gpus) or settings.train.train_procs or _default_procs()  # one rank per placed GPU
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}",
-            "-m", "qwen_swe.train.trainer", "--settings", str(settings_file)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={procs}",
+        "-m",
+        "qwen_swe.train.trainer",
+        "--settings",
+        str(settings_file),
+    ]
 
 
 def _default_procs() -> int:
@@ -80,8 +90,12 @@ def _default_procs() -> int:
 
 def run_trainer(settings: Settings, gpus: tuple[int, ...] = ()) -> int:
     """Run torchrun in its own process group, dying with this process; stopped by its group id on the way out."""
-    env = {**os.environ, **devices_env(gpus), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-           "PYTHONPATH": python_path(inherited=os.environ.get("PYTHONPATH"))}
+    env = {
+        **os.environ,
+        **devices_env(gpus),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "PYTHONPATH": python_path(inherited=os.environ.get("PYTHONPATH")),
+    }
     cmd = trainer_command(settings, settings.write(settings.output_dir), gpus)  # with the started server's URL
     log.info("trainer: %s", " ".join(cmd))
     proc = SUPERVISOR.spawn(cmd, env=env, cwd=REPO_ROOT)
@@ -99,8 +113,9 @@ def ensure_task_images(settings: Settings) -> None:
     proc = SUPERVISOR.spawn(cmd, cwd=REPO_ROOT)
     try:
         if proc.wait(timeout=3600) != 0:
-            raise TaskPackError(f"generating the embedded tasks failed (exit {proc.returncode}); run "
-                                f"`{' '.join(cmd[1:])}` to see why")
+            raise TaskPackError(
+                f"generating the embedded tasks failed (exit {proc.returncode}); run `{' '.join(cmd[1:])}` to see why"
+            )
     finally:
         SUPERVISOR.stop(proc, grace=settings.stop_timeout)
 
@@ -111,8 +126,11 @@ def ensure_policy(settings: Settings) -> Settings:
     while its inputs are the same. MODEL=<folder> trains that folder instead, the base model included."""
     if not settings.embedded or settings.inference.model or settings.offline:
         return settings
-    log.info("embedded default: the policy is the warm-started SmolLM2 (python -m qwen_swe.warmstart build; "
-             "MODEL=%s trains the base model)", embedded_model_dir())
+    log.info(
+        "embedded default: the policy is the warm-started SmolLM2 (python -m qwen_swe.warmstart build; "
+        "MODEL=%s trains the base model)",
+        embedded_model_dir(),
+    )
     return settings.replace(model=str(ensure_warm_start(WarmStartSpec(), cache_home())))
 
 
@@ -149,8 +167,12 @@ def run(settings: Settings) -> int:
         ensure_task_images(settings)
         settings = ensure_policy(settings)
     settings.write(settings.output_dir)
-    log.info("run %s -> %s (%s)", settings.label, settings.output_dir,
-             "embedded default" if settings.embedded else settings.inference.vllm_url)
+    log.info(
+        "run %s -> %s (%s)",
+        settings.label,
+        settings.output_dir,
+        "embedded default" if settings.embedded else settings.inference.vllm_url,
+    )
     place = preflight.check(settings)  # the GPU placement, () on CPU
     reap(settings.label)  # leftovers of a runner that was killed with SIGKILL
     try:

@@ -5,7 +5,8 @@ It shows that the grader needs only ``qwen_swe.sandbox.base``: a machine is a te
 (its prefixes, first on PATH: the eval scripts' ``python3 -m pytest``) bound read-only; every command runs
 chrooted into it inside fresh mount, network and PID namespaces (``unshare``), so the eval script's absolute paths
 (``/testbed``, ``/eval.sh``, ``/tmp/patch.diff``) are the machine's own, it has no network, and nothing it starts
-outlives the command. Needs root and util-linux ``unshare``. It isolates paths, not privileges: a test double for
+outlives the command; the request's mounts are bound read-only, its disk budget is not kept (no backend but Docker's
+measures one). Needs root and util-linux ``unshare``. It isolates paths, not privileges: a test double for
 trusted test code, never a place for untrusted patches (the Docker sandbox is).
 """
 
@@ -32,14 +33,22 @@ from qwen_swe.sandbox.shell import CHECKOUT_BASE, CappedOutput, sh
 
 PYTHON_DIRS = sorted({p for p in (sys.prefix, sys.base_prefix) if not p.startswith("/usr/")})
 READ_ONLY = ("/usr", "/etc", *PYTHON_DIRS)
-BASE_ENV = {"PATH": f"{sys.prefix}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "HOME": "/root", "LANG": "C.UTF-8"}
+BASE_ENV = {
+    "PATH": f"{sys.prefix}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/root",
+    "LANG": "C.UTF-8",
+}
 
 
-def _setup(root: Path) -> str:
-    """The mounts of one command's private root (they vanish with its mount namespace)."""
-    binds = [f"mount --bind {shlex.quote(d)} {shlex.quote(f'{root}{d}')} && "
-             f"mount -o remount,bind,ro {shlex.quote(f'{root}{d}')}" for d in READ_ONLY]
+def _setup(root: Path, mounts: Mapping[str, str]) -> str:
+    """The mounts of one command's private root (they vanish with its mount namespace): the host's read-only
+    folders and the request's (host folder -> path inside), read-only too."""
+    pairs = [(d, d) for d in READ_ONLY] + list(mounts.items())
+    binds = [
+        f"mount --bind {shlex.quote(host)} {shlex.quote(f'{root}{inside}')} && "
+        f"mount -o remount,bind,ro {shlex.quote(f'{root}{inside}')}"
+        for host, inside in pairs
+    ]
     r = shlex.quote(str(root))
     return " && ".join([*binds, f"mount --rbind /dev {r}/dev", f"mount -t proc proc {r}/proc"])
 
@@ -62,7 +71,7 @@ class LocalSandbox(Sandbox):
 
     async def start(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="qwen-swe-local-"))
-        for d in ("dev", "proc", "tmp", "root", TESTBED, *READ_ONLY):
+        for d in ("dev", "proc", "tmp", "root", TESTBED, *READ_ONLY, *self.request.mounts.values()):
             (self.root / d.lstrip("/")).mkdir(parents=True, exist_ok=True)
         for link in ("bin", "sbin", "lib", "lib64"):  # merged-/usr hosts: the links lead into the bound /usr
             if Path("/", link).is_symlink():
@@ -73,17 +82,30 @@ class LocalSandbox(Sandbox):
             if res.exit_code != 0:
                 raise SandboxError(f"checking out {self.request.base_commit} failed: {res.output[-2000:]}")
 
-    async def exec(self, cmd: str, timeout: float, *, workdir: str | None = None,
-                   env: dict[str, str] | None = None) -> ExecResult:
+    async def exec(
+        self, cmd: str, timeout: float, *, workdir: str | None = None, env: dict[str, str] | None = None
+    ) -> ExecResult:
         root = self._require()
         inner = f"cd {shlex.quote(workdir or TESTBED)} && {cmd}"
-        script = f"{_setup(root)} && exec chroot {shlex.quote(str(root))} /bin/bash -c {shlex.quote(inner)}"
+        chroot = f"exec chroot {shlex.quote(str(root))} /bin/bash -c {shlex.quote(inner)}"
+        script = f"{_setup(root, self.request.mounts)} && {chroot}"
         t0 = time.monotonic()
-        isolated = ["--net"] if self.request.network in (None, "none") else []   # else the host's, as Docker's host
+        isolated = ["--net"] if self.request.network in (None, "none") else []  # else the host's, as Docker's host
         proc = await asyncio.create_subprocess_exec(
-            "unshare", "--mount", *isolated, "--pid", "--fork", "--kill-child", "sh", "-c", script,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**BASE_ENV, **(env or {})},
-            start_new_session=True)
+            "unshare",
+            "--mount",
+            *isolated,
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "sh",
+            "-c",
+            script,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**BASE_ENV, **(env or {})},
+            start_new_session=True,
+        )
         buf = CappedOutput(self.request.output_limit)
         timed_out = False
         try:
@@ -94,8 +116,13 @@ class LocalSandbox(Sandbox):
             if proc.returncode is None:
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
-        return ExecResult(exit_code=-1 if timed_out else proc.returncode, output=buf.text(), timed_out=timed_out,
-                          truncated=buf.dropped > 0, seconds=time.monotonic() - t0)
+        return ExecResult(
+            exit_code=-1 if timed_out else proc.returncode,
+            output=buf.text(),
+            timed_out=timed_out,
+            truncated=buf.dropped > 0,
+            seconds=time.monotonic() - t0,
+        )
 
     @staticmethod
     async def _drain(proc: asyncio.subprocess.Process, buf: CappedOutput) -> None:

@@ -26,15 +26,19 @@ from qwen_swe.evaluate.grade_only import grade_predictions, load_done
 from qwen_swe.evaluate.predictions import read_predictions
 from qwen_swe.evaluate.report import build_report
 from qwen_swe.inference.launcher import serving
-from qwen_swe.sandbox.docker import reap
+from qwen_swe.sandbox.docker_host import reap
 from qwen_swe.supervise import Interrupted
 from qwen_swe.supervise import install as install_supervisor
 
 
 def parser() -> argparse.ArgumentParser:
     """The evaluation's own flags; the rest of the arguments are run settings (their --help lists them)."""
-    p = argparse.ArgumentParser(prog="python -m qwen_swe.evaluate", description=__doc__, add_help=False,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m qwen_swe.evaluate",
+        description=__doc__,
+        add_help=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--predictions", type=Path, help="grade this SWE-bench predictions JSONL")
     mode.add_argument("--agent", action="store_true", help="run the agent EVAL_SAMPLES times per instance")
@@ -63,10 +67,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return stop.exit_code
     report["seconds"] = round(time.monotonic() - t0, 3)
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(f"resolved {report['resolved_instances']}/{report['submitted_instances']} instances "
-          f"(pass@1 {report['pass_at_k'].get('1', 0.0):.3f}, resolve rate {report['resolve_rate']:.3f} "
-          f"[{report['resolve_rate_ci95'][0]:.3f}, {report['resolve_rate_ci95'][1]:.3f}]); errors "
-          f"{report['error_instances']}, empty {report['empty_patch_instances']} -> {out / 'report.json'}")
+    print(
+        f"resolved {report['resolved_instances']}/{report['submitted_instances']} instances "
+        f"(pass@1 {report['pass_at_k'].get('1', 0.0):.3f}, resolve rate {report['resolve_rate']:.3f} "
+        f"[{report['resolve_rate_ci95'][0]:.3f}, {report['resolve_rate_ci95'][1]:.3f}]); errors "
+        f"{report['error_instances']}, empty {report['empty_patch_instances']} -> {out / 'report.json'}"
+    )
     return 0
 
 
@@ -87,9 +93,13 @@ def _grade_only(settings: Settings, rows: dict[str, dict], own: argparse.Namespa
     for line in bad + [f"unknown instance id: {iid}" for iid in unknown]:
         print(f"skipped: {line}", file=sys.stderr)
     results = asyncio.run(grade_predictions(predictions, rows, settings, out, own.concurrency))
-    return build_report(results, dataset_ids=rows, submitted_ids=[p.instance_id for p in predictions
-                                                                  if p.instance_id in rows],
-                        unknown_ids=unknown, bad_lines=bad)
+    return build_report(
+        results,
+        dataset_ids=rows,
+        submitted_ids=[p.instance_id for p in predictions if p.instance_id in rows],
+        unknown_ids=unknown,
+        bad_lines=bad,
+    )
 
 
 if __name__ == "__main__":

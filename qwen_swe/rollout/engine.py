@@ -25,8 +25,8 @@ from qwen_swe.paths import AGENT_MOUNT, agent_bundle_dir
 from qwen_swe.reward.harness import Grade, GradeStatus, grade_async
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.rollout.settings import RolloutSettings
-from qwen_swe.sandbox.disk import DiskBudget
-from qwen_swe.sandbox.docker import DockerSandbox
+from qwen_swe.sandbox.base import Sandbox, SandboxFactory, SandboxRequest
+from qwen_swe.sandbox.factory import DockerSandboxes
 from qwen_swe.sandbox.settings import parse_size
 from qwen_swe.traffic.endpoint import SOCKET_DIR_IN_CONTAINER
 from qwen_swe.traffic.proxy import RecordingProxy
@@ -38,9 +38,18 @@ log = logging.getLogger("qwen_swe.rollout")
 
 
 class RolloutEngine:
-    """Owns the proxy, the tokenizer and the concurrency bounds for a whole run."""
+    """Owns the proxy, the tokenizer and the concurrency bounds for a whole run. ``sandboxes`` makes the rollout and
+    grading machines (default: Docker containers, the rollout ones bounded by SANDBOX_BOOT_CONCURRENCY)."""
 
-    def __init__(self, settings: Settings, *, upstream: str, model: str, served_model: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        upstream: str,
+        model: str,
+        served_model: str | None = None,
+        sandboxes: SandboxFactory | None = None,
+    ) -> None:
         self.settings = settings
         self.upstream = upstream
         self.model = model  # HF name or folder: the tokenizer and chat template the proxy renders with
@@ -51,6 +60,8 @@ class RolloutEngine:
         self._executor: ThreadPoolExecutor | None = None
         self._samples = asyncio.Semaphore(settings.rollout.rollout_concurrency)
         self._boot = asyncio.Semaphore(settings.sandbox.boot_concurrency)
+        self._sandboxes = sandboxes or DockerSandboxes(settings.sandbox, boot_limit=self._boot)
+        self._grade_sandboxes = sandboxes  # None: the grader's default (its own containers, starts not bounded)
 
     async def start(self) -> None:
         from transformers import AutoTokenizer  # late: heavy, and only the rollout side needs it
@@ -61,10 +72,15 @@ class RolloutEngine:
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rollout")
         asyncio.get_running_loop().set_default_executor(self._executor)
         self.tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self.model)
-        self.proxy = RecordingProxy(self.upstream, model=self.served_model, tokenizer=self.tokenizer,
-                                    mode="tokens", request_timeout=self.settings.inference.request_timeout,
-                                    tool_parser=tool_call_parser_for(self.model),
-                                    api_key=self.settings.inference.api_key)
+        self.proxy = RecordingProxy(
+            self.upstream,
+            model=self.served_model,
+            tokenizer=self.tokenizer,
+            mode="tokens",
+            request_timeout=self.settings.inference.request_timeout,
+            tool_parser=tool_call_parser_for(self.model),
+            api_key=self.settings.inference.api_key,
+        )
         await self.proxy.start()
         warn_network(self.settings.sandbox.sandbox_network)
 
@@ -102,8 +118,9 @@ class RolloutEngine:
         instance = attempt_row(sample)
         stamp(sample, weight_version=self.weight_version)
         t0 = time.monotonic()
-        session = self.proxy.open_session({"instance_id": instance["instance_id"], "index": sample.index},
-                                          seed=run_of(sample).attempt_seed)
+        session = self.proxy.open_session(
+            {"instance_id": instance["instance_id"], "index": sample.index}, seed=run_of(sample).attempt_seed
+        )
 
         def fresh_session() -> str:  # a re-run of the agent starts from an empty session
             nonlocal session
@@ -111,48 +128,89 @@ class RolloutEngine:
             return session.base_url
 
         try:  # the sandbox raises SandboxError (an InfraError) for whatever its engine does
-            async with self.proxy.endpoint(session.id) as endpoint, self._start_sandbox(instance, endpoint.folder) \
-                    as sandbox, DiskBudget(sandbox.name, parse_size(self.settings.sandbox.sandbox_disk)):
-                agent = await self._run_agent(sandbox, endpoint.socket_in_container, str(sample.prompt),
-                                              fresh_session)
+            async with (
+                self.proxy.endpoint(session.id) as endpoint,
+                self._start_sandbox(instance, endpoint.folder) as sandbox,
+            ):
+                agent = await self._run_agent(sandbox, endpoint.socket_in_container, str(sample.prompt), fresh_session)
                 patch = await take_diff(sandbox)
         finally:
             turns = self.proxy.close_session(session.id)
         if session.bug is not None:  # a bug in the proxy, not the infrastructure: fail loudly
             raise session.bug
         t_agent = time.monotonic()
-        stamp(sample, conversation=transcript(turns), outcome=agent.outcome, patch=patch,
-              final_message=agent.final_message, agent_seconds=round(t_agent - t0, 3), tool_calls=agent.tool_calls)
+        stamp(
+            sample,
+            conversation=transcript(turns),
+            outcome=agent.outcome,
+            patch=patch,
+            final_message=agent.final_message,
+            agent_seconds=round(t_agent - t0, 3),
+            tool_calls=agent.tool_calls,
+        )
         _check_agent(agent, turns)
         traj = self._build_trajectory(turns)
         grade = await self._grade(instance, patch, agent, traj)
         return self._fill(sample, traj, grade, turns, grade_seconds=time.monotonic() - t_agent)
 
-    def _start_sandbox(self, instance: dict, endpoint_dir: Any) -> DockerSandbox:
-        """The rollout container: SANDBOX_NETWORK (default none), the bundle and the session's socket folder mounted."""
+    def _start_sandbox(self, instance: dict, endpoint_dir: Any) -> Sandbox:
+        """The rollout machine: SANDBOX_NETWORK (default none), the bundle and the session's socket folder mounted,
+        what it writes bounded by SANDBOX_DISK."""
         mounts = {str(agent_bundle_dir()): AGENT_MOUNT, str(endpoint_dir): SOCKET_DIR_IN_CONTAINER}
-        return DockerSandbox.for_instance(
-            self.settings.sandbox, instance, run_id=self.settings.label, role="rollout", mounts=mounts,
-            base_commit=instance.get("base_commit"), hide_future=True, boot_limit=self._boot)
+        return self._sandboxes(
+            SandboxRequest(
+                instance,
+                self.settings.label,
+                "rollout",
+                base_commit=instance.get("base_commit"),
+                hide_future=True,
+                mounts=mounts,
+                disk_limit=parse_size(self.settings.sandbox.sandbox_disk),
+            )
+        )
 
-    async def _run_agent(self, sandbox: DockerSandbox, model_socket: str, prompt: str,
-                         fresh_session: Callable[[], str]) -> AgentResult:
+    async def _run_agent(
+        self, sandbox: Sandbox, model_socket: str, prompt: str, fresh_session: Callable[[], str]
+    ) -> AgentResult:
         s = self.settings
-        return await run_agent(sandbox, base_url="", model=self.served_model, prompt=prompt, agent=s.agent,
-                               inference=s.inference, profile="compact" if s.embedded else "full",
-                               fresh_session=fresh_session, model_socket=model_socket)
+        return await run_agent(
+            sandbox,
+            base_url="",
+            model=self.served_model,
+            prompt=prompt,
+            agent=s.agent,
+            inference=s.inference,
+            profile="compact" if s.embedded else "full",
+            fresh_session=fresh_session,
+            model_socket=model_socket,
+        )
 
     def _build_trajectory(self, turns: list) -> Any:
         s = self.settings
-        return build_sample(turns, max_response_len=s.rollout.max_response_len, mask_truncated=s.rollout.mask_truncated,
-                            tokenizer=self.tokenizer)
+        return build_sample(
+            turns,
+            max_response_len=s.rollout.max_response_len,
+            mask_truncated=s.rollout.mask_truncated,
+            tokenizer=self.tokenizer,
+        )
 
     async def _grade(self, instance: dict, patch: str, agent: AgentResult, traj: Any) -> Grade:
-        stats = {"response_tokens": traj.metadata.get("sampled_tokens", traj.response_length),
-                 "tool_calls": agent.tool_calls, "completed": agent.outcome == "completed"}
+        stats = {
+            "response_tokens": traj.metadata.get("sampled_tokens", traj.response_length),
+            "tool_calls": agent.tool_calls,
+            "completed": agent.outcome == "completed",
+        }
         s = self.settings
-        grade = await grade_async(instance, patch, reward=s.reward, sandbox=s.sandbox, run_id=s.label,
-                                  log_dir=s.output_dir / "grades", agent_stats=stats)
+        grade = await grade_async(
+            instance,
+            patch,
+            reward=s.reward,
+            sandbox=s.sandbox,
+            run_id=s.label,
+            log_dir=s.output_dir / "grades",
+            agent_stats=stats,
+            sandboxes=self._grade_sandboxes,
+        )
         if grade.status != GradeStatus.GRADED:
             raise GradeAborted(grade.reason or "the grader aborted")
         return grade
@@ -163,10 +221,18 @@ class RolloutEngine:
             sample.rollout_log_probs = None
         sample.reward = float(grade.reward)
         sample.status = Status.TRUNCATED if traj.metadata.get("truncated") else Status.COMPLETED
-        stamp(sample, resolved=grade.resolved, reward_hack_suspected=bool(grade.details.get("reward_hack")),
-              f2p_passed=grade.f2p_passed, p2p_passed=grade.p2p_passed, grade_details=_jsonable(grade.details),
-              grade_timings=grade.timings, trajectory=_jsonable(traj.metadata), turns=len(turns),
-              grade_seconds=round(grade_seconds, 3))
+        stamp(
+            sample,
+            resolved=grade.resolved,
+            reward_hack_suspected=bool(grade.details.get("reward_hack")),
+            f2p_passed=grade.f2p_passed,
+            p2p_passed=grade.p2p_passed,
+            grade_details=_jsonable(grade.details),
+            grade_timings=grade.timings,
+            trajectory=_jsonable(traj.metadata),
+            turns=len(turns),
+            grade_seconds=round(grade_seconds, 3),
+        )
         # every version a turn was sampled with (a trajectory may span a sync); the record keeps the oldest, the start's
         started = run_of(sample).weight_version
         assert started is not None  # stamped when the attempt began
@@ -177,6 +243,7 @@ class RolloutEngine:
     # --- one batch -----------------------------------------------------------------------------
     async def run_groups(self, groups: list[list[Sample]], stats: BatchStats) -> list[list[Sample]]:
         """Run groups concurrently; return the complete ones (see ``run_batch``)."""
+
         async def run_samples(samples: list[Sample]) -> None:
             await asyncio.gather(*(self.run_sample(x, stats) for x in samples))
 
@@ -186,18 +253,25 @@ class RolloutEngine:
 def warn_network(network: str) -> None:
     """Say, once per engine, when rollout containers are given a network beyond their model socket."""
     if network != "none":
-        log.warning("SANDBOX_NETWORK=%s: rollout containers are not cut off; the agent's shell can reach %s. Use it "
-                    "only for images whose tests need the network; the default, none, leaves only the session's "
-                    "model socket", network, "every service on this host's loopback (the inference server and its "
-                    "admin routes, the trainer, Ray) and the internet" if network == "host" else "other machines")
+        log.warning(
+            "SANDBOX_NETWORK=%s: rollout containers are not cut off; the agent's shell can reach %s. Use it "
+            "only for images whose tests need the network; the default, none, leaves only the session's "
+            "model socket",
+            network,
+            "every service on this host's loopback (the inference server and its "
+            "admin routes, the trainer, Ray) and the internet"
+            if network == "host"
+            else "other machines",
+        )
 
 
 # Runs some samples of one group (a first attempt, or the refills of its dropped ones), filling them in place.
 GroupRunner = Callable[[list[Sample]], Awaitable[None]]
 
 
-async def run_batch(run_samples: GroupRunner, groups: list[list[Sample]], stats: BatchStats,
-                    rollout: RolloutSettings) -> list[list[Sample]]:
+async def run_batch(
+    run_samples: GroupRunner, groups: list[list[Sample]], stats: BatchStats, rollout: RolloutSettings
+) -> list[list[Sample]]:
     """Run groups concurrently; return the complete ones (a group with a dropped sample is refilled or gone).
 
     ``rollout_timeout`` bounds the whole batch: groups still running then are cancelled (their containers are

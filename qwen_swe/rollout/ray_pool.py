@@ -31,17 +31,22 @@ from qwen_swe.errors import DropReason, InfraError, SetupError
 from qwen_swe.rollout.engine import run_batch
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.rollout.ray_worker import RolloutWorker
-from qwen_swe.sandbox.docker import reap
+from qwen_swe.sandbox.docker_host import reap
 
 log = logging.getLogger("qwen_swe.rollout.ray")
 
-START_TIMEOUT = 600.0   # seconds a worker may take to start (tokenizer load, reap of a busy node)
-STOP_TIMEOUT = 120.0    # seconds a worker may take to stop its engine and reap its node
-NODES_TIMEOUT = 60.0    # seconds a cluster-state query may take
+START_TIMEOUT = 600.0  # seconds a worker may take to start (tokenizer load, reap of a busy node)
+STOP_TIMEOUT = 120.0  # seconds a worker may take to stop its engine and reap its node
+NODES_TIMEOUT = 60.0  # seconds a cluster-state query may take
 # What Ray raises when the actor running a call, or its node, is gone (ActorUnavailableError is a RayActorError).
 WORKER_LOST_ERRORS: tuple[type[BaseException], ...] = (
-    ray.exceptions.RayActorError, ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError,
-    ray.exceptions.LocalRayletDiedError, ray.exceptions.ObjectLostError, ray.exceptions.OwnerDiedError)
+    ray.exceptions.RayActorError,
+    ray.exceptions.NodeDiedError,
+    ray.exceptions.WorkerCrashedError,
+    ray.exceptions.LocalRayletDiedError,
+    ray.exceptions.ObjectLostError,
+    ray.exceptions.OwnerDiedError,
+)
 
 
 @dataclass
@@ -50,7 +55,7 @@ class WorkerSlot:
 
     handle: Any
     node_id: str
-    load: int = 0                                   # samples in flight on it
+    load: int = 0  # samples in flight on it
     instances: set[str] = field(default_factory=set)  # instances it ran (their images are on its node)
     alive: bool = True
 
@@ -95,14 +100,17 @@ class RayRolloutPool:
                 ray.init()
                 self._own_ray = True
         except Exception as exc:  # noqa: BLE001 - Ray raises several unrelated types for an unreachable cluster
-            raise SetupError(f"cannot join the Ray cluster at RAY_ADDRESS={address or '(local)'}: {exc}; start it "
-                             "with `ray start --head` (docs/guides/ray.md) or unset ROLLOUT_BACKEND") from exc
+            raise SetupError(
+                f"cannot join the Ray cluster at RAY_ADDRESS={address or '(local)'}: {exc}; start it "
+                "with `ray start --head` (docs/guides/ray.md) or unset ROLLOUT_BACKEND"
+            ) from exc
 
     async def stop(self) -> None:
         """Stop every live worker (each reaps its node), then reap the driver's own Docker engine."""
         live = [s for s in self.slots if s.alive]
-        results = await asyncio.gather(*(self._await(s.handle.stop.remote(), STOP_TIMEOUT) for s in live),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(self._await(s.handle.stop.remote(), STOP_TIMEOUT) for s in live), return_exceptions=True
+        )
         for slot, result in zip(live, results):
             if isinstance(result, BaseException):
                 log.warning("rollout worker on node %s did not stop cleanly: %r", slot.node_id[:12], result)
@@ -111,8 +119,11 @@ class RayRolloutPool:
         try:  # single host: the dead workers' containers are in this engine; a cluster: the head node's share
             await asyncio.to_thread(reap, self.settings.label)
         except InfraError as exc:
-            log.warning("no local Docker engine to reap (%s); dead nodes keep their containers until a worker "
-                        "of this run starts there again", exc)
+            log.warning(
+                "no local Docker engine to reap (%s); dead nodes keep their containers until a worker "
+                "of this run starts there again",
+                exc,
+            )
         if self._own_ray:
             ray.shutdown()
             self._own_ray = False
@@ -129,30 +140,45 @@ class RayRolloutPool:
             slot.alive = slot.alive and slot.node_id in alive
         self.slots = [s for s in self.slots if s.alive]
         want = self.settings.rollout.ray_workers_per_node
-        new = [self._spawn(node) for node in sorted(alive)
-               for _ in range(want - sum(s.node_id == node for s in self.slots))]
-        results = await asyncio.gather(*(self._await(s.handle.start.remote(), START_TIMEOUT) for s in new),
-                                       return_exceptions=True)
+        new = [
+            self._spawn(node)
+            for node in sorted(alive)
+            for _ in range(want - sum(s.node_id == node for s in self.slots))
+        ]
+        results = await asyncio.gather(
+            *(self._await(s.handle.start.remote(), START_TIMEOUT) for s in new), return_exceptions=True
+        )
         for slot, result in zip(new, results):
             if isinstance(result, BaseException):
                 _kill(slot.handle)
                 if strict:
-                    raise SetupError(f"the rollout worker on Ray node {slot.node_id} did not start: {result!r}; each "
-                                     "node needs Docker, the task images, the agent bundle and the model's tokenizer")
+                    raise SetupError(
+                        f"the rollout worker on Ray node {slot.node_id} did not start: {result!r}; each "
+                        "node needs Docker, the task images, the agent bundle and the model's tokenizer"
+                    )
                 log.warning("rollout worker on node %s did not start, skipped: %r", slot.node_id[:12], result)
                 continue
             self.slots.append(slot)
             if result["reaped"]:
-                log.info("node %s (%s): removed %d containers an earlier worker left", slot.node_id[:12],
-                         result["host"], result["reaped"])
+                log.info(
+                    "node %s (%s): removed %d containers an earlier worker left",
+                    slot.node_id[:12],
+                    result["host"],
+                    result["reaped"],
+                )
         if strict and not self.slots:
-            raise SetupError("no Ray node offers CPUs for rollout workers; add nodes with `ray start "
-                             "--address=HEAD:6379` (docs/guides/ray.md)")
+            raise SetupError(
+                "no Ray node offers CPUs for rollout workers; add nodes with `ray start "
+                "--address=HEAD:6379` (docs/guides/ray.md)"
+            )
 
     def _spawn(self, node_id: str) -> WorkerSlot:
         actor = ray.remote(RolloutWorker).options(
-            num_cpus=0, max_restarts=0, max_concurrency=10_000,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False))
+            num_cpus=0,
+            max_restarts=0,
+            max_concurrency=10_000,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+        )
         handle = actor.remote(self.settings, upstream=self.upstream, model=self.model, served_model=self.served_model)
         return WorkerSlot(handle=handle, node_id=node_id)
 

@@ -20,7 +20,7 @@ from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample, stamp
 from qwen_swe.rollout.engine import RolloutEngine
 from qwen_swe.rollout.progress import BatchStats
-from qwen_swe.sandbox.docker import reap
+from qwen_swe.sandbox.docker_host import reap
 
 
 class RolloutWorker:

@@ -9,7 +9,7 @@ import abc
 import shlex
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, Self
 
 from qwen_swe.errors import SandboxError
@@ -19,7 +19,7 @@ from qwen_swe.paths import TESTBED
 @dataclass
 class ExecResult:
     exit_code: int
-    output: str          # stdout and stderr merged, head and tail kept when over the limit
+    output: str  # stdout and stderr merged, head and tail kept when over the limit
     timed_out: bool
     truncated: bool
     seconds: float
@@ -30,18 +30,20 @@ class SandboxRequest:
     """A new machine for one SWE-bench row, as its caller needs it; the backend adds its own limits and image names."""
 
     instance: Mapping[str, Any]
-    run_id: str                      # the label a run's clean-up finds its machines by
-    role: str                        # "rollout", "grade", ...
-    network: str | None = None       # None: the backend's own setting
-    base_commit: str | None = None   # checked out at start when given
-    hide_future: bool = True         # scrub commits after base_commit
-    output_limit: int = 1 << 20      # bytes of one command's output kept (head and tail)
+    run_id: str  # the label a run's clean-up finds its machines by
+    role: str  # "rollout", "grade", ...
+    network: str | None = None  # None: the backend's own setting
+    base_commit: str | None = None  # checked out at start when given
+    hide_future: bool = True  # scrub commits after base_commit
+    output_limit: int = 1 << 20  # bytes of one command's output kept (head and tail)
+    mounts: Mapping[str, str] = field(default_factory=dict)  # host folder -> path inside, read-only
+    disk_limit: int = 0  # bytes the machine may write (0: no budget); past it a command fails
 
 
 class Sandbox(abc.ABC):
     """An isolated machine with a repository in it; ``async with`` guarantees it is removed on every path."""
 
-    image: str = ""   # what the machine is made from, for logs
+    image: str = ""  # what the machine is made from, for logs
 
     async def prepare(self) -> None:  # noqa: B027 - an optional step: a no-op unless a sandbox needs it
         """Fetch what ``start`` needs (an image), so a caller can time the two apart; nothing by default."""
@@ -50,8 +52,9 @@ class Sandbox(abc.ABC):
     async def start(self) -> None: ...
 
     @abc.abstractmethod
-    async def exec(self, cmd: str, timeout: float, *, workdir: str | None = None,
-                   env: dict[str, str] | None = None) -> ExecResult: ...
+    async def exec(
+        self, cmd: str, timeout: float, *, workdir: str | None = None, env: dict[str, str] | None = None
+    ) -> ExecResult: ...
 
     @abc.abstractmethod
     async def read_file(self, path: str) -> bytes: ...
@@ -72,8 +75,9 @@ class Sandbox(abc.ABC):
         git = "git -c safe.directory='*' -c core.fileMode=false"
         # intent-to-add only the untracked files: `git add -N .` would also stage deletions, hiding them
         new = f"{git} ls-files -z --others --exclude-standard | xargs -0 -r {git} add -N --"
-        res = await self.exec(f"{new} && {git} diff --no-color --no-ext-diff -- . {specs} > {out}",
-                              timeout=120, workdir=repo)
+        res = await self.exec(
+            f"{new} && {git} diff --no-color --no-ext-diff -- . {specs} > {out}", timeout=120, workdir=repo
+        )
         if res.exit_code != 0:
             raise SandboxError(f"git diff in {repo} failed (exit {res.exit_code}): {res.output[-2000:]}")
         try:

@@ -18,7 +18,7 @@ import docker
 import docker.errors
 
 from qwen_swe.errors import DropReason, SandboxError
-from qwen_swe.sandbox.docker import DOCKER_TIMEOUT, ENGINE_ERRORS
+from qwen_swe.sandbox.docker_host import DOCKER_TIMEOUT, ENGINE_ERRORS
 
 log = logging.getLogger("qwen_swe.sandbox")
 
@@ -56,8 +56,10 @@ class DiskBudget:
         if self._client is not None:
             self._client.close()
         if self.exceeded is not None and not isinstance(exc, asyncio.CancelledError):
-            raise DiskLimitExceeded(f"container {self.name} wrote {self.exceeded >> 20} MiB, past SANDBOX_DISK "
-                                    f"({self.limit >> 20} MiB); it was killed") from exc
+            raise DiskLimitExceeded(
+                f"container {self.name} wrote {self.exceeded >> 20} MiB, past SANDBOX_DISK "
+                f"({self.limit >> 20} MiB); it was killed"
+            ) from exc
 
     async def _watch(self) -> None:
         while True:

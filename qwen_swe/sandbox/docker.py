@@ -1,4 +1,5 @@
-"""Containers for rollouts and grading: a small async contract and its Docker implementation.
+"""Containers for rollouts and grading: the sandbox contract (``base.py``) on Docker; the host around them (client,
+images, labels, ``reap``) is ``docker_host.py``.
 
 Why this shape:
 - The agent and the grader only need start / exec / read / write / diff / stop, so the contract is that small;
@@ -29,134 +30,28 @@ import tarfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 import docker
 import docker.errors
-import requests
 
 from qwen_swe.errors import SandboxError
 from qwen_swe.paths import TESTBED
 from qwen_swe.sandbox.base import ExecResult, Sandbox
+from qwen_swe.sandbox.docker_host import ENGINE_ERRORS, LABEL, docker_client, ensure_image, image_for, labels_for
+from qwen_swe.sandbox.docker_host import reap as reap  # tests/integration/test_reward_hacking.py's import
 from qwen_swe.sandbox.settings import SandboxSettings
 from qwen_swe.sandbox.shell import CHECKOUT_BASE, EXEC_WRAPPER, HIDE_FUTURE, KILL_GROUP, CappedOutput, sh
 
-LABEL = "qwen-swe"
 log = logging.getLogger("qwen_swe.sandbox")
-ARCH = "x86_64"
-DOCKER_TIMEOUT = 120      # seconds a Docker API call may stall (exec streams are not bounded by it)
-KILL_GRACE = 10.0         # seconds to wait for an exec stream to end after its process group was killed
-RESTART_GRACE = 60.0      # seconds a restart may take: Docker reaps every process of the container first
-PIDS_LIMIT = 1024         # processes per container: far above a test suite's, low enough that a bomb is cheap to end
+KILL_GRACE = 10.0  # seconds to wait for an exec stream to end after its process group was killed
+RESTART_GRACE = 60.0  # seconds a restart may take: Docker reaps every process of the container first
+PIDS_LIMIT = 1024  # processes per container: far above a test suite's, low enough that a bomb is cheap to end
 _PG_DIR = "/tmp"
 
 T = TypeVar("T")
 P = ParamSpec("P")
-
-
-def image_for(instance: Mapping[str, Any], namespace: str = "swebench") -> str:
-    """The instance's image: its ``image`` column when present, else swebench's official name.
-
-    With a namespace the name is ``<ns>/sweb.eval.x86_64.<id>:latest`` with ``__`` written ``_1776_`` (Docker Hub
-    forbids double underscores); with ``namespace=""`` it is the local name ``sweb.eval.x86_64.<id>:latest``.
-    Both follow swebench 4.1.0's ``TestSpec.instance_image_key``.
-    """
-    if instance.get("image"):
-        return str(instance["image"])
-    key = f"sweb.eval.{ARCH}.{instance['instance_id'].lower()}:latest"
-    return f"{namespace}/{key}".replace("__", "_1776_") if namespace else key
-
-
-def labels_for(run_id: str, role: str) -> dict[str, str]:
-    return {LABEL: "1", f"{LABEL}.run": run_id, f"{LABEL}.role": role}
-
-
-def docker_client(timeout: int = DOCKER_TIMEOUT) -> docker.DockerClient:
-    """A client for the local engine, with an error that says how to start one."""
-    try:
-        client = docker.from_env(timeout=timeout)
-        client.ping()
-        return client
-    except Exception as exc:  # noqa: BLE001 - docker raises several unrelated types here
-        raise SandboxError(f"cannot reach the Docker engine ({exc}); start it (scripts/setup.sh) or set DOCKER_HOST")\
-            from exc
-
-
-def ensure_image(client: docker.DockerClient, image: str) -> None:
-    """Make sure ``image`` is present locally; pull it once when its name has a registry namespace.
-
-    Never builds and never retries: a missing image is a setup problem and the error says how to fix it. The pull
-    streams progress, so the client's timeout bounds a stall, not a long download. Blocking; call it from a thread.
-    """
-    try:
-        client.images.get(image)
-        return
-    except docker.errors.ImageNotFound:
-        pass
-    except docker.errors.APIError as exc:
-        raise SandboxError(f"Docker could not inspect image {image}: {exc}") from exc
-    how = (f"pull it (docker pull {image}) on a host that reaches its registry, or build the local task images "
-           f"with `python -m qwen_swe.data.taskpack build`")
-    name, tag = _split_ref(image)
-    if "/" not in name:
-        raise SandboxError(f"image {image} is not present locally; {how}")
-    try:
-        client.images.pull(name, tag=tag)
-    except Exception as exc:  # noqa: BLE001 - network, registry and auth errors all mean "not available"
-        raise SandboxError(f"image {image} is not present locally and pulling it failed ({exc}); {how}") from exc
-
-
-def _split_ref(image: str) -> tuple[str, str | None]:
-    """(repository, tag) of an image reference; a digest reference keeps its digest in the repository part."""
-    if "@" in image:
-        return image, None
-    if ":" in image.rsplit("/", 1)[-1]:
-        name, tag = image.rsplit(":", 1)
-        return name, tag
-    return image, "latest"
-
-
-def reap(run_id: str | None = None, client: docker.DockerClient | None = None) -> int:
-    """Force-remove every container labelled by this project (of one run when ``run_id`` is given).
-
-    A run calls this at start and at exit, so containers of a runner killed with SIGKILL are gone by the next start.
-    Returns how many were removed.
-    """
-    own = client is None
-    client = client or docker_client()
-    filters = [f"{LABEL}=1"] + ([f"{LABEL}.run={run_id}"] if run_id else [])
-    removed = 0
-    try:
-        for c in client.containers.list(all=True, filters={"label": filters}, ignore_removed=True):
-            try:
-                c.remove(force=True)
-                removed += 1
-            except docker.errors.NotFound:
-                pass
-            except docker.errors.APIError as exc:  # still being created or removed: the next sweep gets it
-                log.warning("could not remove %s yet: %s", c.name, exc)
-    finally:
-        if own:
-            client.close()
-    return removed
-
-
-def reap_until_quiet(run_id: str, *, quiet: float = 10.0, timeout: float = 60.0) -> int:
-    """``reap`` until nothing of the run has appeared for ``quiet`` seconds (at most ``timeout``).
-
-    A process killed in the middle of a container create leaves the request in flight in the daemon; that container
-    lands after a first sweep, so a stopping run sweeps until the daemon is quiet.
-    """
-    start = last_found = time.monotonic()
-    total = 0
-    while True:
-        found = reap(run_id)
-        total += found
-        now = time.monotonic()
-        last_found = now if found else last_found
-        if now - last_found >= quiet or now - start >= timeout:
-            return total
-        time.sleep(1.0)
 
 
 async def _finish(fn: Callable[[], T]) -> T:
@@ -172,31 +67,45 @@ async def _finish(fn: Callable[[], T]) -> T:
         raise
 
 
-ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
-
-
 def _engine_errors(
     method: Callable[Concatenate[DockerSandbox, P], Awaitable[T]],
 ) -> Callable[Concatenate[DockerSandbox, P], Coroutine[Any, Any, T]]:
     """A sandbox method whose Docker engine failures (API, connection, HTTP timeouts) raise ``SandboxError``."""
+
     @functools.wraps(method)
     async def wrapped(self: DockerSandbox, *args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return await method(self, *args, **kwargs)
         except ENGINE_ERRORS as exc:
-            raise SandboxError(f"the Docker engine failed during {method.__name__} of {self.name} ({self.image}): "
-                               f"{exc}") from exc
+            raise SandboxError(
+                f"the Docker engine failed during {method.__name__} of {self.name} ({self.image}): {exc}"
+            ) from exc
+
     return wrapped
 
 
 class DockerSandbox(Sandbox):
     """One container from ``image``; see the module docstring for the guarantees."""
 
-    def __init__(self, image: str, *, run_id: str, role: str = "rollout", cpus: float = 1.0, memory: str = "4g",
-                 network: str = "host", mounts: Mapping[str, str] | None = None,
-                 env: Mapping[str, str] | None = None, workdir: str = TESTBED, base_commit: str | None = None,
-                 hide_future: bool = True, boot_limit: asyncio.Semaphore | None = None, output_limit: int = 1 << 20,
-                 client: docker.DockerClient | None = None) -> None:
+    def __init__(
+        self,
+        image: str,
+        *,
+        run_id: str,
+        role: str = "rollout",
+        cpus: float = 1.0,
+        memory: str = "4g",
+        network: str = "host",
+        mounts: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+        workdir: str = TESTBED,
+        base_commit: str | None = None,
+        hide_future: bool = True,
+        boot_limit: asyncio.Semaphore | None = None,
+        output_limit: int = 1 << 20,
+        client: docker.DockerClient | None = None,
+        guard: Callable[[str], AbstractAsyncContextManager[Any]] | None = None,
+    ) -> None:
         self.image, self.run_id, self.role = image, run_id, role
         self.cpus, self.memory, self.network = cpus, memory, network
         self.mounts = dict(mounts or {})
@@ -207,15 +116,52 @@ class DockerSandbox(Sandbox):
         self._client = client
         self._own_client = client is None
         self._container: Any = None
+        self.guard = guard  # given the container's name: entered once it runs, left before it is removed
+        self._guarding: AbstractAsyncContextManager[Any] | None = None
 
     @classmethod
-    def for_instance(cls, settings: SandboxSettings, instance: Mapping[str, Any], *, run_id: str, role: str,
-                     network: str | None = None, **kw: Any) -> DockerSandbox:
+    def for_instance(
+        cls,
+        settings: SandboxSettings,
+        instance: Mapping[str, Any],
+        *,
+        run_id: str,
+        role: str,
+        network: str | None = None,
+        **kw: Any,
+    ) -> DockerSandbox:
         """A sandbox for a SWE-bench row: its image (see ``image_for``), the section's limits and network."""
-        return cls(image_for(instance, settings.image_namespace), run_id=run_id, role=role, cpus=settings.sandbox_cpus,
-                   memory=settings.sandbox_memory, network=network or settings.sandbox_network, **kw)
+        return cls(
+            image_for(instance, settings.image_namespace),
+            run_id=run_id,
+            role=role,
+            cpus=settings.sandbox_cpus,
+            memory=settings.sandbox_memory,
+            network=network or settings.sandbox_network,
+            **kw,
+        )
 
     # --- lifecycle --------------------------------------------------------------------------
+    async def __aenter__(self) -> Self:
+        await super().__aenter__()
+        if self.guard is not None:
+            guarding = self.guard(self.name)
+            try:
+                await guarding.__aenter__()
+            except BaseException:
+                await self.stop()
+                raise
+            self._guarding = guarding
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        guarding, self._guarding = self._guarding, None
+        try:
+            if guarding is not None:  # may raise what it guards against (DiskLimitExceeded), from the block's error
+                await guarding.__aexit__(*exc)
+        finally:
+            await self.stop()
+
     @_engine_errors
     async def prepare(self) -> None:
         """``ensure_image`` ahead of ``start`` (which checks again, cheaply); a failure releases the client."""
@@ -244,18 +190,33 @@ class DockerSandbox(Sandbox):
         if script:
             res = await self.exec(sh(script, self.workdir, self.base_commit or ""), timeout=600)
             if res.exit_code != 0:
-                raise SandboxError(f"preparing {self.workdir} of {self.image} at base_commit {self.base_commit} "
-                                   f"failed (exit {res.exit_code}): {res.output[-2000:]}")
+                raise SandboxError(
+                    f"preparing {self.workdir} of {self.image} at base_commit {self.base_commit} "
+                    f"failed (exit {res.exit_code}): {res.output[-2000:]}"
+                )
 
     def _create(self) -> None:
         volumes = {host: {"bind": inside, "mode": "ro"} for host, inside in self.mounts.items()}
         try:
             assert self._client is not None  # start() made it
             self._container = self._client.containers.run(
-                self.image, entrypoint=["sleep", "infinity"], command=[], detach=True, name=self.name,
-                labels=labels_for(self.run_id, self.role), network_mode=self.network, environment=self.env,
-                working_dir=self.workdir, volumes=volumes, nano_cpus=int(self.cpus * 1e9), mem_limit=self.memory,
-                memswap_limit=self.memory, pids_limit=PIDS_LIMIT, user="root", init=True)
+                self.image,
+                entrypoint=["sleep", "infinity"],
+                command=[],
+                detach=True,
+                name=self.name,
+                labels=labels_for(self.run_id, self.role),
+                network_mode=self.network,
+                environment=self.env,
+                working_dir=self.workdir,
+                volumes=volumes,
+                nano_cpus=int(self.cpus * 1e9),
+                mem_limit=self.memory,
+                memswap_limit=self.memory,
+                pids_limit=PIDS_LIMIT,
+                user="root",
+                init=True,
+            )
         except docker.errors.ImageNotFound as exc:
             raise SandboxError(f"image {self.image} vanished before its container started: {exc}") from exc
         except docker.errors.APIError as exc:
@@ -282,15 +243,15 @@ class DockerSandbox(Sandbox):
             pass
         except docker.errors.APIError as exc:
             if "already in progress" not in str(exc):
-                raise SandboxError(f"could not remove container {self.name}: {exc}; "
-                                   f"`reap` removes it later") from exc
+                raise SandboxError(f"could not remove container {self.name}: {exc}; `reap` removes it later") from exc
         finally:
             self._container = None
 
     # --- commands ---------------------------------------------------------------------------
     @_engine_errors
-    async def exec(self, cmd: str, timeout: float, *, workdir: str | None = None,
-                   env: dict[str, str] | None = None) -> ExecResult:
+    async def exec(
+        self, cmd: str, timeout: float, *, workdir: str | None = None, env: dict[str, str] | None = None
+    ) -> ExecResult:
         container = self._require()
         assert self._client is not None  # there is a container, so a client
         pg_file = f"{_PG_DIR}/.{LABEL}-pg-{uuid.uuid4().hex[:12]}"
@@ -298,14 +259,21 @@ class DockerSandbox(Sandbox):
         t0 = time.monotonic()
         try:
             created = await asyncio.to_thread(
-                api.exec_create, container.id, ["bash", "-c", EXEC_WRAPPER, pg_file, cmd],
-                workdir=workdir or self.workdir, environment=env or None, user="root")
+                api.exec_create,
+                container.id,
+                ["bash", "-c", EXEC_WRAPPER, pg_file, cmd],
+                workdir=workdir or self.workdir,
+                environment=env or None,
+                user="root",
+            )
             exec_id = created["Id"]
             # a CancellableStream: through to_thread mypy picks exec_start's first overload (bytes)
             stream: Any = await asyncio.to_thread(api.exec_start, exec_id, stream=True)
         except docker.errors.APIError as exc:
-            raise SandboxError(f"exec in container {self.name} ({self.image}) failed: {exc}; "
-                               "the container may have crashed or been removed") from exc
+            raise SandboxError(
+                f"exec in container {self.name} ({self.image}) failed: {exc}; "
+                "the container may have crashed or been removed"
+            ) from exc
         buf = CappedOutput(self.output_limit)
         reader = asyncio.ensure_future(asyncio.to_thread(_drain, stream, buf))
         timed_out = False
@@ -314,7 +282,7 @@ class DockerSandbox(Sandbox):
         except TimeoutError:
             timed_out = True
             if not await self._end_group(container, pg_file, reader):
-                stream.close()   # a process outside the group still holds the pipe: stop listening
+                stream.close()  # a process outside the group still holds the pipe: stop listening
                 await reader
         except asyncio.CancelledError:
             await asyncio.shield(self._cancel_exec(container, pg_file, stream, reader))
@@ -326,8 +294,13 @@ class DockerSandbox(Sandbox):
             except docker.errors.APIError as exc:
                 raise SandboxError(f"container {self.name} ({self.image}) vanished during exec: {exc}") from exc
             exit_code = -1 if code is None else int(code)
-        return ExecResult(exit_code=exit_code, output=buf.text(), timed_out=timed_out, truncated=buf.dropped > 0,
-                          seconds=time.monotonic() - t0)
+        return ExecResult(
+            exit_code=exit_code,
+            output=buf.text(),
+            timed_out=timed_out,
+            truncated=buf.dropped > 0,
+            seconds=time.monotonic() - t0,
+        )
 
     async def _end_group(self, container: Any, pg_file: str, reader: asyncio.Future) -> bool:
         """Kill the exec's process group and wait for its stream to end; if that fails (the kill's own exec cannot
@@ -337,7 +310,7 @@ class DockerSandbox(Sandbox):
             try:
                 await asyncio.wait_for(step(container, pg_file), bound)
             except TimeoutError:
-                pass   # the thread goes on; the next step does not need it
+                pass  # the thread goes on; the next step does not need it
             try:
                 await asyncio.wait_for(asyncio.shield(reader), KILL_GRACE)
                 return True
@@ -350,16 +323,19 @@ class DockerSandbox(Sandbox):
         try:
             await asyncio.to_thread(container.exec_run, ["bash", "-c", KILL_GROUP, pg_file], user="root")
         except docker.errors.APIError:
-            pass   # the container is gone, and with it the group
+            pass  # the container is gone, and with it the group
 
     async def _restart(self, container: Any, pg_file: str) -> None:
-        log.warning("%s (%s): a command outlived the kill of its process group (no pid left for the kill, or "
-                    "the group file was changed); restarting the container: its processes end, its files stay",
-                    self.name, self.image)
+        log.warning(
+            "%s (%s): a command outlived the kill of its process group (no pid left for the kill, or "
+            "the group file was changed); restarting the container: its processes end, its files stay",
+            self.name,
+            self.image,
+        )
         try:
             await asyncio.to_thread(container.restart, timeout=0)
         except docker.errors.APIError:
-            pass   # the container is gone, and with it the group
+            pass  # the container is gone, and with it the group
 
     async def _cancel_exec(self, container: Any, pg_file: str, stream: Any, reader: asyncio.Future) -> None:
         try:
@@ -381,6 +357,7 @@ class DockerSandbox(Sandbox):
                 if f is None:
                     raise SandboxError(f"{path} in {self.name} is not a regular file")
                 return f.read()
+
         try:
             return await asyncio.to_thread(read)
         except docker.errors.NotFound as exc:

@@ -25,7 +25,7 @@ from qwen_swe.config.settings import load_settings
 from qwen_swe.data.source import load_instances
 from qwen_swe.errors import SETUP_EXIT_CODE, SetupError
 from qwen_swe.paths import cache_home
-from qwen_swe.sandbox.docker import reap
+from qwen_swe.sandbox.docker_host import reap
 from qwen_swe.supervise import Interrupted, install
 from qwen_swe.warmstart.collect import collect
 from qwen_swe.warmstart.stage import DIGESTS, WarmStartSpec, ensure_warm_start, key
@@ -33,31 +33,52 @@ from qwen_swe.warmstart.stage import DIGESTS, WarmStartSpec, ensure_warm_start, 
 
 def parser() -> argparse.ArgumentParser:
     """One sub-command each; collect's unknown flags are run settings (``--seed``, ``--model``), build has its own."""
-    ap = argparse.ArgumentParser(prog="python -m qwen_swe.warmstart", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m qwen_swe.warmstart", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = ap.add_subparsers(dest="command", required=True)
-    collecting = commands.add_parser("collect", help="demonstrations of DATASET's tasks (run settings from the "
-                                     "environment or as flags)")
+    collecting = commands.add_parser(
+        "collect", help="demonstrations of DATASET's tasks (run settings from the environment or as flags)"
+    )
     collecting.add_argument("--out", type=Path, required=True, help="folder for demos.jsonl and demos_report.json")
-    collecting.add_argument("--recover", type=float, default=0.0,
-                            help="fraction of tasks with a second demonstration that stumbles on an edit, then "
-                            "recovers (default 0: none)")
+    collecting.add_argument(
+        "--recover",
+        type=float,
+        default=0.0,
+        help="fraction of tasks with a second demonstration that stumbles on an edit, then recovers (default 0: none)",
+    )
     default = {f.name: f.default for f in fields(WarmStartSpec)}
-    building = commands.add_parser("build", help="the cached warm start (defaults: the embedded default's)",
-                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    building.add_argument("--model", type=Path, default=None, help="the base model's HF folder (default: the "
-                          "embedded SmolLM2 folder)")
-    building.add_argument("--tasks", type=Path, default=None, help="a train split with its heldout.jsonl beside it "
-                          "(default: the seed-0 generated train split)")
+    building = commands.add_parser(
+        "build",
+        help="the cached warm start (defaults: the embedded default's)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    building.add_argument(
+        "--model", type=Path, default=None, help="the base model's HF folder (default: the embedded SmolLM2 folder)"
+    )
+    building.add_argument(
+        "--tasks",
+        type=Path,
+        default=None,
+        help="a train split with its heldout.jsonl beside it (default: the seed-0 generated train split)",
+    )
     building.add_argument("--demos", type=int, default=default["demos"], help="tasks demonstrated (0 = all)")
-    building.add_argument("--recover", type=float, default=default["recover"],
-                          help="fraction of them demonstrated again with a stumble and a recovery")
+    building.add_argument(
+        "--recover",
+        type=float,
+        default=default["recover"],
+        help="fraction of them demonstrated again with a stumble and a recovery",
+    )
     building.add_argument("--steps", type=int, default=default["steps"], help="SFT steps")
     building.add_argument("--batch", type=int, default=default["batch"], help="demonstrations per SFT step")
     building.add_argument("--lr", type=float, default=default["lr"], help="SFT learning rate")
     building.add_argument("--seed", type=int, default=default["seed"], help="the task draw's and SFT's seed")
-    building.add_argument("--mixed-precision", action=argparse.BooleanOptionalAction,
-                          default=default["mixed_precision"], help="bf16 compute in SFT")
+    building.add_argument(
+        "--mixed-precision",
+        action=argparse.BooleanOptionalAction,
+        default=default["mixed_precision"],
+        help="bf16 compute in SFT",
+    )
     building.add_argument("--print-key", action="store_true", help="print the key of these inputs; build nothing")
     return ap
 
@@ -65,8 +86,16 @@ def parser() -> argparse.ArgumentParser:
 def build(own: argparse.Namespace) -> int:
     """The warm start of these inputs, built unless cached; its folder is the last line printed."""
     paths = {name: value for name, value in (("model", own.model), ("tasks", own.tasks)) if value is not None}
-    spec = WarmStartSpec(**paths, demos=own.demos, recover=own.recover, steps=own.steps, batch=own.batch, lr=own.lr,
-                         seed=own.seed, mixed_precision=own.mixed_precision)
+    spec = WarmStartSpec(
+        **paths,
+        demos=own.demos,
+        recover=own.recover,
+        steps=own.steps,
+        batch=own.batch,
+        lr=own.lr,
+        seed=own.seed,
+        mixed_precision=own.mixed_precision,
+    )
     home = cache_home()
     if own.print_key:
         print(key(spec, home / "warmstart" / DIGESTS))

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from qwen_swe.config import settings as config
-from qwen_swe.sandbox.docker import LABEL, reap
+from qwen_swe.sandbox.docker_host import LABEL, reap
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,8 @@ from qwen_swe.agent.bundle import QWEN_CODE_VERSION, AgentBundle
 from qwen_swe.config.settings import load_settings
 from qwen_swe.data.prompts import SYSTEM_PROMPT_COMPACT, build_prompt
 from qwen_swe.paths import AGENT_MOUNT, agent_bundle_dir
-from qwen_swe.sandbox.docker import LABEL, DockerSandbox
+from qwen_swe.sandbox.docker import DockerSandbox
+from qwen_swe.sandbox.docker_host import LABEL
 from qwen_swe.traffic.proxy import RecordingProxy
 from qwen_swe.traffic.trajectory import build_sample
 from tests.scripted_server import Reply, ScriptedServer, fake_logprob, qwen3_tokenizer, smollm2_tokenizer
@@ -38,17 +39,28 @@ def task() -> dict[str, Any]:
 
 
 def _box(task: dict, run_id: str) -> DockerSandbox:
-    return DockerSandbox(task["image"], run_id=run_id, cpus=1.0, memory="2g", network="host",
-                         mounts={str(agent_bundle_dir()): AGENT_MOUNT}, base_commit=task.get("base_commit"),
-                         hide_future=False)
+    return DockerSandbox(
+        task["image"],
+        run_id=run_id,
+        cpus=1.0,
+        memory="2g",
+        network="host",
+        mounts={str(agent_bundle_dir()): AGENT_MOUNT},
+        base_commit=task.get("base_commit"),
+        hide_future=False,
+    )
 
 
 async def _processes(box: DockerSandbox) -> list[str]:
     """Command lines of every process in the container except PID 1 and this listing itself."""
-    res = await box.exec("for d in /proc/[0-9]*; do p=${d#/proc/}; [ $p = 1 ] && continue; "
-                         "c=$(tr '\\0' ' ' < $d/cmdline 2>/dev/null); echo \"$p $c\"; done", timeout=60)
-    return [line for line in res.output.splitlines() if line.strip() and "/proc/[0-9]*" not in line
-            and "tr \\0" not in line]
+    res = await box.exec(
+        "for d in /proc/[0-9]*; do p=${d#/proc/}; [ $p = 1 ] && continue; "
+        "c=$(tr '\\0' ' ' < $d/cmdline 2>/dev/null); echo \"$p $c\"; done",
+        timeout=60,
+    )
+    return [
+        line for line in res.output.splitlines() if line.strip() and "/proc/[0-9]*" not in line and "tr \\0" not in line
+    ]
 
 
 def _containers(run_id: str) -> list:
@@ -59,8 +71,19 @@ def _containers(run_id: str) -> list:
         client.close()
 
 
-async def _rollout(task: dict, run_id: str, script: list, settings, *, before=None, after=None, profile="compact",
-                   tokenizer=None, max_model_len=8192, bundle=AGENT_MOUNT):
+async def _rollout(
+    task: dict,
+    run_id: str,
+    script: list,
+    settings,
+    *,
+    before=None,
+    after=None,
+    profile="compact",
+    tokenizer=None,
+    max_model_len=8192,
+    bundle=AGENT_MOUNT,
+):
     tokenizer = tokenizer or smollm2_tokenizer()
     async with (
         ScriptedServer(script, tokenizer=tokenizer, max_model_len=max_model_len) as server,
@@ -76,10 +99,17 @@ async def _rollout(task: dict, run_id: str, script: list, settings, *, before=No
         async with _box(task, run_id) as box:
             if before:
                 await before(box)
-            result = await qa.run_agent(box, base_url=session.base_url, model="smollm2-135m",
-                                        prompt=build_prompt(task), agent=settings.agent,
-                                        inference=settings.inference, profile=profile, bundle=bundle,
-                                        fresh_session=fresh_session)
+            result = await qa.run_agent(
+                box,
+                base_url=session.base_url,
+                model="smollm2-135m",
+                prompt=build_prompt(task),
+                agent=settings.agent,
+                inference=settings.inference,
+                profile=profile,
+                bundle=bundle,
+                fresh_session=fresh_session,
+            )
             result = SimpleNamespace(**dataclasses.asdict(result), patch=await qa.take_diff(box))
             extra = await after(box) if after else None
         turns = proxy.close_session(session.id)
@@ -119,14 +149,19 @@ def test_scripted_rollout_edits_records_and_masks(task, run_id):
     settings = load_settings([], env={}).replace(max_turns=8, agent_timeout=300.0, tool_choice="required")
 
     async def plant_repo_settings(box):  # a repository's own settings must not win over ours
-        await box.write_file("/testbed/.qwen/settings.json", json.dumps(
-            {"model": {"generationConfig": {"samplingParams": {"max_tokens": 7}}}, "tools": {"core": ["glob"]}}))
+        await box.write_file(
+            "/testbed/.qwen/settings.json",
+            json.dumps(
+                {"model": {"generationConfig": {"samplingParams": {"max_tokens": 7}}}, "tools": {"core": ["glob"]}}
+            ),
+        )
 
     async def reflog(box):
         return (await box.exec("git -c safe.directory='*' reflog --format=%gs", timeout=60)).output
 
-    result, turns, tok, server, log = asyncio.run(_rollout(task, run_id, script, settings, before=plant_repo_settings,
-                                                           after=reflog))
+    result, turns, tok, server, log = asyncio.run(
+        _rollout(task, run_id, script, settings, before=plant_repo_settings, after=reflog)
+    )
 
     assert result.outcome == "completed" and not result.infra and result.exit_code == 0, result.log_tail
     assert result.tool_calls == 4
@@ -152,12 +187,12 @@ def test_scripted_rollout_edits_records_and_masks(task, run_id):
         assert t.logprobs == [fake_logprob(x, i) for i, x in enumerate(ids)]
         sampled.append((ids, t.logprobs))
     traj = build_sample(turns, max_response_len=settings.rollout.max_response_len, mask_truncated=False, tokenizer=tok)
-    response = traj.tokens[traj.prompt_length:]
+    response = traj.tokens[traj.prompt_length :]
     assert [x for x, m in zip(response, traj.loss_mask) if m] == [x for ids, _ in sampled for x in ids]
     assert [lp for lp, m in zip(traj.rollout_log_probs, traj.loss_mask) if m] == [v for _, lps in sampled for v in lps]
     assert traj.metadata["retained_fraction"] == 1.0 and traj.metadata["drift_count"] == 0
     assert 0 in traj.loss_mask  # tool results sit between the turns, untrained
-    assert traj.tokens[:traj.prompt_length] == turns[0].prompt_ids
+    assert traj.tokens[: traj.prompt_length] == turns[0].prompt_ids
 
 
 @pytest.mark.docker
@@ -166,12 +201,17 @@ def test_full_profile_with_qwen3_tokens(task, run_id):
     """The real-model path: qwen-code's own system prompt, 7 tools, no forced tool choice, Qwen3's template."""
     path, old, new = gold_edit(task["patch"])
     target = f"/testbed/{path}"
-    script = [hermes_call("read_file", file_path=target),
-              hermes_call("edit", file_path=target, old_string=old, new_string=new), "Done."]
+    script = [
+        hermes_call("read_file", file_path=target),
+        hermes_call("edit", file_path=target, old_string=old, new_string=new),
+        "Done.",
+    ]
     settings = load_settings([], env={"VLLM_URL": "http://unused:8000", "AGENT_MAX_TOKENS": "4096"}).replace(
-        max_turns=10, agent_timeout=300.0)
-    result, turns, tok, *_ = asyncio.run(_rollout(task, run_id, script, settings, profile="full",
-                                                  tokenizer=qwen3_tokenizer(), max_model_len=65536))
+        max_turns=10, agent_timeout=300.0
+    )
+    result, turns, tok, *_ = asyncio.run(
+        _rollout(task, run_id, script, settings, profile="full", tokenizer=qwen3_tokenizer(), max_model_len=65536)
+    )
     assert result.outcome == "completed" and result.tool_calls == 2, result.log_tail
     assert f"\n-{old}\n+{new}\n" in result.patch
     assert len(turns) == 3 and all(t.ok for t in turns)
@@ -199,12 +239,19 @@ def test_turn_limit(task, run_id):
 @pytest.mark.docker
 @pytest.mark.agent
 def test_hung_server_hits_the_budget_and_leaves_nothing_behind(task, run_id):
-    script = [hermes_call("run_shell_command", command="echo started > /tmp/bg-started; exec sleep 300",
-                          is_background=True, description="a background job that would outlive a careless kill"),
-              # silent for twice the budget: to the agent a hung server; it still answers in the end, so the
-              # proxy and the scripted server shut down at once instead of waiting out aiohttp's grace period
-              Reply(text="late", delay=40.0)]
+    script = [
+        hermes_call(
+            "run_shell_command",
+            command="echo started > /tmp/bg-started; exec sleep 300",
+            is_background=True,
+            description="a background job that would outlive a careless kill",
+        ),
+        # silent for twice the budget: to the agent a hung server; it still answers in the end, so the
+        # proxy and the scripted server shut down at once instead of waiting out aiohttp's grace period
+        Reply(text="late", delay=40.0),
+    ]
     settings = load_settings([], env={}).replace(max_turns=8, agent_timeout=20.0)
+
     async def after(box):
         return await _processes(box), await box.read_file("/tmp/bg-started")
 
@@ -230,10 +277,12 @@ def test_server_error_is_an_infrastructure_failure(task, run_id):
 # The lost-prompt condition, forced without racing a clock: the first run talks to the model (as a discarded run may
 # have before it died), then the real qwen-code starts with its stdin already at EOF, which it answers with
 # "No input provided via stdin" and exit 1, the same as a prompt that arrived after its 500 ms wait.
-_DISCARDED_CALL = ("fetch(process.env.OPENAI_BASE_URL + '/chat/completions', {method: 'POST', "
-                   "headers: {'content-type': 'application/json'}, body: JSON.stringify({model: "
-                   "process.env.OPENAI_MODEL, messages: [{role: 'user', content: 'from the discarded run'}]})})"
-                   ".then(r => r.text()).then(t => console.error('discarded run got: ' + t.slice(0, 60)))")
+_DISCARDED_CALL = (
+    "fetch(process.env.OPENAI_BASE_URL + '/chat/completions', {method: 'POST', "
+    "headers: {'content-type': 'application/json'}, body: JSON.stringify({model: "
+    "process.env.OPENAI_MODEL, messages: [{role: 'user', content: 'from the discarded run'}]})})"
+    ".then(r => r.text()).then(t => console.error('discarded run got: ' + t.slice(0, 60)))"
+)
 _LOST_PROMPT = f"""#!/bin/sh
 if [ ! -e /tmp/late/first ]; then
   : > /tmp/late/first
@@ -256,9 +305,17 @@ def test_a_run_that_lost_its_prompt_is_run_again_from_a_clean_session(task, run_
     async def first_run_happened(box):
         return (await box.exec("test -e /tmp/late/first", timeout=60)).exit_code == 0
 
-    result, turns, tok, server, raced = asyncio.run(_rollout(task, run_id, ["Nothing to change."], settings,
-                                                             before=wrapped_bundle, after=first_run_happened,
-                                                             bundle="/tmp/late"))
+    result, turns, tok, server, raced = asyncio.run(
+        _rollout(
+            task,
+            run_id,
+            ["Nothing to change."],
+            settings,
+            before=wrapped_bundle,
+            after=first_run_happened,
+            bundle="/tmp/late",
+        )
+    )
     assert raced, "the wrapper's first run did not happen"
     assert result.outcome == "completed" and not result.infra and result.exit_code == 0, result.log_tail
     assert result.final_message == "Nothing to change."
@@ -277,14 +334,18 @@ def test_a_statement_with_at_signs_reaches_the_model_whole_and_alone(task, run_i
     """SWE-bench statements hold decorators, e-mail addresses and mentions. Unescaped, qwen-code's ``@path``
     expansion put a space before each ``@`` and appended the contents of any path that exists."""
     path, _, _ = gold_edit(task["patch"])
-    statement = (f"`parse(\"https://bob:secret@host/p@th\")` fails; see @{path} and @property, "
-                 "reported by @someone (a@b.c).")
+    statement = (
+        f'`parse("https://bob:secret@host/p@th")` fails; see @{path} and @property, reported by @someone (a@b.c).'
+    )
     row = {**task, "problem_statement": statement}
     settings = load_settings([], env={}).replace(max_turns=4, agent_timeout=300.0)
     result, turns, _, _, _ = asyncio.run(_rollout(row, run_id, ["Nothing to change."], settings))
     assert result.outcome == "completed" and not result.infra, result.log_tail
     [user] = [m for m in turns[0].request_messages if m["role"] == "user"]
-    content = user["content"] if isinstance(user["content"], str) else "".join(
-        part.get("text", "") for part in user["content"])
+    content = (
+        user["content"]
+        if isinstance(user["content"], str)
+        else "".join(part.get("text", "") for part in user["content"])
+    )
     assert qa.escape_at(build_prompt(row)) in content  # every @ where it was, none with a space put before it
     assert "Content from" not in content and "def " not in content  # no file appended

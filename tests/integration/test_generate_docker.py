@@ -13,7 +13,8 @@ from qwen_swe.data.generate.tasks import generate
 from qwen_swe.data.taskpack import REPOS_DIR
 from qwen_swe.data.taskpack.check import check_task
 from qwen_swe.reward.harness import evaluate
-from qwen_swe.sandbox.docker import DockerSandbox, reap
+from qwen_swe.sandbox.docker import DockerSandbox
+from qwen_swe.sandbox.docker_host import reap
 from qwen_swe.sandbox.settings import SandboxSettings
 
 pytestmark = pytest.mark.docker
@@ -45,8 +46,9 @@ def test_editing_tests_is_not_a_fix(generated, tmp_path):
     test_file = json.loads(row["FAIL_TO_PASS"])[0].split("::")[0]
 
     async def grade_deleting_test() -> tuple:
-        box = DockerSandbox.for_instance(SANDBOX, row, run_id=RUN_ID, role="probe", base_commit=row["base_commit"],
-                                         hide_future=False)
+        box = DockerSandbox.for_instance(
+            SANDBOX, row, run_id=RUN_ID, role="probe", base_commit=row["base_commit"], hide_future=False
+        )
         async with box:
             await box.exec(f"rm {test_file}", timeout=60)
             real_patch = await box.git_diff("/testbed")
@@ -63,12 +65,14 @@ def test_rollout_sandbox_shows_only_the_bug(generated):
     row, mutation = task.row, task.mutation
 
     async def look() -> tuple[str, str, str]:
-        box = DockerSandbox.for_instance(SANDBOX, row, run_id=RUN_ID, role="rollout", base_commit=row["base_commit"],
-                                         hide_future=True)
+        box = DockerSandbox.for_instance(
+            SANDBOX, row, run_id=RUN_ID, role="rollout", base_commit=row["base_commit"], hide_future=True
+        )
         async with box:
             head = (await box.exec("git rev-parse HEAD", timeout=60)).output.strip()
-            commits = (await box.exec("git rev-list --all --reflog | wc -l; git for-each-ref | wc -l",
-                                      timeout=60)).output.split()
+            commits = (
+                await box.exec("git rev-list --all --reflog | wc -l; git for-each-ref | wc -l", timeout=60)
+            ).output.split()
             line = (await box.exec(f"sed -n {mutation.lineno}p {mutation.path}", timeout=60)).output
         return head, " ".join(commits), line
 

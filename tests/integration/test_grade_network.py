@@ -15,7 +15,7 @@ import pytest
 from qwen_swe.data.taskpack import pack_task
 from qwen_swe.reward.harness import Grade, grade_async
 from qwen_swe.reward.settings import RewardSettings
-from qwen_swe.sandbox.docker import reap
+from qwen_swe.sandbox.docker_host import reap
 from qwen_swe.sandbox.settings import SandboxSettings
 from tests.task_pack import require_images
 
@@ -48,15 +48,25 @@ def host_server():
 
 def _probe_row(port: int) -> dict:
     row = require_images([pack_task()])[0]
-    probe = (f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 3)\" "
-             "&& echo PROBE-REACHED || echo PROBE-UNREACHABLE; echo PROBE-NETS $(ls /sys/class/net)")
+    probe = (
+        f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 3)\" "
+        "&& echo PROBE-REACHED || echo PROBE-UNREACHABLE; echo PROBE-NETS $(ls /sys/class/net)"
+    )
     assert row["eval_script"].count(START) == 1
     return {**row, "eval_script": row["eval_script"].replace(START, f"{probe}\n{START}")}
 
 
 def _grade(row: dict, tmp_path: Path, run_id: str, **reward: str) -> tuple[Grade, str]:
-    g = asyncio.run(grade_async(row, row["patch"], reward=RewardSettings(eval_timeout=300.0, **reward),
-                                sandbox=SandboxSettings(image_namespace=""), run_id=run_id, log_dir=tmp_path))
+    g = asyncio.run(
+        grade_async(
+            row,
+            row["patch"],
+            reward=RewardSettings(eval_timeout=300.0, **reward),
+            sandbox=SandboxSettings(image_namespace=""),
+            run_id=run_id,
+            log_dir=tmp_path,
+        )
+    )
     return g, Path(g.details["log_path"]).read_text()
 
 
@@ -68,7 +78,7 @@ def test_a_grading_container_reaches_nothing_by_default(host_server, tmp_path):
         reap(run_id)
     assert g.resolved and g.reward == 1.0, g.reason
     assert "PROBE-UNREACHABLE" in log and "PROBE-REACHED" not in log
-    assert "PROBE-NETS lo\n" in log   # no interface but its own loopback
+    assert "PROBE-NETS lo\n" in log  # no interface but its own loopback
     assert "network" not in g.details
 
 

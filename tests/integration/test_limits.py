@@ -21,7 +21,8 @@ import docker
 import pytest
 
 from qwen_swe.sandbox.disk import DiskBudget, DiskLimitExceeded
-from qwen_swe.sandbox.docker import KILL_GRACE, LABEL, PIDS_LIMIT, RESTART_GRACE, DockerSandbox
+from qwen_swe.sandbox.docker import KILL_GRACE, PIDS_LIMIT, RESTART_GRACE, DockerSandbox
+from qwen_swe.sandbox.docker_host import LABEL
 from tests.task_pack import replayable_task
 
 pytestmark = pytest.mark.docker
@@ -57,8 +58,11 @@ async def _eventually(probe, timeout: float = 30.0):
 
 def _pids_current(container_id: str) -> Path | None:
     """The container's pids cgroup counter as the host sees it (cgroup v1 or v2, cgroupfs or systemd driver)."""
-    for base in (f"/sys/fs/cgroup/pids/docker/{container_id}", f"/sys/fs/cgroup/docker/{container_id}",
-                 f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope"):
+    for base in (
+        f"/sys/fs/cgroup/pids/docker/{container_id}",
+        f"/sys/fs/cgroup/docker/{container_id}",
+        f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope",
+    ):
         if (Path(base) / "pids.current").is_file():
             return Path(base) / "pids.current"
     return None
@@ -68,6 +72,7 @@ def test_a_fork_bomb_stays_inside_the_pids_limit(image, run_id):
     """The bomb stays within the container's pids limit; the host keeps forking all along; the exec ends by its timeout
     (the agent's outcome is then ``timeout``, graded): a kill from inside cannot start in a container at its limit,
     so the sandbox restarts it, which ends the bomb and keeps the files (the agent's diff is read after)."""
+
     async def scenario() -> tuple[object, int, int, bool, object, int]:
         async with _box(image, run_id) as box:
             await box.write_file("/testbed/kept.txt", "the agent's edit\n")
@@ -90,16 +95,18 @@ def test_a_fork_bomb_stays_inside_the_pids_limit(image, run_id):
 
     t0 = time.monotonic()
     bomb, limit, peak, host_ok, after, left = asyncio.run(scenario())
-    print(f"fork bomb: pids limit {limit}, peak {peak}, exec ended after {bomb.seconds:.1f} s "
-          f"(timed out: {bomb.timed_out}), {left} processes after it, container removed "
-          f"{time.monotonic() - t0:.1f} s after start")
+    print(
+        f"fork bomb: pids limit {limit}, peak {peak}, exec ended after {bomb.seconds:.1f} s "
+        f"(timed out: {bomb.timed_out}), {left} processes after it, container removed "
+        f"{time.monotonic() - t0:.1f} s after start"
+    )
     # ended at its timeout (or earlier when the memory limit's OOM killer took the exec's own shell), within the
     # kill's and the restart's bounds
     assert bomb.timed_out or bomb.exit_code == 137
     assert bomb.seconds < 20 + 3 * KILL_GRACE + RESTART_GRACE
     assert 0 < limit <= PIDS_LIMIT and peak <= limit
-    assert after.exit_code == 0 and after.output == "the agent's edit\n", after   # the files stayed, the bomb did not
-    assert left <= 4   # init and `sleep infinity` again (-1: no counter readable on this host)
+    assert after.exit_code == 0 and after.output == "the agent's edit\n", after  # the files stayed, the bomb did not
+    assert left <= 4  # init and `sleep infinity` again (-1: no counter readable on this host)
     assert host_ok and _host_still_forks()
 
 
@@ -123,8 +130,10 @@ def test_background_processes_end_with_the_container(image, run_id):
     # a daemon that leaves the exec's process group and session and clears its environment (the agent's marker);
     # the exec returns only once it has its own session (it writes its pid after setsid), so the escape is not a
     # race against the end of the exec
-    escape = (f"rm -f /tmp/escaped; env -i setsid nohup sh -c 'echo $$ > /tmp/escaped; exec sleep {marker}' "
-              "> /dev/null 2>&1 < /dev/null & while [ ! -s /tmp/escaped ]; do sleep 0.05; done; echo started")
+    escape = (
+        f"rm -f /tmp/escaped; env -i setsid nohup sh -c 'echo $$ > /tmp/escaped; exec sleep {marker}' "
+        "> /dev/null 2>&1 < /dev/null & while [ ! -s /tmp/escaped ]; do sleep 0.05; done; echo started"
+    )
 
     async def scenario() -> list[str]:
         async with _box(image, run_id) as box:

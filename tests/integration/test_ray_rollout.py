@@ -28,7 +28,7 @@ from qwen_swe.paths import embedded_model_dir
 from qwen_swe.rollout.engine import RolloutEngine
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.rollout.ray_pool import RayRolloutPool
-from qwen_swe.sandbox.docker import LABEL
+from qwen_swe.sandbox.docker_host import LABEL
 from tests.scripted_server import ServerThread
 from tests.task_pack import gold_edit, replayable_task
 from tests.toolcall_text import hermes_call
@@ -74,9 +74,17 @@ def run_id() -> Iterator[str]:
 
 
 def _settings(url: str, tmp_path: Any, run_id: str) -> Settings:
-    return Settings.build(vllm_url=url, model=str(embedded_model_dir()), served_model_name="scripted",
-                          rollout_backend="ray", max_turns=6, agent_timeout=300.0, rollout_concurrency=2,
-                          output_dir=tmp_path / "run", run_id=run_id)
+    return Settings.build(
+        vllm_url=url,
+        model=str(embedded_model_dir()),
+        served_model_name="scripted",
+        rollout_backend="ray",
+        max_turns=6,
+        agent_timeout=300.0,
+        rollout_concurrency=2,
+        output_dir=tmp_path / "run",
+        run_id=run_id,
+    )
 
 
 def _groups(task: dict, n_groups: int) -> list[list[Sample]]:
@@ -97,9 +105,13 @@ async def _with(engine: Any, work: Any) -> Any:
 
 def test_groups_spread_over_the_nodes_and_match_the_local_backend(cluster, task, run_id, tmp_path):
     path, old, new = gold_edit(task["patch"])
-    server = ServerThread([hermes_call("read_file", file_path=f"/testbed/{path}"),
-                           hermes_call("edit", file_path=f"/testbed/{path}", old_string=old, new_string=new),
-                           "Fixed the bug."])
+    server = ServerThread(
+        [
+            hermes_call("read_file", file_path=f"/testbed/{path}"),
+            hermes_call("edit", file_path=f"/testbed/{path}", old_string=old, new_string=new),
+            "Fixed the bug.",
+        ]
+    )
     try:
         settings = _settings(server.url, tmp_path, run_id)
         common = dict(upstream=server.url, model=settings.model_name, served_model="scripted")
@@ -107,8 +119,7 @@ def test_groups_spread_over_the_nodes_and_match_the_local_backend(cluster, task,
         stats = BatchStats()
         asyncio.run(_with(RolloutEngine(settings, **common), lambda e: e.run_groups(local, stats)))
         groups = _groups(task, 2)
-        kept = asyncio.run(_with(RayRolloutPool(settings, **common),
-                                 lambda p: p.run_groups(groups, BatchStats())))
+        kept = asyncio.run(_with(RayRolloutPool(settings, **common), lambda p: p.run_groups(groups, BatchStats())))
     finally:
         server.stop()
     reference = local[0][0]
@@ -118,8 +129,12 @@ def test_groups_spread_over_the_nodes_and_match_the_local_backend(cluster, task,
     for x in (g[0] for g in kept):
         assert (x.status, x.reward, x.metadata["resolved"]) == (Status.COMPLETED, 1.0, True)
         assert x.metadata["patch"] == reference.metadata["patch"] and f"+{new}" in x.metadata["patch"]
-        assert (x.tokens, x.loss_mask, x.rollout_log_probs, x.response_length) == \
-            (reference.tokens, reference.loss_mask, reference.rollout_log_probs, reference.response_length)
+        assert (x.tokens, x.loss_mask, x.rollout_log_probs, x.response_length) == (
+            reference.tokens,
+            reference.loss_mask,
+            reference.rollout_log_probs,
+            reference.response_length,
+        )
         assert sum(x.loss_mask) > 0 and x.metadata["turns"] == 3
 
 
@@ -144,8 +159,9 @@ def test_a_node_killed_mid_rollout_costs_only_its_samples(cluster, task, run_id,
             kept, victim = await asyncio.gather(p.run_groups(groups, stats), kill_one_node_when_both_agents_run())
             client = docker.from_env(timeout=60)
             try:  # before stop: the dead worker's container, still there for the reap to find
-                left_by_the_dead.extend(c.name for c in client.containers.list(
-                    all=True, filters={"label": f"{LABEL}.run={run_id}"}))
+                left_by_the_dead.extend(
+                    c.name for c in client.containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"})
+                )
             finally:
                 client.close()
             return kept, victim, time.monotonic() - t0
@@ -161,5 +177,7 @@ def test_a_node_killed_mid_rollout_costs_only_its_samples(cluster, task, run_id,
     assert len(kept) == 1 and kept[0][0].status == Status.COMPLETED and kept[0][0].reward == -1.0
     assert {run_of(kept[0][0]).rollout_node} == survivor
     assert stats.reasons == {"worker_lost": 1} and stats.graded == 1 and stats.running == 0
-    print(f"batch with a node killed: {seconds:.1f} s; containers the dead worker left before the reap: "
-          f"{left_by_the_dead}")
+    print(
+        f"batch with a node killed: {seconds:.1f} s; containers the dead worker left before the reap: "
+        f"{left_by_the_dead}"
+    )

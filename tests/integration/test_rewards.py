@@ -22,7 +22,8 @@ from qwen_swe.config.settings import Settings
 from qwen_swe.paths import REPO_ROOT, TASK_PACK
 from qwen_swe.reward import scoring as grading
 from qwen_swe.reward.harness import Grade, grade_async
-from qwen_swe.sandbox.docker import LABEL, DockerSandbox, reap
+from qwen_swe.sandbox.docker import DockerSandbox
+from qwen_swe.sandbox.docker_host import LABEL, reap
 from qwen_swe.sandbox.factory import DockerSandboxes
 from tests.task_pack import BUILD_HINT, missing, require_images
 
@@ -34,7 +35,7 @@ def _sections(settings: Settings) -> dict:
     return {"reward": settings.reward, "sandbox": settings.sandbox, "log_dir": settings.output_dir / "grades"}
 
 
-FORCE_PASS_CONFTEST = '''import pytest
+FORCE_PASS_CONFTEST = """import pytest
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -42,8 +43,7 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     report.outcome = "passed"
-'''
-
+"""
 
 
 def _load_tasks() -> list[dict]:
@@ -72,10 +72,16 @@ def _rewrite_first_hunk(gold: str, added: str, keep_removals: bool) -> str:
     first = grading.split_patch(gold)[0]
     hunk = first.hunks[0]
     m = _HUNK.match(hunk[0])
-    body = [line if keep_removals or not line.startswith("-") else " " + line[1:]
-            for line in hunk[1:] if not line.startswith("+")]
-    changed = [i for i, (old, line) in enumerate(zip([x for x in hunk[1:] if not x.startswith("+")], body))
-               if old.startswith("-")]
+    body = [
+        line if keep_removals or not line.startswith("-") else " " + line[1:]
+        for line in hunk[1:]
+        if not line.startswith("+")
+    ]
+    changed = [
+        i
+        for i, (old, line) in enumerate(zip([x for x in hunk[1:] if not x.startswith("+")], body))
+        if old.startswith("-")
+    ]
     body.insert(changed[0] if changed else len(body) // 2, added)
     new_count = sum(1 for line in body if line.startswith((" ", "+")))
     header = f"@@ -{m.group(1)},{m.group(2) or 1} +{m.group(3)},{new_count} @@\n"
@@ -95,8 +101,10 @@ def noop_patch(gold: str) -> str:
 def unappliable_patch(gold: str) -> str:
     first = grading.split_patch(gold)[0]
     path = first.paths[-1]
-    return (f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -3,3 +3,3 @@\n"
-            "-this line is not in the file\n-nor is this one\n-nor this\n+x = 1\n+y = 2\n+z = 3\n")
+    return (
+        f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -3,3 +3,3 @@\n"
+        "-this line is not in the file\n-nor is this one\n-nor this\n+x = 1\n+y = 2\n+z = 3\n"
+    )
 
 
 def tamper_patch(task: dict) -> str:
@@ -104,12 +112,14 @@ def tamper_patch(task: dict) -> str:
     test_file = sorted(grading.patch_files(task["test_patch"]))[0]
     conftest = "".join(f"+{line}\n" for line in FORCE_PASS_CONFTEST.splitlines())
     n = len(FORCE_PASS_CONFTEST.splitlines())
-    return (f"diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/conftest.py\n"
-            f"@@ -0,0 +1,{n} @@\n{conftest}"
-            "diff --git a/pytest.ini b/pytest.ini\nnew file mode 100644\n--- /dev/null\n+++ b/pytest.ini\n"
-            "@@ -0,0 +1,2 @@\n+[pytest]\n+addopts = -p no:randomly\n"
-            f"diff --git a/{test_file} b/{test_file}\n--- a/{test_file}\n+++ b/{test_file}\n"
-            "@@ -1 +1,2 @@\n+import pytest; pytestmark = pytest.mark.skip\n x\n" + noop_patch(task["patch"]))
+    return (
+        f"diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/conftest.py\n"
+        f"@@ -0,0 +1,{n} @@\n{conftest}"
+        "diff --git a/pytest.ini b/pytest.ini\nnew file mode 100644\n--- /dev/null\n+++ b/pytest.ini\n"
+        "@@ -0,0 +1,2 @@\n+[pytest]\n+addopts = -p no:randomly\n"
+        f"diff --git a/{test_file} b/{test_file}\n--- a/{test_file}\n+++ b/{test_file}\n"
+        "@@ -1 +1,2 @@\n+import pytest; pytestmark = pytest.mark.skip\n x\n" + noop_patch(task["patch"])
+    )
 
 
 # --- all per-task grades, run concurrently once --------------------------------------------------
@@ -117,8 +127,13 @@ def tamper_patch(task: dict) -> str:
 def graded(tasks, tmp_path_factory) -> dict[tuple[str, str], Grade]:
     rid = f"test-{uuid.uuid4().hex[:10]}"
     settings = Settings.build(output_dir=tmp_path_factory.mktemp("grades"), eval_timeout=300)
-    kinds = {"gold": lambda t: t["patch"], "empty": lambda t: "", "wrong": lambda t: wrong_patch(t["patch"]),
-             "unappliable": lambda t: unappliable_patch(t["patch"]), "tamper": tamper_patch}
+    kinds = {
+        "gold": lambda t: t["patch"],
+        "empty": lambda t: "",
+        "wrong": lambda t: wrong_patch(t["patch"]),
+        "unappliable": lambda t: unappliable_patch(t["patch"]),
+        "tamper": tamper_patch,
+    }
 
     async def run_all():
         client = docker.from_env(timeout=120)
@@ -126,8 +141,17 @@ def graded(tasks, tmp_path_factory) -> dict[tuple[str, str], Grade]:
 
         async def one(task, kind):
             async with limit:
-                return await grade_async(task, kinds[kind](task), reward=settings.reward, sandbox=settings.sandbox, log_dir=settings.output_dir / "grades", run_id=rid, mode="binary",
-                                         sandboxes=DockerSandboxes(settings.sandbox, client=client, boot_limit=boots))
+                return await grade_async(
+                    task,
+                    kinds[kind](task),
+                    reward=settings.reward,
+                    sandbox=settings.sandbox,
+                    log_dir=settings.output_dir / "grades",
+                    run_id=rid,
+                    mode="binary",
+                    sandboxes=DockerSandboxes(settings.sandbox, client=client, boot_limit=boots),
+                )
+
         keys = [(iid, kind) for iid in tasks for kind in kinds]
         try:
             results = await asyncio.gather(*(one(tasks[iid], kind) for iid, kind in keys))
@@ -153,7 +177,11 @@ def test_gold_patch_resolves(graded, iid):
 @pytest.mark.parametrize("iid", IDS)
 def test_empty_wrong_unappliable_patches_score_minus_one(graded, iid):
     empty, wrong, bad = graded[(iid, "empty")], graded[(iid, "wrong")], graded[(iid, "unappliable")]
-    assert (empty.status, empty.reward, empty.reason) == ("graded", -1.0, "empty patch") and "image" not in empty.details
+    assert (empty.status, empty.reward, empty.reason) == (
+        "graded",
+        -1.0,
+        "empty patch",
+    ) and "image" not in empty.details
     assert (wrong.status, wrong.reward, wrong.resolved) == ("graded", -1.0, False), wrong.reason
     assert wrong.details["applied"] and wrong.f2p_passed < 1.0
     assert (bad.status, bad.reward, bad.reason) == ("graded", -1.0, "the patch does not apply")
@@ -167,7 +195,7 @@ def test_tampering_patch_is_dropped_and_scores_minus_one(graded, iid):
     reasons = {d["path"]: d["reason"] for d in g.details["dropped"]}
     assert reasons["conftest.py"] == reasons["pytest.ini"] == "test hook or config file"
     assert len(reasons) == 3 and g.details["dropped_hunks"] == 3
-    assert g.details["applied"] and g.f2p_passed < 1.0   # graded without the tampering parts
+    assert g.details["applied"] and g.f2p_passed < 1.0  # graded without the tampering parts
 
 
 def test_forcing_conftest_would_resolve_without_the_filter(tasks, run_id):
@@ -180,6 +208,7 @@ def test_forcing_conftest_would_resolve_without_the_filter(tasks, run_id):
             await sb.write_file("/testbed/conftest.py", FORCE_PASS_CONFTEST)
             await sb.write_file("/eval.sh", script, mode=0o755)
             return (await sb.exec("/bin/bash /eval.sh", timeout=300)).output
+
     verdict = grading.judge_log(task, asyncio.run(body()), script)
     assert verdict.found and verdict.resolved
 
@@ -189,15 +218,35 @@ def test_modes_fractional_and_shaped(tasks, run_id, tmp_path):
     settings = Settings.build(output_dir=tmp_path)
 
     async def body():
-        gold = await grade_async(task, task["patch"], reward=settings.reward, sandbox=settings.sandbox, log_dir=settings.output_dir / "grades", run_id=run_id, mode="fractional")
+        gold = await grade_async(
+            task,
+            task["patch"],
+            reward=settings.reward,
+            sandbox=settings.sandbox,
+            log_dir=settings.output_dir / "grades",
+            run_id=run_id,
+            mode="fractional",
+        )
         stats = {"response_tokens": 10, "tool_calls": 3, "completed": True}
-        wrong = await grade_async(task, wrong_patch(task["patch"]), reward=settings.reward, sandbox=settings.sandbox, log_dir=settings.output_dir / "grades", run_id=run_id, mode="shaped",
-                                  agent_stats=stats)
+        wrong = await grade_async(
+            task,
+            wrong_patch(task["patch"]),
+            reward=settings.reward,
+            sandbox=settings.sandbox,
+            log_dir=settings.output_dir / "grades",
+            run_id=run_id,
+            mode="shaped",
+            agent_stats=stats,
+        )
         return gold, wrong
+
     gold, wrong = asyncio.run(body())
     assert gold.reward == 1.0 and gold.details["components"] == {"f2p": 1.0}
     comps = wrong.details["components"]
-    assert comps["gold_file"] == settings.reward.shaped_gold_file and comps["completion"] == settings.reward.shaped_completion
+    assert (
+        comps["gold_file"] == settings.reward.shaped_gold_file
+        and comps["completion"] == settings.reward.shaped_completion
+    )
     assert not wrong.resolved and -1.0 < wrong.reward <= 0.5
 
 
@@ -210,8 +259,11 @@ def test_missing_image_is_aborted_not_minus_one(tasks, run_id, tmp_path):
 
 def test_eval_timeout_is_aborted_and_leaves_no_container(tasks, run_id, tmp_path, docker_client):
     task = dict(next(iter(tasks.values())), eval_script="#!/bin/bash\nsleep 281 & sleep 282\n")
-    g = asyncio.run(grade_async(task, task["patch"], **_sections(Settings.build(output_dir=tmp_path, eval_timeout=2)),
-                                run_id=run_id))
+    g = asyncio.run(
+        grade_async(
+            task, task["patch"], **_sections(Settings.build(output_dir=tmp_path, eval_timeout=2)), run_id=run_id
+        )
+    )
     assert (g.status, g.reward) == ("aborted", 0.0) and "timed out" in g.reason
     assert docker_client.containers.list(all=True, filters={"label": [f"{LABEL}.run={run_id}"]}) == []
 
@@ -221,15 +273,17 @@ def test_concurrent_grades_of_one_instance_keep_separate_logs(tasks, run_id, tmp
     patches = [task["patch"], wrong_patch(task["patch"])]
 
     async def body():
-        return await asyncio.gather(*(grade_async(task, p, **_sections(Settings.build(output_dir=tmp_path)), run_id=run_id)
-                                      for p in patches))
+        return await asyncio.gather(
+            *(grade_async(task, p, **_sections(Settings.build(output_dir=tmp_path)), run_id=run_id) for p in patches)
+        )
+
     grades = asyncio.run(body())
     assert [g.reward for g in grades] == [1.0, -1.0]
     assert len({g.details["log_dir"] for g in grades}) == 2
     for g, p in zip(grades, patches):
         assert Path(g.details["log_dir"], "patch.diff").read_text() == p
         log = Path(g.details["log_path"]).read_text()
-        assert log.count(">>>>> Start Test Output") == 1   # exactly one eval run in each log
+        assert log.count(">>>>> Start Test Output") == 1  # exactly one eval run in each log
         assert ("qwen_swe_module_that_does_not_exist" in log) == (p != task["patch"])
 
 
@@ -250,7 +304,7 @@ def test_sigkilled_grader_leaves_nothing_after_reap(tasks, run_id, tmp_path, doc
         deadline = time.monotonic() + 120
         while not docker_client.containers.list(filters=flt) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
-        time.sleep(1.0)   # let it reach the eval
+        time.sleep(1.0)  # let it reach the eval
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)

@@ -17,11 +17,11 @@ import docker.errors
 import pytest
 
 from qwen_swe.paths import REPO_ROOT, TASK_PACK
-from qwen_swe.sandbox.docker import KILL_GRACE, LABEL, RESTART_GRACE, DockerSandbox, SandboxError, reap
+from qwen_swe.sandbox.docker import KILL_GRACE, RESTART_GRACE, DockerSandbox, SandboxError
+from qwen_swe.sandbox.docker_host import LABEL, reap
 from tests.task_pack import BUILD_HINT, missing
 
 pytestmark = pytest.mark.docker
-
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +77,7 @@ def test_exec_exit_codes_output_workdir_env(box):
         assert r.output == "/testbed\n"
         r = await box.exec("kill -TERM $$", timeout=30)
         assert r.exit_code != 0 and not r.timed_out
+
     asyncio.run(body())
 
 
@@ -95,6 +96,7 @@ def test_timeout_kills_the_whole_process_group(box):
         assert "sleep 273" not in (await box.exec(_PROCS, timeout=30)).output
         # and the sandbox is still usable after a timeout
         assert (await box.exec("echo ok", timeout=30)).output == "ok\n"
+
     asyncio.run(body())
 
 
@@ -102,6 +104,7 @@ def test_a_command_the_group_kill_cannot_end_is_ended_by_a_restart_that_keeps_th
     """At a timeout the group kill is itself an exec; when it cannot end the command (here the command points the
     sandbox's process-group file at a pid that does not exist; a fork bomb leaves the kill no pid to start with),
     the sandbox restarts the container: every process ends, the files stay, and the sandbox goes on."""
+
     async def body():
         async with _box(image, run_id) as sb:
             await sb.write_file("/testbed/kept.txt", "edit\n")
@@ -109,6 +112,7 @@ def test_a_command_the_group_kill_cannot_end_is_ended_by_a_restart_that_keeps_th
             assert r.timed_out and r.seconds < 2 + 3 * KILL_GRACE + RESTART_GRACE
             assert "sleep 275" not in (await sb.exec(_PROCS, timeout=30)).output
             assert (await sb.exec("cat kept.txt", timeout=30)).output == "edit\n"
+
     asyncio.run(body())
 
 
@@ -118,6 +122,7 @@ def test_output_cap_keeps_head_and_tail(box):
         assert r.truncated and r.exit_code == 0
         assert r.output.startswith("HEAD\n") and r.output.endswith("TAIL\n")
         assert "bytes truncated" in r.output and len(r.output) < 64 * 1024 + 100
+
     asyncio.run(body())
 
 
@@ -132,6 +137,7 @@ def test_read_write_files(box):
             await box.read_file("/no/such/file")
         with pytest.raises(SandboxError, match="absolute path"):
             await box.write_file("relative.txt", "x")
+
     asyncio.run(body())
 
 
@@ -139,13 +145,17 @@ def test_git_diff_with_new_files_and_exclude(box):
     async def body():
         tracked = (await box.exec("git ls-files | grep '\\.py$' | head -1", 30)).output.strip()
         assert tracked, "the task image has no tracked python file in /testbed"
-        await box.exec(f"echo '# changed' >> {tracked}; echo 'x = 1' > brand_new.py; "
-                      "mkdir -p .harness && echo secret > .harness/notes.txt; echo p > PROBLEM.md", 30)
+        await box.exec(
+            f"echo '# changed' >> {tracked}; echo 'x = 1' > brand_new.py; "
+            "mkdir -p .harness && echo secret > .harness/notes.txt; echo p > PROBLEM.md",
+            30,
+        )
         diff = await box.git_diff(exclude=[".harness/", "PROBLEM.md"])
         assert f"+++ b/{tracked}" in diff and "+# changed" in diff
         assert "+++ b/brand_new.py" in diff and "+x = 1" in diff
         assert ".harness" not in diff and "PROBLEM.md" not in diff
         assert "PROBLEM.md" in await box.git_diff()
+
     asyncio.run(body())
 
 
@@ -176,17 +186,21 @@ def test_hide_future_removes_every_later_commit(image, run_id, docker_client):
             shas = {n: (await sb.read_file(f"/{n}_sha")).decode().strip() for n in ("base", "future", "side")}
             await asyncio.to_thread(docker_client.containers.get(sb.name).commit, *tag.split(":"))
         async with _box(tag, run_id, workdir="/repo", base_commit=shas["base"], hide_future=True) as sb:
-            r = await sb.exec("git rev-list --all --reflog; git tag; git branch -a; git stash list; "
-                              "git cat-file --batch-all-objects --batch-check", timeout=60)
+            r = await sb.exec(
+                "git rev-list --all --reflog; git tag; git branch -a; git stash list; "
+                "git cat-file --batch-all-objects --batch-check",
+                timeout=60,
+            )
             assert r.output.split()[0] == shas["base"]
             assert shas["future"] not in r.output and shas["side"] not in r.output
             assert "v-future" not in r.output and "side" not in r.output.replace(shas["base"], "")
             for sha in (shas["future"], shas["side"]):
                 assert (await sb.exec(f"git cat-file -t {sha}", timeout=30)).exit_code != 0
-            assert (await sb.read_file("/repo/f.txt")) == b"base\n"   # the working tree is untouched
+            assert (await sb.read_file("/repo/f.txt")) == b"base\n"  # the working tree is untouched
         with pytest.raises(SandboxError, match="not base_commit"):
             async with _box(tag, run_id, workdir="/repo", base_commit=shas["future"], hide_future=True):
                 pass
+
     try:
         asyncio.run(body())
     finally:
@@ -195,8 +209,15 @@ def test_hide_future_removes_every_later_commit(image, run_id, docker_client):
 
 def test_labels_and_limits_in_container_attrs(image, run_id, docker_client):
     async def body():
-        async with _box(image, run_id, role="probe", cpus=0.5, memory="300m", env={"A": "1"},
-                        mounts={str(REPO_ROOT / "examples"): "/mnt/examples"}) as sb:
+        async with _box(
+            image,
+            run_id,
+            role="probe",
+            cpus=0.5,
+            memory="300m",
+            env={"A": "1"},
+            mounts={str(REPO_ROOT / "examples"): "/mnt/examples"},
+        ) as sb:
             attrs = docker_client.containers.get(sb.name).attrs
             labels = attrs["Config"]["Labels"]
             assert labels[LABEL] == "1" and labels[f"{LABEL}.run"] == run_id and labels[f"{LABEL}.role"] == "probe"
@@ -207,6 +228,7 @@ def test_labels_and_limits_in_container_attrs(image, run_id, docker_client):
             assert r.output == "1\n/mnt/examples/qwen_swe/rewards.py\n"
             r = await sb.exec("touch /mnt/examples/x", 30)
             assert r.exit_code != 0 and "Read-only" in r.output
+
     asyncio.run(body())
 
 
@@ -257,6 +279,7 @@ def test_missing_image_and_exec_after_stop(run_id):
                 pass
         with pytest.raises(SandboxError, match="not running"):
             await _box("whatever", run_id).exec("true", 5)
+
     asyncio.run(body())
 
 
@@ -282,7 +305,7 @@ def test_boot_concurrency_is_bounded_and_reap_removes_leftovers(image, run_id, d
     async def body():
         sem = _CountingSemaphore(1)
         boxes = [_box(image, run_id, boot_limit=sem) for _ in range(2)]
-        await asyncio.gather(*(b.start() for b in boxes))      # started, never stopped: leftovers
+        await asyncio.gather(*(b.start() for b in boxes))  # started, never stopped: leftovers
         assert sem.peak == 1
         keep = _box(image, other)
         await keep.start()
@@ -307,8 +330,9 @@ asyncio.run(main())
 
 
 def test_sigkilled_runner_leaves_nothing_after_reap(image, run_id, docker_client):
-    proc = subprocess.Popen([sys.executable, "-c", _RUNNER, image, run_id], cwd=REPO_ROOT,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _RUNNER, image, run_id], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True
+    )
     try:
         line = proc.stdout.readline()
         assert line.startswith("up "), line
@@ -317,6 +341,6 @@ def test_sigkilled_runner_leaves_nothing_after_reap(image, run_id, docker_client
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     flt = {"label": [f"{LABEL}.run={run_id}"]}
-    assert len(docker_client.containers.list(all=True, filters=flt)) == 1   # the killed runner's leftover
+    assert len(docker_client.containers.list(all=True, filters=flt)) == 1  # the killed runner's leftover
     assert reap(run_id) == 1
     assert docker_client.containers.list(all=True, filters=flt) == []

@@ -1,6 +1,7 @@
 """The grader's logic on a second sandbox backend (tests/local_sandbox.py: local subprocesses in a private root),
-so it runs without Docker and shows the grader needs only ``qwen_swe.sandbox.base``. The real verdicts with real
-containers stay in tests/integration/test_rewards.py and test_reward_hacking.py."""
+so it runs without Docker and shows the grader (and the task pack's check, which is the grader's evaluations) needs
+only ``qwen_swe.sandbox.base``. The real verdicts with real containers stay in tests/integration/test_rewards.py
+and test_reward_hacking.py."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from qwen_swe.data.taskpack import pack_task
+from qwen_swe.data.taskpack.check import check_task
 from qwen_swe.data.taskpack.repo import make_repo
 from qwen_swe.reward.harness import EVAL_OUTPUT_LIMIT, Grade, GradeStatus, evaluate, grade_async
 from qwen_swe.reward.settings import RewardSettings
@@ -36,8 +38,16 @@ def task() -> dict:
 
 def _grade(task: dict, patch: str, tmp_path: Path, **reward: Any) -> tuple[Grade, list[SandboxRequest]]:
     made: list[SandboxRequest] = []
-    g = asyncio.run(grade_async(task, patch, reward=RewardSettings(**{"eval_timeout": 120.0, **reward}),
-                                run_id="local-test", log_dir=tmp_path, sandboxes=LocalSandboxes(_testbed, made)))
+    g = asyncio.run(
+        grade_async(
+            task,
+            patch,
+            reward=RewardSettings(**{"eval_timeout": 120.0, **reward}),
+            run_id="local-test",
+            log_dir=tmp_path,
+            sandboxes=LocalSandboxes(_testbed, made),
+        )
+    )
     return g, made
 
 
@@ -49,8 +59,7 @@ def test_the_gold_patch_resolves_in_a_fresh_no_network_grading_machine(task, tmp
     assert (req.role, req.network, req.run_id, req.hide_future) == ("grade", "none", "local-test", False)
     assert (req.base_commit, req.output_limit) == (task["base_commit"], EVAL_OUTPUT_LIMIT)
     folder = Path(g.details["log_dir"])
-    assert {p.name for p in folder.iterdir()} >= {"patch.diff", "eval.sh", "apply.log", "test_output.txt",
-                                                  "grade.json"}
+    assert {p.name for p in folder.iterdir()} >= {"patch.diff", "eval.sh", "apply.log", "test_output.txt", "grade.json"}
     assert set(g.timings) == {"image", "start", "apply", "eval", "parse", "remove", "total"}
     assert json.loads((folder / "grade.json").read_text())["reward"] == 1.0
 
@@ -61,7 +70,7 @@ def test_no_machine_for_an_empty_patch_and_minus_one_for_one_that_does_not_apply
     g, made = _grade(task, UNAPPLIABLE, tmp_path)
     assert (g.status, g.reward, g.reason) == (GradeStatus.GRADED, -1.0, "the patch does not apply")
     assert g.details["applied"] is False and len(made) == 1
-    assert (Path(g.details["log_dir"]) / "apply.log").read_text().count("$ ") == 3   # swebench's whole ladder
+    assert (Path(g.details["log_dir"]) / "apply.log").read_text().count("$ ") == 3  # swebench's whole ladder
 
 
 def test_an_eval_past_its_timeout_is_aborted_not_scored(task, tmp_path):
@@ -85,3 +94,11 @@ def test_evaluate_runs_the_base_commit_without_the_graders_guards(task, tmp_path
     assert made[0].network == "none"
     failing = [t for t in json.loads(task["FAIL_TO_PASS"]) if g.details["status_map"].get(t) not in ("PASSED",)]
     assert failing == json.loads(task["FAIL_TO_PASS"])
+
+
+def test_the_task_packs_check_runs_its_evals_on_the_same_backend(task, tmp_path):
+    made: list[SandboxRequest] = []
+    result = asyncio.run(check_task(task, tmp_path, LocalSandboxes(_testbed, made)))
+    assert result.ok, result.problems
+    assert {"base", "gold"} <= set(result.runs) and len(made) == len(result.runs)
+    assert all(r.role == "grade" and r.run_id == "qwen-swe-check" for r in made)

@@ -15,7 +15,7 @@ from swebench.harness.test_spec.test_spec import TestSpec as SwebSpec
 from qwen_swe.reward import scoring as grading
 from qwen_swe.reward.harness import grade
 from qwen_swe.reward.settings import RewardSettings
-from qwen_swe.sandbox.docker import image_for, labels_for
+from qwen_swe.sandbox.docker_host import image_for, labels_for
 from qwen_swe.sandbox.shell import CappedOutput
 
 V5_COLUMNS = ("image", "eval_script", "log_parser", "eval_type")
@@ -34,10 +34,21 @@ def test_image_for_matches_swebench_names(shared_data):
     for row in _rows(shared_data, "verified_django5_v5columns.jsonl"):
         classic = _classic(row)
         assert image_for(classic) == row["image"]
-        assert image_for(row, namespace="elsewhere") == row["image"]   # the row's column wins
-        spec = SwebSpec(instance_id=row["instance_id"], repo=row["repo"], version=row["version"], repo_script_list=[],
-                        eval_script_list=[], env_script_list=[], arch="x86_64", FAIL_TO_PASS=[], PASS_TO_PASS=[],
-                        language="py", docker_specs={}, namespace=None)
+        assert image_for(row, namespace="elsewhere") == row["image"]  # the row's column wins
+        spec = SwebSpec(
+            instance_id=row["instance_id"],
+            repo=row["repo"],
+            version=row["version"],
+            repo_script_list=[],
+            eval_script_list=[],
+            env_script_list=[],
+            arch="x86_64",
+            FAIL_TO_PASS=[],
+            PASS_TO_PASS=[],
+            language="py",
+            docker_specs={},
+            namespace=None,
+        )
         assert image_for(classic, namespace="") == spec.instance_image_key
         spec.namespace = "myreg"
         assert image_for(classic, namespace="myreg") == spec.instance_image_key
@@ -89,13 +100,27 @@ def _file(path: str, body: str = "-a\n+b\n", new: bool = False) -> str:
 
 
 def test_filter_drops_tests_hooks_and_pytest_config():
-    cfg = ("diff --git a/setup.cfg b/setup.cfg\n--- a/setup.cfg\n+++ b/setup.cfg\n"
-           "@@ -1,2 +1,2 @@\n [metadata]\n-name = a\n+name = b\n"
-           "@@ -10,2 +10,2 @@\n [tool:pytest]\n-addopts = -q\n+addopts = -p no:cacheprovider -k nothing\n")
-    patch = "".join([_file("src/calc.py"), _file("pkg/tests/test_calc.py"), _file("conftest.py", new=True),
-                     _file("sub/conftest.py", new=True), _file("test_top.py"), _file("tox.ini"), cfg,
-                     _file("pkg/mod.py"), _file("tests.patch.touched/x.py"), _file("a/b/util_test.py"),
-                     _file("lib/sitecustomize.py", new=True), _file("x.pth", new=True)])
+    cfg = (
+        "diff --git a/setup.cfg b/setup.cfg\n--- a/setup.cfg\n+++ b/setup.cfg\n"
+        "@@ -1,2 +1,2 @@\n [metadata]\n-name = a\n+name = b\n"
+        "@@ -10,2 +10,2 @@\n [tool:pytest]\n-addopts = -q\n+addopts = -p no:cacheprovider -k nothing\n"
+    )
+    patch = "".join(
+        [
+            _file("src/calc.py"),
+            _file("pkg/tests/test_calc.py"),
+            _file("conftest.py", new=True),
+            _file("sub/conftest.py", new=True),
+            _file("test_top.py"),
+            _file("tox.ini"),
+            cfg,
+            _file("pkg/mod.py"),
+            _file("tests.patch.touched/x.py"),
+            _file("a/b/util_test.py"),
+            _file("lib/sitecustomize.py", new=True),
+            _file("x.pth", new=True),
+        ]
+    )
     kept, dropped = grading.filter_patch(patch, {"tests.patch.touched/x.py"})
     assert grading.patch_files(kept) == {"src/calc.py", "setup.cfg", "pkg/mod.py"}
     assert "name = b" in kept and "addopts" not in kept
@@ -128,8 +153,15 @@ def test_gold_patches_survive_and_test_patches_vanish(shared_data):
 
 # --- the log verdict -----------------------------------------------------------------------------
 def _pytest_row(f2p: list[str], p2p: list[str]) -> dict:
-    return {"instance_id": "demo__calc-1", "repo": "demo/calc", "version": "0.1", "log_parser": "parse_log_pytest",
-            "eval_type": "pass_and_fail", "FAIL_TO_PASS": json.dumps(f2p), "PASS_TO_PASS": p2p}
+    return {
+        "instance_id": "demo__calc-1",
+        "repo": "demo/calc",
+        "version": "0.1",
+        "log_parser": "parse_log_pytest",
+        "eval_type": "pass_and_fail",
+        "FAIL_TO_PASS": json.dumps(f2p),
+        "PASS_TO_PASS": p2p,
+    }
 
 
 def _log(*lines: str) -> str:
@@ -142,7 +174,7 @@ def test_judge_log_official_semantics():
     assert full.resolved and full.f2p == 1.0 and full.p2p == 1.0 and full.resolution == "RESOLVED_FULL"
     partial = grading.judge_log(row, _log("PASSED t.py::test_a", "FAILED t.py::test_b - x", "PASSED t.py::test_c"), "")
     assert not partial.resolved and partial.f2p == 0.5 and partial.resolution == "RESOLVED_PARTIAL"
-    broke = grading.judge_log(row, _log("PASSED t.py::test_a", "PASSED t.py::test_b"), "")   # P2P missing = failed
+    broke = grading.judge_log(row, _log("PASSED t.py::test_a", "PASSED t.py::test_b"), "")  # P2P missing = failed
     assert not broke.resolved and broke.p2p == 0.0
     missing = grading.judge_log(row, "PASSED t.py::test_a\n", "")
     assert not missing.found and missing.markers_missing
@@ -154,8 +186,12 @@ def test_logs_eval_mirror_agrees_with_swebench(shared_data):
     row = _rows(shared_data, "verified_django5_v5columns.jsonl")[0]
     f2p = json.loads(row["FAIL_TO_PASS"])[0]
     spec = grading.test_spec_for(row, row["eval_script"])
-    logs = [_log(f"{f2p} ... ok", "test_other (a.B) ... FAIL"), "no markers", _log("x") + TESTS_TIMEOUT,
-            "header\n" + _log("nothing parsed here") + f"\n{f2p} ... ok\n"]
+    logs = [
+        _log(f"{f2p} ... ok", "test_other (a.B) ... FAIL"),
+        "no markers",
+        _log("x") + TESTS_TIMEOUT,
+        "header\n" + _log("nothing parsed here") + f"\n{f2p} ... ok\n",
+    ]
     for text in logs:
         with tempfile.NamedTemporaryFile("w", suffix=".log") as fh:
             fh.write(text)
@@ -174,17 +210,20 @@ def test_fractional():
 
 def test_shaped_components_and_bounds():
     s = RewardSettings()
-    r, c = grading.shaped_reward(False, {"a.py", "x.py"}, {"a.py", "b.py"},
-                                 {"response_tokens": 10, "tool_calls": 1, "completed": True}, s)
+    r, c = grading.shaped_reward(
+        False, {"a.py", "x.py"}, {"a.py", "b.py"}, {"response_tokens": 10, "tool_calls": 1, "completed": True}, s
+    )
     assert c.gold_file == 1.0 and c.extra_file == -0.25 and c.missed_file == -0.5 and c.completion == 0.5
     assert c.over_tokens == 0.0 and c.over_tools == 0.0
     assert r == pytest.approx(-1 + 1 - 0.25 - 0.5 + 0.5)
-    r, c = grading.shaped_reward(False, {"x.py"}, {"a.py"},
-                                 {"response_tokens": s.shaped_token_budget + 1, "tool_calls": 10 ** 6}, s)
+    r, c = grading.shaped_reward(
+        False, {"x.py"}, {"a.py"}, {"response_tokens": s.shaped_token_budget + 1, "tool_calls": 10**6}, s
+    )
     assert c.over_tokens == -0.5 and c.over_tools == -0.5 and c.completion == 0.0 and r == -1.0
     r_best_unresolved, _ = grading.shaped_reward(False, {"a.py"}, {"a.py"}, {"completed": True}, s)
-    r_worst_resolved, _ = grading.shaped_reward(True, {"x.py"}, {"a.py"},
-                                                {"response_tokens": 10 ** 9, "tool_calls": 10 ** 9}, s)
+    r_worst_resolved, _ = grading.shaped_reward(
+        True, {"x.py"}, {"a.py"}, {"response_tokens": 10**9, "tool_calls": 10**9}, s
+    )
     assert r_best_unresolved <= 0.5 <= r_worst_resolved <= 1.0
     assert grading.shaped_reward(True, {"a.py"}, {"a.py"}, None, s)[0] == 1.0
     custom = dataclasses.replace(s, shaped_gold_file=0.1, shaped_missed_file=0.0, shaped_completion=0.0)
@@ -216,7 +255,7 @@ def test_shaped_length_term_orders_clipped_unresolved_attempts():
     assert c_short.length == pytest.approx(-0.02) and c_long.length == pytest.approx(-0.18)
     assert short == pytest.approx(0.8 * -1.0 - 0.02) and long == pytest.approx(0.8 * -1.0 - 0.18)
     assert -1.0 <= long < short < 0.5
-    capped, _ = grading.shaped_reward(False, set(), {"a.py"}, {"response_tokens": 10 ** 6}, s)
+    capped, _ = grading.shaped_reward(False, set(), {"a.py"}, {"response_tokens": 10**6}, s)
     assert capped == pytest.approx(-1.0)
     resolved, c = grading.shaped_reward(True, {"a.py"}, {"a.py"}, {"response_tokens": 900}, s)
     assert resolved == 1.0 and c.length == 0.0
@@ -227,8 +266,17 @@ def test_one_definition_of_a_test_file_serves_the_grader_and_the_task_pack():
     from qwen_swe.reward import testfiles
 
     assert source.is_test_path is testfiles.is_test_path
-    for path in ("tests/test_x.py", "pkg/tests/helpers.py", "test_mod.py", "a/mod_test.py", "conftest.py",
-                 "pkg/conftest.py", "tox.ini", "x/evil.pth", "sitecustomize.py"):
+    for path in (
+        "tests/test_x.py",
+        "pkg/tests/helpers.py",
+        "test_mod.py",
+        "a/mod_test.py",
+        "conftest.py",
+        "pkg/conftest.py",
+        "tox.ini",
+        "x/evil.pth",
+        "sitecustomize.py",
+    ):
         assert testfiles.is_test_path(path), path
     for path in ("pkg/mod.py", "testing_utils.py", "pkg/contest.py", "setup.cfg", "README.md"):
         assert not testfiles.is_test_path(path), path

@@ -26,7 +26,7 @@ from qwen_swe.data.taskpack.source import render
 from qwen_swe.errors import SETUP_EXIT_CODE, SandboxError, TaskPackError
 from qwen_swe.paths import PACKAGE_DIR, generated_dir, verdict_cache
 from qwen_swe.progress import Meter, show
-from qwen_swe.sandbox.docker import docker_client
+from qwen_swe.sandbox.docker_host import docker_client
 
 
 def inputs_digest(repos: Sequence[Path], seed: int, count: int, heldout: float, localized: bool = False) -> str:
@@ -60,10 +60,16 @@ def write(gen: Generation, out: Path, meta: dict[str, Any]) -> dict[str, Any]:
     kinds: dict[str, int] = {}
     for task in gen.tasks:
         kinds[task.mutation.kind] = kinds.get(task.mutation.kind, 0) + 1
-    report = {**meta, "tasks": len(gen.tasks), "train": sum(t.split == "train" for t in gen.tasks),
-              "heldout": sum(t.split == "heldout" for t in gen.tasks), "kinds": kinds, "rejected": gen.rejects,
-              "images": gen.images,
-              "heldout_sites": sorted({t.row["bug_site"] for t in gen.tasks if t.split == "heldout"})}
+    report = {
+        **meta,
+        "tasks": len(gen.tasks),
+        "train": sum(t.split == "train" for t in gen.tasks),
+        "heldout": sum(t.split == "heldout" for t in gen.tasks),
+        "kinds": kinds,
+        "rejected": gen.rejects,
+        "images": gen.images,
+        "heldout_sites": sorted({t.row["bug_site"] for t in gen.tasks if t.split == "heldout"}),
+    }
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     return report
 
@@ -85,25 +91,47 @@ def build_images(gen: Generation) -> None:
 
 def parser() -> argparse.ArgumentParser:
     """The generator's flags (``qwen-swe generate --help`` shows them with their defaults)."""
-    p = argparse.ArgumentParser(prog="python -m qwen_swe.data.generate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m qwen_swe.data.generate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--seed", type=int, default=0, help="decides which tasks and which held-out sites")
     p.add_argument("--count", type=int, default=1000, help="at most this many tasks in all")
     p.add_argument("--heldout", type=float, default=0.25, help="fraction of bug sites held out")
-    p.add_argument("--localized", action="store_true",
-                   help="keep only bugs whose failure's traceback passes through the faulty line")
-    p.add_argument("--repo", action="append", type=Path, default=None,
-                   help="a local Python repository whose tests pass (repeatable; default: the shipped ones)")
+    p.add_argument(
+        "--localized",
+        action="store_true",
+        help="keep only bugs whose failure's traceback passes through the faulty line",
+    )
+    p.add_argument(
+        "--repo",
+        action="append",
+        type=Path,
+        default=None,
+        help="a local Python repository whose tests pass (repeatable; default: the shipped ones)",
+    )
     p.add_argument("--out", type=Path, default=None, help="output folder (default QWEN_SWE_HOME/generated/...)")
     p.add_argument("--jobs", type=int, default=2, help="pytest runs at a time")
     p.add_argument("--no-build", action="store_true", help="write the rows only; build no image")
-    p.add_argument("--reuse", action="store_true",
-                   help="do nothing when OUT holds the tasks of the same inputs and their images exist")
-    p.add_argument("--no-cache", action="store_true",
-                   help="judge every mutation again (default: reuse the verdicts of the same repository files, "
-                   "mutations, interpreter and code from QWEN_SWE_HOME/generated/verdicts)")
-    p.add_argument("--check", type=int, default=0, metavar="N",
-                   help="prove N tasks of each split through the grader (needs the images)")
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="do nothing when OUT holds the tasks of the same inputs and their images exist",
+    )
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="judge every mutation again (default: reuse the verdicts of the same repository files, "
+        "mutations, interpreter and code from QWEN_SWE_HOME/generated/verdicts)",
+    )
+    p.add_argument(
+        "--check",
+        type=int,
+        default=0,
+        metavar="N",
+        help="prove N tasks of each split through the grader (needs the images)",
+    )
     return p
 
 
@@ -115,32 +143,59 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out or generated_dir(args.seed, args.count, args.localized)
     repos = args.repo or shipped_repos()
     digest = inputs_digest(repos, args.seed, args.count, args.heldout, args.localized)
-    print(f"generate: seed {args.seed}, count {args.count}, held-out fraction {args.heldout}"
-          f"{', localized' if args.localized else ''}, {len(repos)} repositories -> {out}")
+    print(
+        f"generate: seed {args.seed}, count {args.count}, held-out fraction {args.heldout}"
+        f"{', localized' if args.localized else ''}, {len(repos)} repositories -> {out}"
+    )
     start = time.monotonic()
     try:
         if args.reuse and not args.check and reusable(out, digest):
             print(f"generate: reused {out} (same inputs {digest}, images present)")
             return 0
         with scratch() as tmp:
-            gen = generate(repos, args.seed, args.count, args.heldout, Path(tmp), jobs=args.jobs,
-                           localized=args.localized, cache=None if args.no_cache else verdict_cache())
+            gen = generate(
+                repos,
+                args.seed,
+                args.count,
+                args.heldout,
+                Path(tmp),
+                jobs=args.jobs,
+                localized=args.localized,
+                cache=None if args.no_cache else verdict_cache(),
+            )
             generated = time.monotonic() - start
             if not args.no_build:
                 build_images(gen)
         built = time.monotonic() - start - generated
-        report = write(gen, out, {"seed": args.seed, "count": args.count, "heldout_fraction": args.heldout,
-                                  "localized": args.localized,
-                                  "repos": [str(r) for r in repos], "inputs": digest, "generate_seconds": round(generated, 1),
-                                  "build_seconds": round(built, 1)})
-        print(f"{report['tasks']} tasks ({report['train']} train, {report['heldout']} held-out over "
-              f"{len(report['heldout_sites'])} sites) in {generated:.1f} s, images in {built:.1f} s; "
-              f"rejected {report['rejected']}")
+        report = write(
+            gen,
+            out,
+            {
+                "seed": args.seed,
+                "count": args.count,
+                "heldout_fraction": args.heldout,
+                "localized": args.localized,
+                "repos": [str(r) for r in repos],
+                "inputs": digest,
+                "generate_seconds": round(generated, 1),
+                "build_seconds": round(built, 1),
+            },
+        )
+        print(
+            f"{report['tasks']} tasks ({report['train']} train, {report['heldout']} held-out over "
+            f"{len(report['heldout_sites'])} sites) in {generated:.1f} s, images in {built:.1f} s; "
+            f"rejected {report['rejected']}"
+        )
         if args.check:
             rng = random.Random(f"check-{args.seed}")
-            rows = [row for split in ("train", "heldout")
-                    for row in rng.sample([t.row for t in gen.tasks if t.split == split],
-                                          min(args.check, sum(t.split == split for t in gen.tasks)))]
+            rows = [
+                row
+                for split in ("train", "heldout")
+                for row in rng.sample(
+                    [t.row for t in gen.tasks if t.split == split],
+                    min(args.check, sum(t.split == split for t in gen.tasks)),
+                )
+            ]
             results = check_all(rows, jobs=args.jobs)
             print(format_report(results))
             if not all(r.ok for r in results):

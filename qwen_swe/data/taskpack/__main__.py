@@ -13,7 +13,7 @@ from qwen_swe.data.taskpack.check import check_all, format_report
 from qwen_swe.data.taskpack.images import build_all
 from qwen_swe.data.taskpack.source import generate, load_rows
 from qwen_swe.errors import SandboxError, TaskPackError
-from qwen_swe.sandbox.docker import ENGINE_ERRORS, docker_client
+from qwen_swe.sandbox.docker_host import ENGINE_ERRORS, docker_client
 
 
 def _rows(only: Sequence[str] | None) -> list[dict]:

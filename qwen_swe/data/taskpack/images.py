@@ -27,7 +27,7 @@ import requests
 from qwen_swe.data.taskpack.repo import make_repo
 from qwen_swe.errors import TaskPackError
 from qwen_swe.paths import TESTBED, cache_home, file_sha256
-from qwen_swe.sandbox.docker import ENGINE_ERRORS
+from qwen_swe.sandbox.docker_host import ENGINE_ERRORS
 
 SUITE = "bookworm"
 BASE_IMAGE = f"qwen-swe/base:{SUITE}"
@@ -90,8 +90,11 @@ def rootfs_tarball(log: Callable[[str], None] = print) -> tuple[Path, float]:
     try:
         root = work / "root"
         log(f"debootstrap --variant=minbase {SUITE} from {mirror} (about a minute)")
-        _run(["debootstrap", "--variant=minbase", SUITE, str(root), mirror], DEBOOTSTRAP_TIMEOUT,
-             f"debootstrap from {mirror}; set DEBIAN_MIRROR to a reachable Debian mirror")
+        _run(
+            ["debootstrap", "--variant=minbase", SUITE, str(root), mirror],
+            DEBOOTSTRAP_TIMEOUT,
+            f"debootstrap from {mirror}; set DEBIAN_MIRROR to a reachable Debian mirror",
+        )
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for entry in (root / junk).glob("*"):
                 if entry.is_file():
@@ -127,7 +130,7 @@ def _digest(*parts: str) -> str:
 
 
 def _existing(client: Any, name: str) -> Any | None:
-    found = client.images.list(name=name)   # a reference filter: empty when the name is not there
+    found = client.images.list(name=name)  # a reference filter: empty when the name is not there
     return found[0] if found else None
 
 
@@ -152,16 +155,19 @@ def _drop_replaced(client: Any, old: Any | None, name: str) -> None:
 
 def _changes(inputs: str, workdir: str = "/") -> list[str]:
     labels = " ".join(f"{k}={v}" for k, v in {**IMAGE_LABELS, LABEL_INPUTS: inputs}.items())
-    return [f"LABEL {labels}", 'CMD ["/bin/bash"]', f"WORKDIR {workdir}", f"ENV {PATH_ENV}",
-            "ENV LANG=C.UTF-8"]
+    return [f"LABEL {labels}", 'CMD ["/bin/bash"]', f"WORKDIR {workdir}", f"ENV {PATH_ENV}", "ENV LANG=C.UTF-8"]
 
 
 def _commit(container: Any, name: str, inputs: str, workdir: str = "/") -> Any:
     repository, tag = name.rsplit(":", 1)
     # Docker merges the build container's labels into the image and no API removes a label, so the role is
     # overridden: containers started from the image must not look like build leftovers to a reaper.
-    conf = {"Labels": {**IMAGE_LABELS, LABEL_INPUTS: inputs}, "Cmd": ["/bin/bash"],
-            "WorkingDir": workdir, "Env": [PATH_ENV, "LANG=C.UTF-8"]}
+    conf = {
+        "Labels": {**IMAGE_LABELS, LABEL_INPUTS: inputs},
+        "Cmd": ["/bin/bash"],
+        "WorkingDir": workdir,
+        "Env": [PATH_ENV, "LANG=C.UTF-8"],
+    }
     return container.commit(repository=repository, tag=tag, conf=conf)
 
 
@@ -186,27 +192,34 @@ def ensure_python(client: Any, log: Callable[[str], None] = print) -> StepResult
     """``qwen-swe/py-git-pytest:bookworm``: apt-get in a host-network container on the base, then commit."""
     start = time.monotonic()
     base = client.images.get(BASE_IMAGE)
-    script = ("set -eu; export DEBIAN_FRONTEND=noninteractive; apt-get update -q; "
-              f"apt-get install -y -q --no-install-recommends {' '.join(PACKAGES)}; "
-              "apt-get clean; rm -rf /var/lib/apt/lists/*; python3 -m pytest --version; git --version")
+    script = (
+        "set -eu; export DEBIAN_FRONTEND=noninteractive; apt-get update -q; "
+        f"apt-get install -y -q --no-install-recommends {' '.join(PACKAGES)}; "
+        "apt-get clean; rm -rf /var/lib/apt/lists/*; python3 -m pytest --version; git --version"
+    )
     inputs = _digest("python", base.id, script)
     if _current(client, PY_IMAGE, inputs) is not None:
         return StepResult(PY_IMAGE, "reused", time.monotonic() - start)
     old = _existing(client, PY_IMAGE)
     log(f"installing {', '.join(PACKAGES)} into {PY_IMAGE}")
-    container = client.containers.create(BASE_IMAGE, command=["bash", "-c", script], network_mode="host",
-                                          labels=BUILD_LABELS)
+    container = client.containers.create(
+        BASE_IMAGE, command=["bash", "-c", script], network_mode="host", labels=BUILD_LABELS
+    )
     try:
         container.start()
         try:
             status = container.wait(timeout=APT_TIMEOUT).get("StatusCode")
         except requests.exceptions.RequestException:
-            raise TaskPackError(f"apt-get install in {BASE_IMAGE} did not finish within {APT_TIMEOUT} s; "
-                                "check the Debian mirror (DEBIAN_MIRROR) and the host network") from None
+            raise TaskPackError(
+                f"apt-get install in {BASE_IMAGE} did not finish within {APT_TIMEOUT} s; "
+                "check the Debian mirror (DEBIAN_MIRROR) and the host network"
+            ) from None
         if status != 0:
             tail = container.logs(tail=40).decode(errors="replace")
-            raise TaskPackError(f"apt-get install in {BASE_IMAGE} failed (exit {status}); check the Debian mirror "
-                                f"(DEBIAN_MIRROR) and host network:\n{tail}")
+            raise TaskPackError(
+                f"apt-get install in {BASE_IMAGE} failed (exit {status}); check the Debian mirror "
+                f"(DEBIAN_MIRROR) and host network:\n{tail}"
+            )
         _commit(container, PY_IMAGE, inputs)
     finally:
         container.remove(force=True)
@@ -257,8 +270,10 @@ def ensure_task(client: Any, row: dict[str, Any], log: Callable[[str], None] = p
         repo_dir = Path(tmp) / "testbed"
         sha = make_repo(repo.split("/", 1)[1], repo_dir)
         if sha != base_commit:
-            raise TaskPackError(f"{row['instance_id']}: repository {repo} builds as {sha}, but tasks.jsonl says "
-                                f"{base_commit}: run `python -m qwen_swe.data.taskpack generate` and commit")
+            raise TaskPackError(
+                f"{row['instance_id']}: repository {repo} builds as {sha}, but tasks.jsonl says "
+                f"{base_commit}: run `python -m qwen_swe.data.taskpack generate` and commit"
+            )
         commit_testbed(client, name, repo_dir, inputs)
     _drop_replaced(client, old, name)
     return StepResult(name, "built", time.monotonic() - start, f"{repo}@{base_commit[:10]}")
