@@ -207,10 +207,37 @@ def _all_imports(path: Path) -> list[tuple[str, int]]:
 
 def test_docker_is_imported_only_where_containers_are_made():
     """The rollout engine, the agent, the grader and the trainer see containers through ``qwen_swe.sandbox`` only (its
-    errors are ``SandboxError``; the grader is handed a ``SandboxFactory``). The task pack's image build drives a
-    Docker client it is given, through ``qwen_swe.sandbox.docker``'s helpers, never by importing docker itself."""
+    errors are ``SandboxError``; the engine and the grader are handed a ``SandboxFactory``). The task pack's image
+    build drives a Docker client it is given, through ``qwen_swe.sandbox.docker_host``'s helpers, never by importing
+    docker itself."""
     allowed = ("sandbox/",)
     bad = [str(path.relative_to(REPO_ROOT)) for path in MODULES.values()
            if any(m == "docker" or m.startswith("docker.") for m, _ in _all_imports(path))
            and not str(path.relative_to(PACKAGE_DIR)).startswith(allowed)]
     assert not bad, f"modules importing docker outside the sandbox: {bad}"
+
+
+def test_machines_are_made_through_a_sandbox_factory():
+    """Outside ``qwen_swe/sandbox`` no library module names the Docker sandbox: the rollout engine and the grader
+    describe a machine with a ``SandboxRequest`` and are handed a ``SandboxFactory``, so a second backend
+    (tests/local_sandbox.py) runs them unchanged."""
+    bad = [
+        f"{path.relative_to(REPO_ROOT)}:{line}: {module}"
+        for path in MODULES.values()
+        if not str(path.relative_to(PACKAGE_DIR)).startswith("sandbox/")
+        for module, line in _all_imports(path)
+        if module == "qwen_swe.sandbox.docker" or module.startswith("qwen_swe.sandbox.docker.")
+    ]
+    assert not bad, "library modules making Docker sandboxes themselves (take a SandboxFactory):\n" + "\n".join(bad)
+
+
+def test_benchmarks_import_no_test_file():
+    """What a benchmark shares with the tests (a scripted server, a torchrun worker) lives in a helper module under
+    tests/, never in a ``test_*.py`` file, which pytest collects and may change for its own tests."""
+    bad = [
+        f"{path.relative_to(REPO_ROOT)}:{line}: {module}"
+        for path in sorted((REPO_ROOT / "benchmarks").glob("*.py"))
+        for module, line in _all_imports(path)
+        if module.startswith("tests.") and module.rsplit(".", 1)[-1].startswith("test_")
+    ]
+    assert not bad, "benchmarks importing test files (move what they share into a tests/ helper):\n" + "\n".join(bad)
