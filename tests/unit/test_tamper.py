@@ -209,10 +209,14 @@ REWRITER = ("import sys\ndef _config():\n    return next(f.config for f in sys.m
      "    return _add(a, b)\n", "adds the patch's code to the test runner's hook pytest_runtest_makereport at "),
     ("import sys\ndef add(a, b):\n    raise getattr(sys, 'mod' + 'ules')['_py' + 'test.outcomes'].XFailed('known')\n",
      "makes a test xfail from the patch's code at "),
+    ("import unittest.mock\n_add = add\ndef add(a, b):\n    test = getattr(sys, 'mod' + 'ules')['test_add'].test_add\n"
+     "    unittest.mock.patch.object(test, '__code__', (lambda: None).__code__).start()\n    return _add(a, b)\n"
+     "import sys\n", "rewrites a class, code or frame internal at "),
 ], ids=["gc", "descriptor through the import table", "os._exit", "plugin through the assertion rewriter's config",
         "hook implementation taken out", "tracer installed by bdb", "a builtin registered as a hook",
         "a test file compiled without its asserts", "a test module swapped for the standard library's functions",
-        "a report hook swapped while a test runs and restored at once", "xfail raised from the code under test"])
+        "a report hook swapped while a test runs and restored at once", "xfail raised from the code under test",
+        "a test's code swapped through mock"])
 def test_the_witness_sees_what_the_patch_does(tmp_path, trick, finding):
     _, found = _witnessed(tmp_path, "\n" + trick)
     assert any(finding in f for f in found), found

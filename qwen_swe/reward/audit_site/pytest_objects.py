@@ -8,7 +8,7 @@ What the patch does to these objects changes no namespace the watchdog compares,
   relay entry; an implementation taken out while its plugin stays registered; a plugin registered or unregistered
   with a line the patch added anywhere on the stack;
 - pytest's test items: a method or the function of an item replaced on the item by the patch's code, or a test whose
-  function is not Python code or is the standard library's (a test module swapped for one of no-op functions);
+  function is not Python code, is the standard library's or was compiled from a string (a module of no-op tests);
 - test code that runs without its asserts: a file whose source asserts, running as code that cannot raise
   AssertionError (compiled with ``optimize=2`` by a library, for instance).
 
@@ -144,7 +144,7 @@ def checks(origin, finding, watch, modules, get_objects, root, added):
                 function = getattr(function, "__func__", None) or getattr(function, "__wrapped__", None) or function
             code = getattr(function, "__code__", None)
             if function is not None and (type(function) is not FunctionType or code.co_filename.startswith(stdlib)
-                                         and "-packages" not in code.co_filename):
+                                         and "-packages" not in code.co_filename or code.co_filename.startswith("<")):
                 finding("runs a test whose function is %r" % (function,), "the test items", getattr(item, "nodeid", ""))
 
     def dispatch(tick, final):

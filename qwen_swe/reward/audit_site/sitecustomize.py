@@ -126,8 +126,8 @@ def _install():
                      "ctypes.dlopen": "loads native code", "ctypes.dlsym": "loads native code",
                      "ctypes.addressof": "reads raw memory", "ctypes.string_at": "reads raw memory",
                      "code.__new__": "builds a code object"}
-    # blamed on any added line on the stack, not only the caller's: no fix installs a tracer through a library (not
-    # introspection or kills: logging and typing read frames, subprocess kills children, for any caller)
+    # blamed on any added line on the stack, not only the caller's: no fix installs a tracer or swaps a function's
+    # code through a library (not introspection or kills: logging and typing read frames, subprocess kills children)
     deep_events = frozenset(("sys.settrace", "sys.setprofile", "sys.addaudithook"))
 
     def opened(path, where):
@@ -176,7 +176,8 @@ def _install():
             return  # before the patch's first line runs, nothing can be blamed on it
         try:
             # an import compiles too, called by the import system
-            where = blamed(event != "compile", event in deep_events)
+            where = blamed(event != "compile", event in deep_events or event == "object.__setattr__" and len(args) > 1
+                           and args[1] == "__code__")  # a function's code swapped, as by mock.patch.object
             if where is None:
                 return
             if event == "open":
