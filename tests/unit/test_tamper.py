@@ -75,7 +75,9 @@ WITNESSED_CALLS = re.compile(r"_getframe|currentframe|inspect\.stack|inspect\.tr
                              r"/proc/|/dev/|ctypes|CodeType|(?<![.\w])compile\(|meta_path|path_hooks|builtins|"
                              # the hook table and items (any reach), and tracers installed through a library
                              r"pluginmanager|hookimpl|get_hookimpls|def pytest_|\.obj\s*=|\.runtest\s*=|"
-                             r"\b(?:bdb|pdb|cProfile|profile|trace)\b")
+                             r"\b(?:bdb|pdb|cProfile|profile|trace)\b|"
+                             # xfails, marks and the stash, and test code compiled or swapped
+                             r"xfail|XFailed|add_marker|\.stash\b|py_compile|optimize\s*=|mock\.patch")
 
 
 def test_no_gold_patch_calls_what_the_witness_blames(shared_data):
