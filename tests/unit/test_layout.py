@@ -241,3 +241,30 @@ def test_benchmarks_import_no_test_file():
         if module.startswith("tests.") and module.rsplit(".", 1)[-1].startswith("test_")
     ]
     assert not bad, "benchmarks importing test files (move what they share into a tests/ helper):\n" + "\n".join(bad)
+
+
+def test_tests_and_benchmarks_reach_no_private_names_through_a_module():
+    """The same rule through a module object (``from benchmarks import bench_x`` then ``bench_x._helper``)."""
+    bad = []
+    for path in sorted([*(REPO_ROOT / "tests").rglob("*.py"), *(REPO_ROOT / "benchmarks").glob("*.py")]):
+        tree, bound = ast.parse(path.read_text()), set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("tests", "benchmarks"):
+                bound |= {a.asname or a.name for a in node.names}
+            elif isinstance(node, ast.Import):
+                bound |= {
+                    a.asname or a.name.split(".")[0]
+                    for a in node.names
+                    if a.name.split(".")[0] in ("tests", "benchmarks")
+                }
+        bad += [
+            f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {node.value.id}.{node.attr}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in bound
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ]
+    reached = "\n".join(bad)
+    assert not bad, f"private helpers reached across test/benchmark files (make them public or move them):\n{reached}"

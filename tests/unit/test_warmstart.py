@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from benchmarks.bench_learning import PhaseClock, funnel, split_train
 from qwen_swe.agent.qwen import escape_at
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample, Status
@@ -28,8 +27,10 @@ from qwen_swe.warmstart.expert import (
     traceback_paths,
 )
 
-PATCH = ("diff --git a/pkg/mod.py b/pkg/mod.py\nindex 1..2 100644\n--- a/pkg/mod.py\n+++ b/pkg/mod.py\n"
-         "@@ -3,3 +3,3 @@ def f(x):\n     a = 1\n-    return x - a\n+    return x + a\n \n")
+PATCH = (
+    "diff --git a/pkg/mod.py b/pkg/mod.py\nindex 1..2 100644\n--- a/pkg/mod.py\n+++ b/pkg/mod.py\n"
+    "@@ -3,3 +3,3 @@ def f(x):\n     a = 1\n-    return x - a\n+    return x + a\n \n"
+)
 
 
 class _Tok:
@@ -45,7 +46,11 @@ def _row(iid: str, statement: str, patch: str = PATCH) -> dict:
 
 def test_expert_reads_edits_then_stops():
     fix = one_line_fix(PATCH)
-    assert fix is not None and (fix.path, fix.buggy, fix.fixed) == ("pkg/mod.py", "    return x - a", "    return x + a")
+    assert fix is not None and (fix.path, fix.buggy, fix.fixed) == (
+        "pkg/mod.py",
+        "    return x - a",
+        "    return x + a",
+    )
     first = json.loads(expert_turn(fix, 0).split("\n")[1])
     second = json.loads(expert_turn(fix, 1).split("\n")[1])
     assert first == {"name": "read_file", "arguments": {"file_path": "/testbed/pkg/mod.py"}}
@@ -80,28 +85,41 @@ def test_expert_finds_the_task_and_turn_from_the_prompt():
     server = ExpertServer(rows, _Tok(), search=False)
     prompt = "<|im_start|>user\nbug B<|im_end|>\n<|im_start|>assistant\n"
     assert "other.py" in server.reply(prompt) and "read_file" in server.reply(prompt)
-    assert "edit" in server.reply(prompt.replace("<|im_start|>assistant\n", "<|im_start|>assistant\nx\n" * 1)
-                                  + "<|im_start|>assistant\n")
+    assert "edit" in server.reply(
+        prompt.replace("<|im_start|>assistant\n", "<|im_start|>assistant\nx\n" * 1) + "<|im_start|>assistant\n"
+    )
     at = ExpertServer([_row("c", "bug at user@host")], _Tok(), search=False)  # the agent sees @ escaped
     seen = f"<|im_start|>user\n{escape_at('bug at user@host')}<|im_end|>\n<|im_start|>assistant\n"
     assert "read_file" in at.reply(seen)
     with pytest.raises(DataError, match="same problem statement"):
         ExpertServer([_row("a", "same"), _row("b", "same", PATCH.replace("mod.py", "x.py"))], _Tok())
     other_fix = PATCH.replace("x + a", "x * a")
-    kept, skipped = usable([_row("a", "same"), _row("b", "same"), _row("c", "one"), _row("d", "two", "no patch"),
-                            _row("e", "split"), _row("f", "split", other_fix)])
+    kept, skipped = usable(
+        [
+            _row("a", "same"),
+            _row("b", "same"),
+            _row("c", "one"),
+            _row("d", "two", "no patch"),
+            _row("e", "split"),
+            _row("f", "split", other_fix),
+        ]
+    )
     assert [r["instance_id"] for r in kept] == ["a", "c"] and skipped == 4  # b repeats a; e and f disagree
 
 
 def test_expert_reads_the_file_a_traceback_names_without_searching():
-    traced = ("`f(1)` fails\n```python\nfrom pkg import f\nf(1)\n```\nIt fails with:\n```\n"
-              "Traceback (most recent call last):\n  File \"pkg/mod.py\", line 4, in f\n    return x - a\n"
-              "TypeError: no\n```\n")
+    traced = (
+        "`f(1)` fails\n```python\nfrom pkg import f\nf(1)\n```\nIt fails with:\n```\n"
+        'Traceback (most recent call last):\n  File "pkg/mod.py", line 4, in f\n    return x - a\n'
+        "TypeError: no\n```\n"
+    )
     assert traceback_paths(traced) == ["pkg/mod.py"]
     server = ExpertServer([_row("a", traced)], _Tok())
     prompt = f"<|im_start|>user\n{traced}<|im_end|>\n<|im_start|>assistant\n"
     assert json.loads(server.reply(prompt).split("\n")[1]) == {
-        "name": "read_file", "arguments": {"file_path": "/testbed/pkg/mod.py"}}
+        "name": "read_file",
+        "arguments": {"file_path": "/testbed/pkg/mod.py"},
+    }
     elsewhere = traced.replace("pkg/mod.py", "pkg/other.py")  # the traceback passes elsewhere: search as before
     server = ExpertServer([_row("b", elsewhere)], _Tok())
     reply = server.reply(f"<|im_start|>user\n{elsewhere}<|im_end|>\n<|im_start|>assistant\n")
@@ -110,8 +128,13 @@ def test_expert_reads_the_file_a_traceback_names_without_searching():
 
 def _demos(tmp_path, n: int):
     path = tmp_path / "demos.jsonl"
-    path.write_text("".join(json.dumps({"instance_id": f"t{i}", "tokens": [1, 2, 3, 4], "response_length": 2,
-                                        "loss_mask": [1, 0]}) + "\n" for i in range(n)))
+    path.write_text(
+        "".join(
+            json.dumps({"instance_id": f"t{i}", "tokens": [1, 2, 3, 4], "response_length": 2, "loss_mask": [1, 0]})
+            + "\n"
+            for i in range(n)
+        )
+    )
     return path
 
 
@@ -129,8 +152,12 @@ def test_demo_driver_walks_epochs_in_a_seeded_order_and_resumes(tmp_path):
 
 def test_a_dropped_demonstration_is_reported_with_its_task_and_detail():
     ok = Sample(group_index=0, index=0, prompt="p", metadata={"instance_id": "t0"})
-    gone = Sample(group_index=1, index=0, prompt="p", metadata={"instance_id": "t1", "drop_reason": "agent_error",
-                                                                 "drop_detail": "qwen-code exited 1: " + "x" * 900})
+    gone = Sample(
+        group_index=1,
+        index=0,
+        prompt="p",
+        metadata={"instance_id": "t1", "drop_reason": "agent_error", "drop_detail": "qwen-code exited 1: " + "x" * 900},
+    )
     ok.status, gone.status = Status.COMPLETED, Status.ABORTED
     [d] = drops([ok, gone])
     assert d["instance_id"] == "t1" and d["reason"] == "agent_error"
@@ -157,42 +184,6 @@ def test_sft_batch_trains_every_demonstration_with_advantage_one(tmp_path):
     assert prepare_batch(samples, grpo, 0)[0] == []  # the same equal rewards give GRPO nothing
 
 
-def test_phase_clock_sums_each_phase_over_reruns_with_the_same_work(tmp_path):
-    first = PhaseClock(tmp_path / "phase_times.json")
-    first.add("warm_start", 900.0)
-    first.add("rl", 600.0)  # then the run stops; the rerun skips the warm start and resumes GRPO
-    second = PhaseClock(tmp_path / "phase_times.json")
-    second.add("warm_start", 0.5)
-    second.add("rl", 300.0)
-    assert second.now == {"warm_start": 0.5, "rl": 300.0}
-    assert second.all == {"warm_start": 900.5, "rl": 900.0}
-    assert PhaseClock(tmp_path / "phase_times.json").all == second.all
-
-
-def _attempt(iid: str, *calls: tuple[str, dict], patch: str = "", resolved: bool = False) -> dict:
-    message = {"role": "assistant", "tool_calls": [{"function": {"name": n, "arguments": json.dumps(a)}}
-                                                   for n, a in calls]}
-    return {"instance_id": iid, "conversation": {"messages": [message]}, "patch": patch, "resolved": resolved}
-
-
-def test_funnel_counts_how_far_attempts_get_against_the_gold_patch():
-    rows = {"t": _row("t", "bug")}
-    read = ("read_file", {"file_path": "/testbed/pkg/mod.py"})
-    attempts = [_attempt("t"), _attempt("t", ("read_file", {"file_path": "/testbed/pkg/other.py"})),
-                _attempt("t", read, ("edit", {"old_string": "    return x - a\n", "new_string": "    return x * a"}),
-                         patch="diff"),
-                _attempt("t", read, ("edit", {"old_string": "return x - a", "new_string": "return x + a"}),
-                         patch="diff", resolved=True),
-                {**_attempt("t", read), "status": "aborted"}]
-    assert funnel(attempts, rows) == {"attempts": 4, "tool_call": 3, "read_target": 2, "edit_buggy_line": 2,
-                                      "exact_fix": 1, "patch": 2, "resolved": 1, "edit_error": 0, "recovered": 0}
-    refused = {"role": "tool", "content": "Failed to edit, 0 occurrences found for old_string in /testbed/pkg/mod.py"}
-    for attempt in attempts[2:4]:
-        attempt["conversation"]["messages"].insert(1, refused)
-    counts = funnel(attempts, rows)
-    assert (counts["edit_error"], counts["recovered"]) == (2, 1)
-
-
 def test_a_checkpoint_folder_keeps_its_base_models_tool_call_format(tmp_path):
     from qwen_swe.errors import ConfigError
     from qwen_swe.paths import ORIGIN_FILE, base_model_of
@@ -208,17 +199,6 @@ def test_a_checkpoint_folder_keeps_its_base_models_tool_call_format(tmp_path):
     assert base_model_of(str(rl)) in (str(rl), str(sft))
     with pytest.raises(ConfigError, match="no tool-call parser"):
         tool_call_parser_for(str(tmp_path / "unknown" / "v000001"))
-
-
-def test_split_train_keeps_grpo_sites_away_from_the_demonstrations():
-    train = [{"instance_id": f"t{i}", "bug_site": f"m.py::f{i % 6}"} for i in range(24)]
-    assert split_train(train, 0, 0.0) == (train, train)
-    demo, rl = split_train(train, 0, 0.5)
-    assert {r["bug_site"] for r in demo}.isdisjoint({r["bug_site"] for r in rl})
-    assert len({r["bug_site"] for r in rl}) == 3 and len(demo) + len(rl) == 24
-    assert split_train(train, 0, 0.5) == (demo, rl) and split_train(train, 1, 0.5) != (demo, rl)
-    with pytest.raises(ValueError, match="rl-sites"):
-        split_train(train, 0, 1.0)
 
 
 def test_expert_stumbles_on_a_fixed_fraction_of_tasks_and_recovers():
@@ -247,23 +227,3 @@ def test_a_stumble_is_kept_out_of_the_loss_and_only_there():
     assert mask_out(tokens, 10, mask, [5, 6, 7, 2]) == [0, 0, 0, 0, 0, 0, 1, 1, 1, 1]
     with pytest.raises(DataError, match="stumble"):
         mask_out(tokens, 10, [1, 1, 1, 0, 0, 0, 1, 1, 1, 0], [5, 6, 7, 2])  # never fully trained: not the stumble
-
-
-def test_the_fit_screen_keeps_tasks_resolved_sometimes_with_seeds_of_its_own(tmp_path, monkeypatch):
-    from benchmarks import bench_learning
-
-    rows = [{"instance_id": f"t{i}"} for i in range(6)]
-    screened = {"t0": 4, "t1": 2, "t2": 0, "t3": 1, "t5": 3}  # t4: every attempt an error (not graded)
-    calls = []
-
-    def evaluate(name, model, tasks, k, work, seed, temperature):
-        calls.append((name, [r["instance_id"] for r in bench_learning._rows(tasks)], k, seed))
-        return {"attempts": 16, "resolved": 10, "per_task": screened}
-
-    monkeypatch.setattr(bench_learning, "_evaluate", evaluate)
-    args = bench_learning.parser().parse_args(["--seed", "7", "--fit-tasks", "2", "--fit-screen", "4",
-                                               "--fit-candidates", "5"])
-    kept, res = bench_learning._screen(rows, args, tmp_path / "m", tmp_path, 1.0)
-    assert [r["instance_id"] for r in kept] == ["t1", "t3"]  # in order; not t0 (always), t2 (never), t4, t5 (>5th)
-    assert calls == [("fit_screen", ["t0", "t1", "t2", "t3", "t4"], 4, 7 + bench_learning.SCREEN_SEED_OFFSET)]
-    assert res["resolved"] == 10
