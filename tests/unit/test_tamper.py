@@ -214,11 +214,15 @@ REWRITER = ("import sys\ndef _config():\n    return next(f.config for f in sys.m
     ("import unittest.mock\n_add = add\ndef add(a, b):\n    test = getattr(sys, 'mod' + 'ules')['test_add'].test_add\n"
      "    unittest.mock.patch.object(test, '__code__', (lambda: None).__code__).start()\n    return _add(a, b)\n"
      "import sys\n", "rewrites a class, code or frame internal at "),
+    ("import logging, sys\n_add = add\ndef add(a, b):\n    s = getattr(sys, 'mod' + 'ules')['_py' + 'test.skipping']\n"
+     "    f = logging.currentframe()\n    while 'item' not in f.f_locals:\n        f = f.f_back\n"
+     "    f.f_locals['item'].stash[s.xfailed_key] = s.Xfail('known', True, False, None)\n    return _add(a, b)\n",
+     "reports a test as xfailed with no xfail mark or xfail() call"),
 ], ids=["gc", "descriptor through the import table", "os._exit", "plugin through the assertion rewriter's config",
         "hook implementation taken out", "tracer installed by bdb", "a builtin registered as a hook",
         "a test file compiled without its asserts", "a test module swapped for the standard library's functions",
         "a report hook swapped while a test runs and restored at once", "xfail raised from the code under test",
-        "a test's code swapped through mock"])
+        "a test's code swapped through mock", "its own test marked xfailed in pytest's stash"])
 def test_the_witness_sees_what_the_patch_does(tmp_path, trick, finding):
     _, found = _witnessed(tmp_path, "\n" + trick)
     assert any(finding in f for f in found), found
