@@ -50,8 +50,16 @@ SCALEDOWN_WINDOW = 20 * MINUTES  # keep the GPUs warm between GRPO steps
 MAX_INPUTS = 256  # concurrent requests per container; vLLM batches them
 WEB_REQUEST_LIMIT = 150  # Modal's HTTP limit, seconds (documented; not configurable)
 # Copied into the container so the command built there equals the one built at deploy time.
-DEPLOY_ENV_KEYS = ("MODEL", "SERVED_MODEL_NAME", "MAX_MODEL_LEN", "LORA_RANK", "TP", "MODAL_GPU", "MODAL_GPU_COUNT",
-                   "MODAL_APP_NAME")
+DEPLOY_ENV_KEYS = (
+    "MODEL",
+    "SERVED_MODEL_NAME",
+    "MAX_MODEL_LEN",
+    "LORA_RANK",
+    "TP",
+    "MODAL_GPU",
+    "MODAL_GPU_COUNT",
+    "MODAL_APP_NAME",
+)
 
 
 def serve_config() -> ServeConfig:
@@ -64,31 +72,36 @@ def serve_config() -> ServeConfig:
     tp = inference.tp if os.environ.get("TP") else GPU_COUNT
     if not inference.vllm_api_key:  # a public URL with weight-reload routes must not answer strangers
         raise ConfigError(f"{KEY_ENV} is unset: deploy with {KEY_ENV}=<a long random key> and give the run the same")
-    return ServeConfig(model=inference.model or DEFAULT_MODEL, served_model_names=(served,) if served else (),
-                       host="0.0.0.0", port=PORT, tp=tp, max_model_len=inference.max_model_len or 65536,
-                       gpu_memory_utilization=0.90, lora_rank=settings.train.lora_rank, python="python",
-                       api_key=inference.vllm_api_key)
-
-
-def web_url(workspace: str, environment: str | None = None) -> str:
-    """The OpenAI base URL of the deployed server (``label`` below fixes the host name)."""
-    source = workspace + (f"-{environment}" if environment else "")
-    return f"https://{source}--{APP_NAME}.modal.run/v1"
+    return ServeConfig(
+        model=inference.model or DEFAULT_MODEL,
+        served_model_names=(served,) if served else (),
+        host="0.0.0.0",
+        port=PORT,
+        tp=tp,
+        max_model_len=inference.max_model_len or 65536,
+        gpu_memory_utilization=0.90,
+        lora_rank=settings.train.lora_rank,
+        python="python",
+        api_key=inference.vllm_api_key,
+    )
 
 
 def weights_path(path: str) -> str:
     """A path inside the weights Volume as the container sees it; relative paths are taken from the Volume root."""
     full = path if path.startswith("/") else f"{WEIGHTS}/{path}"
     if not (full == WEIGHTS or full.startswith(WEIGHTS + "/")) or "/../" in full + "/":
-        raise ValueError(f"{path!r} is outside the weights Volume mounted at {WEIGHTS}; upload it with "
-                         f"`modal volume put qwen-swe-weights LOCAL_DIR /NAME` and pass NAME")
+        raise ValueError(
+            f"{path!r} is outside the weights Volume mounted at {WEIGHTS}; upload it with "
+            f"`modal volume put qwen-swe-weights LOCAL_DIR /NAME` and pass NAME"
+        )
     return full
 
 
 def reload_server(path: str, lora_name: str | None = None, base_url: str = f"http://127.0.0.1:{PORT}") -> dict:
     """What the reload entry point does after ``Volume.reload()``: the same client calls as the local run."""
-    client = InferenceClient(base_url, timeout=60.0, reload_timeout=FUNCTION_TIMEOUT - 5 * MINUTES,
-                             api_key=os.environ.get(KEY_ENV))
+    client = InferenceClient(
+        base_url, timeout=60.0, reload_timeout=FUNCTION_TIMEOUT - 5 * MINUTES, api_key=os.environ.get(KEY_ENV)
+    )
     where = weights_path(path)
     version = client.load_lora(lora_name, where) if lora_name else client.reload_weights(where)
     return {"path": where, "lora_name": lora_name, "version": version}
@@ -109,7 +122,10 @@ hf_cache_volume = modal.Volume.from_name("qwen-swe-hf-cache", create_if_missing=
 vllm_cache_volume = modal.Volume.from_name("qwen-swe-vllm-cache", create_if_missing=True)
 weights_volume = modal.Volume.from_name("qwen-swe-weights", create_if_missing=True)
 VOLUMES: dict[str | PurePosixPath, modal.Volume | modal.CloudBucketMount] = {
-    HF_CACHE: hf_cache_volume, VLLM_CACHE: vllm_cache_volume, WEIGHTS: weights_volume}
+    HF_CACHE: hf_cache_volume,
+    VLLM_CACHE: vllm_cache_volume,
+    WEIGHTS: weights_volume,
+}
 SECRETS = [modal.Secret.from_name(os.environ["MODAL_HF_SECRET"])] if os.environ.get("MODAL_HF_SECRET") else []
 if os.environ.get(KEY_ENV):  # its own secret, apart from the deploy variables (DEPLOY_ENV_KEYS)
     SECRETS.append(modal.Secret.from_dict({KEY_ENV: os.environ[KEY_ENV]}))
@@ -117,8 +133,16 @@ if os.environ.get(KEY_ENV):  # its own secret, apart from the deploy variables (
 app = modal.App(APP_NAME)
 
 
-@app.cls(image=image, gpu=GPU_SPEC, volumes=VOLUMES, secrets=SECRETS, env=_deploy_env(), timeout=FUNCTION_TIMEOUT,
-         scaledown_window=SCALEDOWN_WINDOW, max_containers=1)  # one replica: every request sees the same weights
+@app.cls(
+    image=image,
+    gpu=GPU_SPEC,
+    volumes=VOLUMES,
+    secrets=SECRETS,
+    env=_deploy_env(),
+    timeout=FUNCTION_TIMEOUT,
+    scaledown_window=SCALEDOWN_WINDOW,
+    max_containers=1,
+)  # one replica: every request sees the same weights
 @modal.concurrent(max_inputs=MAX_INPUTS)
 class Server:
     @modal.enter()

@@ -16,8 +16,18 @@ from qwen_swe.inference.settings import DEFAULT_MODEL
 
 pytest.importorskip("modal")
 MODULE = "qwen_swe.inference.modal_app"
-DEPLOY_KEYS = ("MODEL", "TP", "MODAL_GPU", "MODAL_GPU_COUNT", "MODAL_APP_NAME", "LORA_RANK", "SERVED_MODEL_NAME",
-               "MAX_MODEL_LEN", "MODAL_HF_SECRET", "VLLM_API_KEY")
+DEPLOY_KEYS = (
+    "MODEL",
+    "TP",
+    "MODAL_GPU",
+    "MODAL_GPU_COUNT",
+    "MODAL_APP_NAME",
+    "LORA_RANK",
+    "SERVED_MODEL_NAME",
+    "MAX_MODEL_LEN",
+    "MODAL_HF_SECRET",
+    "VLLM_API_KEY",
+)
 
 
 @pytest.fixture
@@ -75,7 +85,7 @@ def test_served_command_matches_the_local_launcher(mi, monkeypatch):
     assert flag(argv, "--tensor-parallel-size") == "8"  # TP follows the GPU count
     assert flag(argv, "--port") == str(mi.PORT) and flag(argv, "--host") == "0.0.0.0"
     assert mi.serve_config().env()["VLLM_SERVER_DEV_MODE"] == "1"
-    assert mi.web_url("acme") == "https://acme--qwen-swe-vllm.modal.run/v1"
+    assert mi.APP_NAME == "qwen-swe-vllm"  # the web server's label: https://<workspace>--qwen-swe-vllm.modal.run/v1
 
 
 def test_gpu_and_lora_from_env(monkeypatch, mi):
@@ -134,8 +144,16 @@ def test_reload_calls_the_sync_protocol_on_the_local_server(mi):
     assert full == {"path": "/weights/step_000003", "lora_name": None, "version": 1}
     assert lora["version"] == 1 and lora["path"] == "/weights/lora_000003"
     paths = [p for p, _ in calls]
-    assert paths == ["/pause?mode=wait", "/collective_rpc", "/reset_prefix_cache", "/resume",
-                     "/pause?mode=wait", "/v1/load_lora_adapter", "/reset_prefix_cache", "/resume"]
+    assert paths == [
+        "/pause?mode=wait",
+        "/collective_rpc",
+        "/reset_prefix_cache",
+        "/resume",
+        "/pause?mode=wait",
+        "/v1/load_lora_adapter",
+        "/reset_prefix_cache",
+        "/resume",
+    ]
     assert calls[1][1]["method"] == "reload_weights"
     assert calls[1][1]["kwargs"] == {"weights_path": "/weights/step_000003"}
     assert calls[5][1] == {"lora_name": "policy", "lora_path": "/weights/lora_000003", "load_inplace": True}
@@ -143,8 +161,13 @@ def test_reload_calls_the_sync_protocol_on_the_local_server(mi):
 
 def test_deploy_without_token_fails_fast(tmp_path: Path):
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-m", "modal", "deploy", "examples/qwen_swe/modal_inference.py"],
-                         capture_output=True, text=True, timeout=120, env=env, cwd=paths.REPO_ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "modal", "deploy", "examples/qwen_swe/modal_inference.py"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=paths.REPO_ROOT,
+    )
     assert out.returncode != 0
     assert "Token missing" in out.stdout + out.stderr, out.stdout + out.stderr
-

@@ -35,13 +35,16 @@ def model_config(model: str) -> dict[str, Any]:
         name = model.rstrip("/").rsplit("/", 1)[-1].lower()
         path = next((p for key, p in BUILT_IN.items() if name.startswith(key)), path)
     if not path.is_file():
-        raise SlimeBackendError(f"MODEL={model}: no config.json to derive Megatron's model arguments from; set MODEL "
-                                "to a local Hugging Face folder (Megatron has no hub access at launch)")
+        raise SlimeBackendError(
+            f"MODEL={model}: no config.json to derive Megatron's model arguments from; set MODEL "
+            "to a local Hugging Face folder (Megatron has no hub access at launch)"
+        )
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise SlimeBackendError(f"MODEL={model}: cannot read {path} ({exc}); give a folder with a valid "
-                                "config.json") from None
+        raise SlimeBackendError(
+            f"MODEL={model}: cannot read {path} ({exc}); give a folder with a valid config.json"
+        ) from None
 
 
 def _rope_theta(c: dict[str, Any]) -> float:
@@ -60,15 +63,33 @@ def model_args(c: dict[str, Any]) -> list[str]:
     """Megatron's architecture arguments for an HF config, in the form of slime's ``scripts/models`` files."""
     kind = c.get("model_type")
     if kind not in ARCHITECTURES:
-        raise SlimeBackendError(f"MODEL's model_type {kind!r} has no Megatron arguments here; supported under "
-                                f"slime 0.3.x: {', '.join(ARCHITECTURES)} (or BACKEND=fsdp / slime v0.2.2)")
+        raise SlimeBackendError(
+            f"MODEL's model_type {kind!r} has no Megatron arguments here; supported under "
+            f"slime 0.3.x: {', '.join(ARCHITECTURES)} (or BACKEND=fsdp / slime v0.2.2)"
+        )
     if c.get("hidden_act", "silu") != "silu":
         raise SlimeBackendError(f"MODEL's hidden_act {c['hidden_act']!r}: Megatron's --swiglu needs silu")
     heads, groups = c["num_attention_heads"], c.get("num_key_value_heads") or c["num_attention_heads"]
-    argv = ["--swiglu", "--num-layers", str(c["num_hidden_layers"]), "--hidden-size", str(c["hidden_size"]),
-            "--ffn-hidden-size", str(c["intermediate_size"]), "--num-attention-heads", str(heads),
-            "--disable-bias-linear", "--normalization", "RMSNorm", "--norm-epsilon", _num(c["rms_norm_eps"]),
-            "--rotary-base", _num(_rope_theta(c)), "--vocab-size", str(c["vocab_size"])]
+    argv = [
+        "--swiglu",
+        "--num-layers",
+        str(c["num_hidden_layers"]),
+        "--hidden-size",
+        str(c["hidden_size"]),
+        "--ffn-hidden-size",
+        str(c["intermediate_size"]),
+        "--num-attention-heads",
+        str(heads),
+        "--disable-bias-linear",
+        "--normalization",
+        "RMSNorm",
+        "--norm-epsilon",
+        _num(c["rms_norm_eps"]),
+        "--rotary-base",
+        _num(_rope_theta(c)),
+        "--vocab-size",
+        str(c["vocab_size"]),
+    ]
     if groups != heads:
         argv += ["--group-query-attention", "--num-query-groups", str(groups)]
     if c.get("head_dim"):
@@ -95,11 +116,28 @@ def _moe_args(c: dict[str, Any]) -> list[str]:
     """Qwen3-MoE's experts, as slime's qwen3-30B-A3B.sh passes them (every layer sparse unless listed dense)."""
     dense, step = set(c.get("mlp_only_layers") or []), c.get("decoder_sparse_step", 1) or 1
     freq = [0 if i in dense or (i + 1) % step else 1 for i in range(c["num_hidden_layers"])]
-    return ["--moe-ffn-hidden-size", str(c["moe_intermediate_size"]), "--moe-router-score-function", "softmax",
-            "--moe-token-dispatcher-type", "alltoall", "--moe-router-topk", str(c["num_experts_per_tok"]),
-            "--moe-layer-freq", "[" + ",".join(map(str, freq)) + "]", "--num-experts", str(c["num_experts"]),
-            "--moe-grouped-gemm", "--moe-token-drop-policy", "probs", "--moe-router-dtype", "fp32",
-            "--moe-permute-fusion", "--moe-aux-loss-coeff", _num(c.get("router_aux_loss_coef", 0.0))]
+    return [
+        "--moe-ffn-hidden-size",
+        str(c["moe_intermediate_size"]),
+        "--moe-router-score-function",
+        "softmax",
+        "--moe-token-dispatcher-type",
+        "alltoall",
+        "--moe-router-topk",
+        str(c["num_experts_per_tok"]),
+        "--moe-layer-freq",
+        "[" + ",".join(map(str, freq)) + "]",
+        "--num-experts",
+        str(c["num_experts"]),
+        "--moe-grouped-gemm",
+        "--moe-token-drop-policy",
+        "probs",
+        "--moe-router-dtype",
+        "fp32",
+        "--moe-permute-fusion",
+        "--moe-aux-loss-coeff",
+        _num(c.get("router_aux_loss_coef", 0.0)),
+    ]
 
 
 def parallel_args(s: Settings, c: dict[str, Any], gpus: int) -> tuple[list[str], list[str]]:
@@ -107,8 +145,10 @@ def parallel_args(s: Settings, c: dict[str, Any], gpus: int) -> tuple[list[str],
     tp, ep, problems = s.slime_tp, s.slime_ep, []
     heads, groups = c["num_attention_heads"], c.get("num_key_value_heads") or c["num_attention_heads"]
     if gpus % tp or heads % tp or groups % tp:
-        problems.append(f"SLIME_TP={tp} must divide the {gpus} training GPUs (SLIME_GPUS), the model's {heads} "
-                        f"attention heads and its {groups} key-value heads")
+        problems.append(
+            f"SLIME_TP={tp} must divide the {gpus} training GPUs (SLIME_GPUS), the model's {heads} "
+            f"attention heads and its {groups} key-value heads"
+        )
     experts = c.get("num_experts") or 0
     if ep > 1 and not experts:
         problems.append(f"SLIME_EP={ep} but MODEL is dense (no num_experts in config.json): set SLIME_EP=1")
@@ -129,9 +169,16 @@ def torch_dist_dir(s: Settings) -> Path:
 def conversion_argv(s: Settings, python: str, c: dict[str, Any], gpus: int) -> list[str]:
     """slime's converter on ``min(gpus, layers)`` processes (it pipelines the layers over them)."""
     procs = max(1, min(gpus, c["num_hidden_layers"]))
-    return [python, "-m", "torch.distributed.run", "--nproc-per-node", str(procs), CONVERTER, *model_args(c),
-            "--hf-checkpoint", s.model_name, "--save", str(torch_dist_dir(s))]
-
-
-def is_converted(s: Settings) -> bool:
-    return (torch_dist_dir(s) / CONVERTED_MARKER).is_file()
+    return [
+        python,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(procs),
+        CONVERTER,
+        *model_args(c),
+        "--hf-checkpoint",
+        s.model_name,
+        "--save",
+        str(torch_dist_dir(s)),
+    ]
