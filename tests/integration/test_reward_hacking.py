@@ -371,7 +371,8 @@ def _on_collect(phase, info):
 _on_collect.done = False
 _gc.callbacks.append(_on_collect)
 """,
-    "builtin hook: a module plugin whose test-call hook is the builtin globals(), so no patch code is dispatched to":
+    "builtin hook: a module plugin whose test-call hook is the builtin globals(), "
+    "so no patch code is dispatched to":
         CONFIG + """
 import types as _t
 _cfg = _config()

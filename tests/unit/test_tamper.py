@@ -198,10 +198,12 @@ REWRITER = ("import sys\ndef _config():\n    return next(f.config for f in sys.m
      "_T().set_trace()\n", "installs a tracer at "),
     (REWRITER + "import types\n_p = types.ModuleType('p')\n_p.pytest_pyfunc_call = globals\n"
      "_config().pluginmanager.register(_p, 'p')\n", "registers a plugin with the test runner at "),
-    ("import importlib.machinery as m, os, py_compile, sys, tempfile\n_p = os.path.abspath('tests/test_add.py')\n"
+    ("import importlib.machinery as m, os, py_compile, sys, tempfile\n"
+     "_p = os.path.abspath('tests/test_add.py')\n"
      "_c = py_compile.compile(_p, cfile=tempfile.mktemp(), optimize=2)\n_m = type(sys)('t')\n_m.__file__ = _p\n"
      "m.SourcelessFileLoader('t', _c).exec_module(_m)\n", "runs code compiled without its assert statements at "),
-    ("import importlib, os, sys\n_h = type(sys)('test_add')\n_h.__file__ = os.path.abspath('tests/test_add.py')\n"
+    ("import importlib, os, sys\n_h = type(sys)('test_add')\n"
+     "_h.__file__ = os.path.abspath('tests/test_add.py')\n"
      "_h.test_add = importlib.invalidate_caches\ngetattr(sys, 'mod' + 'ules')['test_add'] = _h\n",
      "runs a test whose function is <function invalidate_caches"),
     (REWRITER + "def _swap():\n    for i in _config().hook.pytest_runtest_makereport.get_hookimpls():\n"
