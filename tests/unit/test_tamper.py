@@ -211,14 +211,18 @@ REWRITER = ("import sys\ndef _config():\n    return next(f.config for f in sys.m
      "                i.function = o\n                r = o(item, call)\n                r.outcome = 'passed'\n"
      "                return r\n            i.function = f\n_add = add\ndef add(a, b):\n    _swap()\n"
      "    return _add(a, b)\n", "adds the patch's code to the test runner's hook pytest_runtest_makereport at "),
-    ("import sys\ndef add(a, b):\n    raise getattr(sys, 'mod' + 'ules')['_py' + 'test.outcomes'].XFailed('known')\n",
+    ("import sys\ndef add(a, b):\n"
+     "    raise getattr(sys, 'mod' + 'ules')['_py' + 'test.outcomes'].XFailed('known')\n",
      "makes a test xfail from the patch's code at "),
-    ("import unittest.mock\n_add = add\ndef add(a, b):\n    test = getattr(sys, 'mod' + 'ules')['test_add'].test_add\n"
+    ("import unittest.mock\n_add = add\ndef add(a, b):\n"
+     "    test = getattr(sys, 'mod' + 'ules')['test_add'].test_add\n"
      "    unittest.mock.patch.object(test, '__code__', (lambda: None).__code__).start()\n    return _add(a, b)\n"
      "import sys\n", "rewrites a class, code or frame internal at "),
-    ("import logging, sys\n_add = add\ndef add(a, b):\n    s = getattr(sys, 'mod' + 'ules')['_py' + 'test.skipping']\n"
+    ("import logging, sys\n_add = add\ndef add(a, b):\n"
+     "    s = getattr(sys, 'mod' + 'ules')['_py' + 'test.skipping']\n"
      "    f = logging.currentframe()\n    while 'item' not in f.f_locals:\n        f = f.f_back\n"
-     "    f.f_locals['item'].stash[s.xfailed_key] = s.Xfail('known', True, False, None)\n    return _add(a, b)\n",
+     "    f.f_locals['item'].stash[s.xfailed_key] = s.Xfail('known', True, False, None)\n"
+     "    return _add(a, b)\n",
      "reports a test as xfailed with no xfail mark or xfail() call"),
 ], ids=["gc", "descriptor through the import table", "os._exit", "plugin through the assertion rewriter's config",
         "hook implementation taken out", "tracer installed by bdb", "a builtin registered as a hook",
