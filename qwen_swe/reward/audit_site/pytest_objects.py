@@ -35,7 +35,7 @@ def checks(origin, finding, watch, modules, get_objects, root, added):
                          "pytest_runtest_teardown", "pytest_runtest_makereport", "pytest_runtest_logreport",
                          "pytest_report_teststatus"))
 
-    known_marks = set()  # ids of the xfail marks a test had when its setup began or got through add_marker
+    known_marks = {}  # id -> an xfail mark a test had when its setup began or got through add_marker (kept alive)
 
     class Witness(object):
         """Hooks of the witness's own: the hooks that run a test are checked as each test runs, so a swap undone
@@ -44,7 +44,7 @@ def checks(origin, finding, watch, modules, get_objects, root, added):
 
         def pytest_runtest_setup(self, item):
             at_test()
-            known_marks.update(id(mark) for mark in item.iter_markers(name="xfail"))
+            known_marks.update((id(mark), mark) for mark in item.iter_markers(name="xfail"))
 
         def pytest_runtest_call(self, item):
             at_test()
@@ -81,7 +81,7 @@ def checks(origin, finding, watch, modules, get_objects, root, added):
     def add_marker(original):
         def wrapper(node, marker, *args, **kwargs):
             result = original(node, marker, *args, **kwargs)
-            known_marks.update(id(mark) for mark in getattr(node, "own_markers", ()))
+            known_marks.update((id(mark), mark) for mark in getattr(node, "own_markers", ()))
             return result
         return wrapper
 
