@@ -56,10 +56,14 @@ def main(argv: list[str] | None = None) -> None:
     flags = " ".join(sys.argv[1:] if argv is None else argv)
     print(f"command: .venv/bin/python -m benchmarks.bench_data_source {flags}".rstrip())
     print(f"rows: {len(rows)} ({source.stat().st_size / 1e6:.1f} MB), best of {args.repeat}")
-    print(f"load_instances          {t_load * 1e3:8.1f} ms   reference json.loads of every line {t_ref * 1e3:8.1f} ms"
-          f"   ratio {t_load / t_ref:.2f}x")
-    print(f"get_samples, one epoch  {t_groups * 1e3:8.1f} ms   reference deepcopy of every sample "
-          f"{t_copy * 1e3:8.1f} ms   ratio {t_groups / t_copy:.2f}x   ({len(rows) / t_groups:,.0f} groups/s)")
+    print(
+        f"load_instances          {t_load * 1e3:8.1f} ms   reference json.loads of every line {t_ref * 1e3:8.1f} ms"
+        f"   ratio {t_load / t_ref:.2f}x"
+    )
+    print(
+        f"get_samples, one epoch  {t_groups * 1e3:8.1f} ms   reference deepcopy of every sample "
+        f"{t_copy * 1e3:8.1f} ms   ratio {t_groups / t_copy:.2f}x   ({len(rows) / t_groups:,.0f} groups/s)"
+    )
     print(f"save position           {t_save * 1e3:8.2f} ms   load position {t_resume * 1e3:8.2f} ms")
 
 

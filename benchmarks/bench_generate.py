@@ -43,8 +43,10 @@ def main() -> int:
         wall = time.monotonic() - t
     held = sum(t.split == "heldout" for t in gen.tasks)
     print(f"command: python -m benchmarks.bench_generate --seed {args.seed} --jobs {args.jobs}")
-    print(f"{len(gen.tasks)} valid tasks ({len(gen.tasks) - held} train, {held} held-out) of {tried} mutations "
-          f"from {len(repos)} repositories in {wall:.1f} s ({len(gen.tasks) / wall:.1f} tasks/s); rejected {gen.rejects}")
+    print(
+        f"{len(gen.tasks)} valid tasks ({len(gen.tasks) - held} train, {held} held-out) of {tried} mutations "
+        f"from {len(repos)} repositories in {wall:.1f} s ({len(gen.tasks) / wall:.1f} tasks/s); rejected {gen.rejects}"
+    )
     print(f"reference: the pytest runs alone {reference:.1f} s; ratio generate / reference = {wall / reference:.2f}x")
     return 0
 

@@ -32,8 +32,9 @@ from qwen_swe.config import settings as config
 from qwen_swe.inference.client import InferenceClient
 from qwen_swe.inference.launcher import EMBEDDED_SERVED_NAME, embedded_server
 
-LOAD_SCRIPT = ("import torch, time\ntorch.set_num_threads(1)\na = torch.randn(512, 512)\n"
-               "while True:\n    a = torch.tanh(a @ a)\n")
+LOAD_SCRIPT = (
+    "import torch, time\ntorch.set_num_threads(1)\na = torch.randn(512, 512)\nwhile True:\n    a = torch.tanh(a @ a)\n"
+)
 
 
 def timed(fn, repeat: int) -> list[float]:
@@ -46,8 +47,16 @@ def timed(fn, repeat: int) -> list[float]:
 
 
 def generate(client: InferenceClient, tokens: int, seed: int = 0) -> int:
-    body = client.post("/v1/completions", {"model": EMBEDDED_SERVED_NAME, "prompt": f"Story number {seed}:",
-                                           "max_tokens": tokens, "temperature": 0.0, "ignore_eos": True})
+    body = client.post(
+        "/v1/completions",
+        {
+            "model": EMBEDDED_SERVED_NAME,
+            "prompt": f"Story number {seed}:",
+            "max_tokens": tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+        },
+    )
     return int(body["usage"]["completion_tokens"])
 
 
@@ -63,8 +72,11 @@ def server(url: str | None, reserved_cpus: int) -> Iterator[str]:
     if url:
         yield url
         return
-    with embedded_server(config.load_settings([], env={}), reserved_cpus=reserved_cpus,
-                         log_dir=Path(tempfile.gettempdir()) / "bench_inference") as started:
+    with embedded_server(
+        config.load_settings([], env={}),
+        reserved_cpus=reserved_cpus,
+        log_dir=Path(tempfile.gettempdir()) / "bench_inference",
+    ) as started:
         yield started
 
 
@@ -115,15 +127,24 @@ def main(argv: list[str] | None = None) -> int:
             multi = [throughput(client, 8, args.tokens) for _ in range(2)]
 
     sync, ref_read, ref_req = statistics.median(syncs), statistics.median(read), statistics.median(one_token)
-    print(f"weight sync ({size_mb:.0f} MB fp32 safetensors, {len(syncs)} syncs): median {sync:.3f} s "
-          f"(min {min(syncs):.3f}, max {max(syncs):.3f}); target <= 2 s: {'OK' if sync <= 2 else 'MISSED'}")
-    print(f"reference: read the same file from disk {ref_read:.3f} s -> sync/read = {sync / ref_read:.2f}x; "
-          f"one 1-token request {ref_req * 1000:.0f} ms -> sync = {sync / ref_req:.1f} requests")
+    print(
+        f"weight sync ({size_mb:.0f} MB fp32 safetensors, {len(syncs)} syncs): median {sync:.3f} s "
+        f"(min {min(syncs):.3f}, max {max(syncs):.3f}); target <= 2 s: {'OK' if sync <= 2 else 'MISSED'}"
+    )
+    print(
+        f"reference: read the same file from disk {ref_read:.3f} s -> sync/read = {sync / ref_read:.2f}x; "
+        f"one 1-token request {ref_req * 1000:.0f} ms -> sync = {sync / ref_req:.1f} requests"
+    )
     s1, s8 = max(single), max(multi)
-    load = f", trainer load on, reserved cpus {args.reserved_cpus}" if args.trainer_load else \
-        f", reserved cpus {args.reserved_cpus}"
-    print(f"decode ({args.tokens} greedy tokens per stream{load}): 1 stream {s1:.1f} tok/s, "
-          f"8 streams {s8:.1f} tok/s aggregate -> 8-stream/single = {s8 / s1:.2f}x")
+    load = (
+        f", trainer load on, reserved cpus {args.reserved_cpus}"
+        if args.trainer_load
+        else f", reserved cpus {args.reserved_cpus}"
+    )
+    print(
+        f"decode ({args.tokens} greedy tokens per stream{load}): 1 stream {s1:.1f} tok/s, "
+        f"8 streams {s8:.1f} tok/s aggregate -> 8-stream/single = {s8 / s1:.2f}x"
+    )
     return 0
 
 

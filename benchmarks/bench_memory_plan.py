@@ -52,9 +52,16 @@ def worker(model: str, tokens: int, samples: int, ckpt: bool, lora: int, out: Pa
     settings = Settings.build(vllm_url="http://127.0.0.1:9", micro_batch_size=samples)
     rng = random.Random(0)
     prompt = tokens // 4
-    items = [{"tokens": [rng.randrange(100, 5000) for _ in range(tokens)], "response_length": tokens - prompt,
-              "loss_mask": [1] * (tokens - prompt), "advantage": (1.0, -1.0)[i % 2], "rollout_log_probs": None}
-             for i in range(2 * samples)]  # one micro-batch of ``samples`` per rank
+    items = [
+        {
+            "tokens": [rng.randrange(100, 5000) for _ in range(tokens)],
+            "response_length": tokens - prompt,
+            "loss_mask": [1] * (tokens - prompt),
+            "advantage": (1.0, -1.0)[i % 2],
+            "rollout_log_probs": None,
+        }
+        for i in range(2 * samples)
+    ]  # one micro-batch of ``samples`` per rank
 
     def step() -> None:
         train_on_batch(policy, items, settings, cpu)
@@ -66,19 +73,39 @@ def worker(model: str, tokens: int, samples: int, ckpt: bool, lora: int, out: Pa
     step()
     peak = _status_kb("VmHWM")
     if dist.get_rank() == 0:
-        out.write_text(json.dumps({"params_mb": (built - base) / 1024, "peak_mb": (peak - base) / 1024,
-                                   "prompt": prompt}))
+        out.write_text(
+            json.dumps({"params_mb": (built - base) / 1024, "peak_mb": (peak - base) / 1024, "prompt": prompt})
+        )
     dist.destroy_process_group()
 
 
 def measure(model: str, tokens: int, samples: int, ckpt: bool, lora: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "-m", "benchmarks.bench_memory_plan", "--worker", model, str(tokens), str(samples), str(int(ckpt)),
-               str(lora), str(out)]
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "MALLOC_MMAP_THRESHOLD_": "65536",
-               "PYTHONPATH": str(REPO_ROOT)}
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "benchmarks.bench_memory_plan",
+            "--worker",
+            model,
+            str(tokens),
+            str(samples),
+            str(int(ckpt)),
+            str(lora),
+            str(out),
+        ]
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "MALLOC_MMAP_THRESHOLD_": "65536",
+            "PYTHONPATH": str(REPO_ROOT),
+        }
         proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800)
         if proc.returncode != 0 or not out.exists():
             sys.exit(f"benchmark worker failed for {model}:\n{proc.stderr[-4000:]}")
@@ -106,16 +133,27 @@ def main(argv: list[str] | None = None) -> None:
         for ckpt, lora in ((False, 0), (True, 0), (False, 16)):
             shape = model_shape(path, lora_rank=lora)
             got = measure(path, args.tokens, args.samples, ckpt, lora)
-            p = plan(shape, TrainShape(world=2, micro_batch=args.samples, seq_len=args.tokens,
-                                       response_len=args.tokens - got["prompt"], lora_rank=lora,
-                                       activation_checkpointing=ckpt, gpu=False))
+            p = plan(
+                shape,
+                TrainShape(
+                    world=2,
+                    micro_batch=args.samples,
+                    seq_len=args.tokens,
+                    response_len=args.tokens - got["prompt"],
+                    lora_rank=lora,
+                    activation_checkpointing=ckpt,
+                    gpu=False,
+                ),
+            )
             mb = 2**20
-            print(f"  {name}, activation checkpointing {'on ' if ckpt else 'off'}, LoRA rank {lora:2d}: "
-                  "parameters planned "
-                  f"{p.parameters / mb:6.0f} MB, measured {got['params_mb']:6.0f} MB "
-                  f"({p.parameters / mb / got['params_mb']:.2f}x); step peak planned {p.total / mb:6.0f} MB "
-                  f"(activations {p.activations / mb:5.0f}), measured {got['peak_mb']:6.0f} MB: "
-                  f"plan/measured {p.total / mb / got['peak_mb']:.2f}x")
+            print(
+                f"  {name}, activation checkpointing {'on ' if ckpt else 'off'}, LoRA rank {lora:2d}: "
+                "parameters planned "
+                f"{p.parameters / mb:6.0f} MB, measured {got['params_mb']:6.0f} MB "
+                f"({p.parameters / mb / got['params_mb']:.2f}x); step peak planned {p.total / mb:6.0f} MB "
+                f"(activations {p.activations / mb:5.0f}), measured {got['peak_mb']:6.0f} MB: "
+                f"plan/measured {p.total / mb / got['peak_mb']:.2f}x"
+            )
 
 
 if __name__ == "__main__":

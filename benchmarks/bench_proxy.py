@@ -37,9 +37,17 @@ REPLIES = [
     '<tool_call>\n{"name": "run_shell_command", "arguments": {"command": "python -m pytest -q tests"}}\n</tool_call>',
     "The bug is in add(): it subtracts. I changed it to return a + b and the tests pass.",
 ]
-TOOLS = [{"type": "function", "function": {"name": n, "description": f"{n} tool.", "parameters": {
-    "type": "object", "properties": {k: {"type": "string"}}, "required": [k]}}}
-    for n, k in (("run_shell_command", "command"), ("read_file", "path"))]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": n,
+            "description": f"{n} tool.",
+            "parameters": {"type": "object", "properties": {k: {"type": "string"}}, "required": [k]},
+        },
+    }
+    for n, k in (("run_shell_command", "command"), ("read_file", "path"))
+]
 TOOL_OUTPUT = "calc.py\ntest_calc.py\n" + "def add(a, b):\n    return a - b\n" * 8
 
 
@@ -51,11 +59,21 @@ def percentile(xs: list[float], q: float) -> float:
 async def conversation(http: aiohttp.ClientSession, url: str, n: int, latencies: list[float], think: float) -> None:
     from tests.scripted_server import chat
 
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
-                                      {"role": "user", "content": [{"type": "text", "text": f"Fix task {n}."}]}]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": [{"type": "text", "text": f"Fix task {n}."}]},
+    ]
     for _ in range(len(REPLIES)):
-        body = {"model": "m", "messages": messages, "tools": TOOLS, "tool_choice": "required", "max_tokens": 256,
-                "temperature": 1.0, "stream": True, "stream_options": {"include_usage": True}}
+        body = {
+            "model": "m",
+            "messages": messages,
+            "tools": TOOLS,
+            "tool_choice": "required",
+            "max_tokens": 256,
+            "temperature": 1.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         t0 = time.perf_counter()
         reply = await chat(http, url, body)
         latencies.append(time.perf_counter() - t0)
@@ -64,31 +82,43 @@ async def conversation(http: aiohttp.ClientSession, url: str, n: int, latencies:
             await asyncio.sleep(random.Random(n * 1000 + len(latencies)).uniform(0, think))
         messages = messages + [{k: v for k, v in msg.items() if k != "reasoning_content"}]
         for call in msg.get("tool_calls") or ():
-            messages.append({"role": "tool", "tool_call_id": call["id"],
-                             "content": [{"type": "text", "text": TOOL_OUTPUT}]})
+            messages.append(
+                {"role": "tool", "tool_call_id": call["id"], "content": [{"type": "text", "text": TOOL_OUTPUT}]}
+            )
 
 
-async def direct_completions(http: aiohttp.ClientSession, url: str, prompts: list[list[int]],
-                             latencies: list[float]) -> None:
+async def direct_completions(
+    http: aiohttp.ClientSession, url: str, prompts: list[list[int]], latencies: list[float]
+) -> None:
     for prompt in prompts:
-        body = {"model": "m", "prompt": prompt, "max_tokens": 256, "temperature": 1.0, "return_token_ids": True,
-                "logprobs": 1, "skip_special_tokens": False}
+        body = {
+            "model": "m",
+            "prompt": prompt,
+            "max_tokens": 256,
+            "temperature": 1.0,
+            "return_token_ids": True,
+            "logprobs": 1,
+            "skip_special_tokens": False,
+        }
         t0 = time.perf_counter()
         async with http.post(f"{url}/v1/completions", json=body) as resp:
             await resp.read()
         latencies.append(time.perf_counter() - t0)
 
 
-async def drive(urls: list[str], rounds: int, *, completions: list[list[list[int]]] | None = None,
-                think: float = 0.0) -> list[float]:
+async def drive(
+    urls: list[str], rounds: int, *, completions: list[list[list[int]]] | None = None, think: float = 0.0
+) -> list[float]:
     latencies: list[float] = []
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+
         async def one(i: int) -> None:
             for _ in range(rounds):
                 if completions is not None:
                     await direct_completions(http, urls[i], completions[i], latencies)
                 else:
                     await conversation(http, urls[i], i, latencies, think)
+
         await asyncio.gather(*(one(i) for i in range(len(urls))))
     return latencies
 
@@ -104,8 +134,16 @@ async def _serve_proxy(upstream: str, mode: str, sessions: int) -> None:
         print(json.dumps({"urls": [s.base_url for s in opened], "cpu": time.process_time()}), flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         turns = [proxy.close_session(s.id) for s in opened]
-        print(json.dumps({"prompts": [[t.prompt_ids for t in ts] for ts in turns], "cpu": time.process_time(),
-                          "inside": [t.latency - t.upstream_latency for ts in turns for t in ts]}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "prompts": [[t.prompt_ids for t in ts] for ts in turns],
+                    "cpu": time.process_time(),
+                    "inside": [t.latency - t.upstream_latency for ts in turns for t in ts],
+                }
+            ),
+            flush=True,
+        )
 
 
 class Child:
@@ -113,8 +151,9 @@ class Child:
 
     def __init__(self, args: list[str]) -> None:
         env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-        self.proc = subprocess.Popen([sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
         self.line = self.proc.stdout.readline().strip()
         if not self.line:
             raise RuntimeError(f"{args} did not start (exit {self.proc.poll()})")
@@ -146,8 +185,12 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--think", type=float, default=0.0, help="max seconds of tool time between an agent's calls")
-    parser.add_argument("--upstream-delay", type=float, default=0.0,
-                        help="seconds the scripted model takes per reply; 0 = saturate the CPU")
+    parser.add_argument(
+        "--upstream-delay",
+        type=float,
+        default=0.0,
+        help="seconds the scripted model takes per reply; 0 = saturate the CPU",
+    )
     parser.add_argument("--serve-proxy", nargs=3, metavar=("UPSTREAM", "MODE", "SESSIONS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_proxy:
@@ -155,22 +198,38 @@ def main() -> None:
         asyncio.run(_serve_proxy(upstream, mode, int(n)))
         return
     print(f"command: {' '.join([os.path.relpath(sys.executable), '-m', 'benchmarks.bench_proxy', *sys.argv[1:]])}")
-    print(f"{args.sessions} concurrent sessions x {args.rounds} rounds x {len(REPLIES)} turns, streamed, "
-          f"upstream delay {args.upstream_delay:g} s, tool time U(0, {args.think:g}) s; "
-          f"cpus={os.cpu_count()} load={os.getloadavg()[0]:.1f}")
-    server = Child(["-m", "tests.scripted_server", "--tokenizer", "smollm2", "--replies", json.dumps(REPLIES),
-                    "--delay", str(args.upstream_delay)])
+    print(
+        f"{args.sessions} concurrent sessions x {args.rounds} rounds x {len(REPLIES)} turns, streamed, "
+        f"upstream delay {args.upstream_delay:g} s, tool time U(0, {args.think:g}) s; "
+        f"cpus={os.cpu_count()} load={os.getloadavg()[0]:.1f}"
+    )
+    server = Child(
+        [
+            "-m",
+            "tests.scripted_server",
+            "--tokenizer",
+            "smollm2",
+            "--replies",
+            json.dumps(REPLIES),
+            "--delay",
+            str(args.upstream_delay),
+        ]
+    )
     results, inside, cpu = {}, {}, {}
     try:
         url = server.line
         asyncio.run(drive([f"{url}/v1"] * args.sessions, 1))  # warm-up
         print("forward mode (chat endpoint upstream):")
-        direct = summary("direct to scripted server", asyncio.run(drive([f"{url}/v1"] * args.sessions, args.rounds,
-                                                                           think=args.think)))
+        direct = summary(
+            "direct to scripted server",
+            asyncio.run(drive([f"{url}/v1"] * args.sessions, args.rounds, think=args.think)),
+        )
         proxy = Child(["-m", "benchmarks.bench_proxy", "--serve-proxy", url, "forward", str(args.sessions)])
         try:
-            via = summary("through proxy (forward)", asyncio.run(drive(json.loads(proxy.line)["urls"], args.rounds,
-                                                                             think=args.think)))
+            via = summary(
+                "through proxy (forward)",
+                asyncio.run(drive(json.loads(proxy.line)["urls"], args.rounds, think=args.think)),
+            )
             done = json.loads(proxy.finish())
             inside["forward"] = summary("inside proxy (latency - upstream)", done["inside"])
             cpu["forward"] = (done["cpu"] - json.loads(proxy.line)["cpu"]) / len(done["inside"]) * 1000
@@ -180,25 +239,30 @@ def main() -> None:
         print("token mode (completions endpoint upstream):")
         proxy = Child(["-m", "benchmarks.bench_proxy", "--serve-proxy", url, "tokens", str(args.sessions)])
         try:
-            via = summary("through proxy (tokens)", asyncio.run(drive(json.loads(proxy.line)["urls"], args.rounds,
-                                                                             think=args.think)))
+            via = summary(
+                "through proxy (tokens)",
+                asyncio.run(drive(json.loads(proxy.line)["urls"], args.rounds, think=args.think)),
+            )
             done = json.loads(proxy.finish())
             prompts = done["prompts"]
             inside["tokens"] = summary("inside proxy (latency - upstream)", done["inside"])
             cpu["tokens"] = (done["cpu"] - json.loads(proxy.line)["cpu"]) / len(done["inside"]) * 1000
         finally:
             proxy.close()
-        direct = summary("direct completions, same ids", asyncio.run(drive(
-            [url] * args.sessions, 1, completions=prompts)))
+        direct = summary(
+            "direct completions, same ids", asyncio.run(drive([url] * args.sessions, 1, completions=prompts))
+        )
         results["tokens"] = (direct, via)
     finally:
         server.close()
     print("overhead of the proxy per call (proxy - direct), targets +2 ms p50 / +10 ms p99:")
     for mode, (d, v) in results.items():
-        print(f"  {mode:<8} p50 {v['p50'] - d['p50']:+7.2f} ms (x{v['p50'] / d['p50']:.2f})   "
-              f"p99 {v['p99'] - d['p99']:+7.2f} ms (x{v['p99'] / d['p99']:.2f})   "
-              f"inside the proxy p50 {inside[mode]['p50']:.2f} ms p99 {inside[mode]['p99']:.2f} ms; "
-              f"proxy CPU {cpu[mode]:.2f} ms per call")
+        print(
+            f"  {mode:<8} p50 {v['p50'] - d['p50']:+7.2f} ms (x{v['p50'] / d['p50']:.2f})   "
+            f"p99 {v['p99'] - d['p99']:+7.2f} ms (x{v['p99'] / d['p99']:.2f})   "
+            f"inside the proxy p50 {inside[mode]['p50']:.2f} ms p99 {inside[mode]['p99']:.2f} ms; "
+            f"proxy CPU {cpu[mode]:.2f} ms per call"
+        )
 
 
 if __name__ == "__main__":

@@ -69,10 +69,12 @@ def main() -> None:
             runs = results[name]
             ups = [r.up for r in runs]
             warm = [r.warmup for r in runs if r.warmup is not None]
-            print(f"{name}: to /health {statistics.median(ups):.1f} s median ({', '.join(f'{u:.1f}' for u in ups)}); "
-                  f"compile warm-up {statistics.median(warm) if warm else float('nan'):.0f} s; "
-                  f"cache load failed in {sum(r.load_failed for r in runs)} of {len(runs)}; "
-                  f"128 tokens {statistics.median(r.decode for r in runs):.2f} s")
+            print(
+                f"{name}: to /health {statistics.median(ups):.1f} s median ({', '.join(f'{u:.1f}' for u in ups)}); "
+                f"compile warm-up {statistics.median(warm) if warm else float('nan'):.0f} s; "
+                f"cache load failed in {sum(r.load_failed for r in runs)} of {len(runs)}; "
+                f"128 tokens {statistics.median(r.decode for r in runs):.2f} s"
+            )
     ref, ours = (statistics.median(r.up for r in results[n]) for n in MODES)
     print(f"ratio (embedded profile / vLLM default): {ours / ref:.2f}x")
 

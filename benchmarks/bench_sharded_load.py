@@ -59,17 +59,38 @@ def worker(model: str, mode: str, out: Path) -> None:
         digest.update(name.encode())
         digest.update(local.view(torch.uint8).numpy().tobytes() if local.numel() else b"")
         local_bytes += local.numel() * local.element_size()
-    (out / f"rank{rank}.json").write_text(json.dumps({
-        "base_mb": base_kb / 1024, "peak_mb": peak_kb / 1024, "after_mb": after_kb / 1024, "seconds": seconds,
-        "digest": digest.hexdigest(), "local_mb": local_bytes / 2**20}))
+    (out / f"rank{rank}.json").write_text(
+        json.dumps(
+            {
+                "base_mb": base_kb / 1024,
+                "peak_mb": peak_kb / 1024,
+                "after_mb": after_kb / 1024,
+                "seconds": seconds,
+                "digest": digest.hexdigest(),
+                "local_mb": local_bytes / 2**20,
+            }
+        )
+    )
     dist.barrier()
     dist.destroy_process_group()
 
 
 def run_mode(model: str, mode: str) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "-m", "benchmarks.bench_sharded_load", "--worker", model, mode, tmp]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "benchmarks.bench_sharded_load",
+            "--worker",
+            model,
+            mode,
+            tmp,
+        ]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
         proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800)
         files = [Path(tmp) / f"rank{r}.json" for r in range(2)]
@@ -92,16 +113,20 @@ def main(argv: list[str] | None = None) -> None:
     results = {mode: run_mode(args.model, mode) for mode in ("full", "meta")}
     for mode, ranks in results.items():
         for r, x in enumerate(ranks):
-            print(f"  {mode:4s} rank {r}: baseline {x['base_mb']:6.0f} MB  peak {x['peak_mb']:6.0f} MB  "
-                  f"(rise {x['peak_mb'] - x['base_mb']:5.0f} MB)  after load {x['after_mb']:6.0f} MB  "
-                  f"local shard {x['local_mb']:5.0f} MB  {x['seconds']:5.2f} s")
+            print(
+                f"  {mode:4s} rank {r}: baseline {x['base_mb']:6.0f} MB  peak {x['peak_mb']:6.0f} MB  "
+                f"(rise {x['peak_mb'] - x['base_mb']:5.0f} MB)  after load {x['after_mb']:6.0f} MB  "
+                f"local shard {x['local_mb']:5.0f} MB  {x['seconds']:5.2f} s"
+            )
     full, meta = results["full"], results["meta"]
     peak = max(x["peak_mb"] for x in meta) / max(x["peak_mb"] for x in full)
     rise = max(x["peak_mb"] - x["base_mb"] for x in meta) / max(x["peak_mb"] - x["base_mb"] for x in full)
     same = all(a["digest"] == b["digest"] for a, b in zip(full, meta))
-    print(f"ratio meta/full: peak RSS per rank {peak:.2f}x (target <= 0.6x), rise over the baseline {rise:.2f}x; "
-          f"load time {max(x['seconds'] for x in meta) / max(x['seconds'] for x in full):.2f}x; "
-          f"local shards bit-identical: {same}")
+    print(
+        f"ratio meta/full: peak RSS per rank {peak:.2f}x (target <= 0.6x), rise over the baseline {rise:.2f}x; "
+        f"load time {max(x['seconds'] for x in meta) / max(x['seconds'] for x in full):.2f}x; "
+        f"local shards bit-identical: {same}"
+    )
 
 
 if __name__ == "__main__":

@@ -26,16 +26,27 @@ from qwen_swe.traffic.toolcalls import parse_completion
 from qwen_swe.traffic.trajectory import Turn, build_sample
 from tests.scripted_server import fake_logprob, smollm2_tokenizer
 
-TOOLS = [{"type": "function", "function": {"name": "run_shell_command", "description": "Executes a shell command.",
-                                           "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
-                                                          "required": ["command"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "run_shell_command",
+            "description": "Executes a shell command.",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+        },
+    }
+]
 
 
-def session_turns(builder: PromptBuilder, turns: int, *, output_chars: int, result_chars: int) -> tuple[list[Turn], float]:
+def session_turns(
+    builder: PromptBuilder, turns: int, *, output_chars: int, result_chars: int
+) -> tuple[list[Turn], float]:
     """A token-mode session as the proxy records it; returns the turns and the total planning time."""
     words = "def compute(value):\n    return value * 2  # doubles the input for the caller\n"
-    messages = [{"role": "system", "content": "You are a coding agent. " + words * 20},
-                {"role": "user", "content": [{"type": "text", "text": "Fix the failing test. " + words * 10}]}]
+    messages = [
+        {"role": "system", "content": "You are a coding agent. " + words * 20},
+        {"role": "user", "content": [{"type": "text", "text": "Fix the failing test. " + words * 10}]},
+    ]
     recorded: list[Turn] = []
     planning = 0.0
     last_render = None
@@ -46,18 +57,44 @@ def session_turns(builder: PromptBuilder, turns: int, *, output_chars: int, resu
         last_render = (i, plan.text)
         thought = (f"Step {i}: " + words * 40)[:output_chars]
         text = thought + (
-            '\n<tool_call>\n{"name": "run_shell_command", "arguments": {"command": "sed -n 1,40p a.py"}}'
-            "\n</tool_call>"
+            '\n<tool_call>\n{"name": "run_shell_command", "arguments": {"command": "sed -n 1,40p a.py"}}\n</tool_call>'
         )
         ids = builder.encode(text) + [builder.end_id]
         message = parse_completion(text, "hermes", TOOLS).message()
-        recorded.append(Turn(index=i, session_id="bench", request_messages=messages, tools=TOOLS, message=message,
-                             prompt_ids=plan.prompt_ids, sampled_ids=ids,
-                             logprobs=[fake_logprob(t, k) for k, t in enumerate(ids)], prompt_source=plan.source))
-        resent = dict(message, tool_calls=[{**c, "function": {**c["function"], "arguments": json.dumps(
-            json.loads(c["function"]["arguments"]), separators=(",", ":"))}} for c in message["tool_calls"]])
-        messages = messages + [resent, {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"],
-                                        "content": [{"type": "text", "text": (words * 200)[:result_chars]}]}]
+        recorded.append(
+            Turn(
+                index=i,
+                session_id="bench",
+                request_messages=messages,
+                tools=TOOLS,
+                message=message,
+                prompt_ids=plan.prompt_ids,
+                sampled_ids=ids,
+                logprobs=[fake_logprob(t, k) for k, t in enumerate(ids)],
+                prompt_source=plan.source,
+            )
+        )
+        resent = dict(
+            message,
+            tool_calls=[
+                {
+                    **c,
+                    "function": {
+                        **c["function"],
+                        "arguments": json.dumps(json.loads(c["function"]["arguments"]), separators=(",", ":")),
+                    },
+                }
+                for c in message["tool_calls"]
+            ],
+        )
+        messages = messages + [
+            resent,
+            {
+                "role": "tool",
+                "tool_call_id": message["tool_calls"][0]["id"],
+                "content": [{"type": "text", "text": (words * 200)[:result_chars]}],
+            },
+        ]
     return recorded, planning
 
 
@@ -84,14 +121,20 @@ def main() -> None:
     t0 = time.perf_counter()
     builder.encode(final_text)
     retokenise = time.perf_counter() - t0
-    print(f"session: {args.turns} turns, {total} tokens, {sampled} sampled; "
-          f"generation at {args.tok_per_s:g} tok/s = {gen_seconds:.0f} s; "
-          f"splices {sum(t.prompt_source == 'splice' for t in turns)}")
-    print(f"  build_sample                 {build * 1000:9.1f} ms  = {100 * build / gen_seconds:.4f}% of generation  "
-          f"(x{build / retokenise:.2f} of one re-tokenisation of the transcript, {retokenise * 1000:.1f} ms)")
-    print(f"  proxy planning, all calls    {planning * 1000:9.1f} ms  = "
-          f"{100 * planning / gen_seconds:.4f}% of generation  "
-          f"({planning / args.turns * 1000:.1f} ms per call, last calls ~{total} tokens)")
+    print(
+        f"session: {args.turns} turns, {total} tokens, {sampled} sampled; "
+        f"generation at {args.tok_per_s:g} tok/s = {gen_seconds:.0f} s; "
+        f"splices {sum(t.prompt_source == 'splice' for t in turns)}"
+    )
+    print(
+        f"  build_sample                 {build * 1000:9.1f} ms  = {100 * build / gen_seconds:.4f}% of generation  "
+        f"(x{build / retokenise:.2f} of one re-tokenisation of the transcript, {retokenise * 1000:.1f} ms)"
+    )
+    print(
+        f"  proxy planning, all calls    {planning * 1000:9.1f} ms  = "
+        f"{100 * planning / gen_seconds:.4f}% of generation  "
+        f"({planning / args.turns * 1000:.1f} ms per call, last calls ~{total} tokens)"
+    )
     print(f"  target: each < 1% of generation -> {'met' if max(build, planning) < 0.01 * gen_seconds else 'NOT met'}")
 
 

@@ -50,6 +50,7 @@ class InfraError(QwenSweError):
 
 # --- setup ----------------------------------------------------------------------------------------------
 
+
 class ConfigError(SetupError, ValueError):
     """A setting is missing or invalid; the message names the variable and the fix."""
 
@@ -84,6 +85,7 @@ class SlimeBackendError(SetupError):
 
 # --- infrastructure -------------------------------------------------------------------------------------
 
+
 class SandboxError(InfraError):
     """A container could not be created, used or removed."""
 
@@ -111,6 +113,7 @@ class GradingError(InfraError):
 
 
 # --- contracts between our own parts (bugs if they fire) --------------------------------------------------
+
 
 class ProxyError(QwenSweError, RuntimeError):
     """The proxy cannot start or a session cannot be used; the message says what to do."""

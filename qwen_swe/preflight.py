@@ -50,9 +50,11 @@ def check_model(model: str) -> None:
     if not (folder / "config.json").is_file():
         raise ConfigError(f"MODEL={model} has no config.json: give the folder of an HF checkpoint")
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        raise ConfigError(f"MODEL={model} has no tokenizer ({', '.join(TOKENIZER_FILES)}): the proxy renders "
-                          "prompts with it and the trainer exports it with every weight version; copy the "
-                          "tokenizer files of the base model into the folder")
+        raise ConfigError(
+            f"MODEL={model} has no tokenizer ({', '.join(TOKENIZER_FILES)}): the proxy renders "
+            "prompts with it and the trainer exports it with every weight version; copy the "
+            "tokenizer files of the base model into the folder"
+        )
 
 
 def check_server(url: str) -> None:
@@ -60,8 +62,10 @@ def check_server(url: str) -> None:
     try:
         InferenceClient(url, timeout=10.0).wait_ready(timeout=SERVER_WAIT, interval=1.0)
     except InferenceError as exc:
-        raise ConfigError(f"VLLM_URL={url} does not answer ({exc}); start the server "
-                          "(python examples/qwen_swe/start_vllm.py) or fix the URL") from None
+        raise ConfigError(
+            f"VLLM_URL={url} does not answer ({exc}); start the server "
+            "(python examples/qwen_swe/start_vllm.py) or fix the URL"
+        ) from None
 
 
 def check_logprobs_mode(settings: Settings) -> None:
@@ -78,18 +82,24 @@ def check_logprobs_mode(settings: Settings) -> None:
     try:
         scale = served_temperature_scale(client, model)
     except (InferenceError, KeyError, IndexError, TypeError) as exc:
-        log.warning("VLLM_URL=%s: could not probe which log-probs it serves (%s); the importance ratios assume "
-                    "those of the sampled distribution (--logprobs-mode processed_logprobs)", url, exc)
+        log.warning(
+            "VLLM_URL=%s: could not probe which log-probs it serves (%s); the importance ratios assume "
+            "those of the sampled distribution (--logprobs-mode processed_logprobs)",
+            url,
+            exc,
+        )
         return
     expected = 1.0 / PROBE_TEMPERATURE
     if scale is None:
         log.warning("VLLM_URL=%s: the probe's log-probs were too close to tell which mode it serves", url)
     elif abs(scale - 1.0) < abs(scale - expected):
-        raise ConfigError(f"VLLM_URL={url} serves temperature-1 log-probs (vLLM's default --logprobs-mode "
-                          f"raw_logprobs; a log-prob gap scaled {scale:.2f}x at temperature {PROBE_TEMPERATURE}, "
-                          f"expected {expected:.2f}x) while TEMPERATURE={settings.agent.temperature} is trained: "
-                          "every importance ratio would be off 1. Restart the server with --logprobs-mode "
-                          "processed_logprobs (start_vllm.py does), or set TEMPERATURE=1")
+        raise ConfigError(
+            f"VLLM_URL={url} serves temperature-1 log-probs (vLLM's default --logprobs-mode "
+            f"raw_logprobs; a log-prob gap scaled {scale:.2f}x at temperature {PROBE_TEMPERATURE}, "
+            f"expected {expected:.2f}x) while TEMPERATURE={settings.agent.temperature} is trained: "
+            "every importance ratio would be off 1. Restart the server with --logprobs-mode "
+            "processed_logprobs (start_vllm.py does), or set TEMPERATURE=1"
+        )
 
 
 def check_sleep_mode(settings: Settings) -> None:
@@ -105,9 +115,11 @@ def check_sleep_mode(settings: Settings) -> None:
     except InferenceError as exc:
         raise ConfigError(f"COLOCATE=true: could not ask VLLM_URL={url} whether it sleeps ({exc})") from None
     if enabled is False:
-        raise ConfigError(f"COLOCATE=true, but VLLM_URL={url} was started without --enable-sleep-mode, so it would "
-                          "keep its GPU memory while the trainer steps: restart it with COLOCATE=true "
-                          "(start_vllm.py then adds the flag), or unset COLOCATE")
+        raise ConfigError(
+            f"COLOCATE=true, but VLLM_URL={url} was started without --enable-sleep-mode, so it would "
+            "keep its GPU memory while the trainer steps: restart it with COLOCATE=true "
+            "(start_vllm.py then adds the flag), or unset COLOCATE"
+        )
 
 
 def served_temperature_scale(client: InferenceClient, model: str) -> float | None:
@@ -116,8 +128,10 @@ def served_temperature_scale(client: InferenceClient, model: str) -> float | Non
 
 
 def _top_logprobs(client: InferenceClient, model: str, temperature: float) -> dict[str, float]:
-    body = client.post("/v1/completions", {"model": model, "prompt": PROBE_PROMPT, "max_tokens": 1,
-                                           "temperature": temperature, "seed": 0, "logprobs": 5})
+    body = client.post(
+        "/v1/completions",
+        {"model": model, "prompt": PROBE_PROMPT, "max_tokens": 1, "temperature": temperature, "seed": 0, "logprobs": 5},
+    )
     return dict(body["choices"][0]["logprobs"]["top_logprobs"][0])
 
 

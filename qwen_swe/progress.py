@@ -101,13 +101,18 @@ def line(label: str, counts: Counts, seconds: float, unit: str) -> str:
 
 
 @contextmanager
-def show(counts: Counts, label: str, unit: str = "samples", interval: float = INTERVAL,
-         file: IO[str] | None = None, force_terminal: bool | None = None) -> Iterator[None]:
+def show(
+    counts: Counts,
+    label: str,
+    unit: str = "samples",
+    interval: float = INTERVAL,
+    file: IO[str] | None = None,
+    force_terminal: bool | None = None,
+) -> Iterator[None]:
     """Display ``counts`` while the block runs: a bar on a terminal, else a line every ``interval`` seconds and a
     last one when the block ends (also when it fails, so a log shows how far a failed job got)."""
     console = Console(file=file or sys.stderr, force_terminal=force_terminal)
-    view = _Bar(console, counts, label, unit) if console.is_terminal else _Lines(console, counts, label, unit,
-                                                                                 interval)
+    view = _Bar(console, counts, label, unit) if console.is_terminal else _Lines(console, counts, label, unit, interval)
     with view:
         yield
 
@@ -160,23 +165,36 @@ class _Bar(_Ticker):
     def __init__(self, console: Console, counts: Counts, label: str, unit: str) -> None:
         super().__init__(REFRESH, f"progress-{label}")
         self.counts, self.unit = counts, unit
+
         # only the detail gives way on a narrow terminal: the figures keep their width
         def fixed(text: str) -> TextColumn:
             return TextColumn(text, table_column=Column(no_wrap=True))
 
-        self.bar = Progress(fixed("[bold]{task.description}"), BarColumn(bar_width=20), fixed("{task.completed}/"
-                            "{task.fields[of]} {task.fields[unit]}"), fixed("{task.fields[rate]}"),
-                            TimeElapsedColumn(), fixed("ETA {task.fields[eta]}"),
-                            _Detail(table_column=Column(overflow="ellipsis")),
-                            console=console, refresh_per_second=2)
+        self.bar = Progress(
+            fixed("[bold]{task.description}"),
+            BarColumn(bar_width=20),
+            fixed("{task.completed}/{task.fields[of]} {task.fields[unit]}"),
+            fixed("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            fixed("ETA {task.fields[eta]}"),
+            _Detail(table_column=Column(overflow="ellipsis")),
+            console=console,
+            refresh_per_second=2,
+        )
         self.task = self.bar.add_task(label, total=None, unit=unit, of="?", rate="", eta="-", detail="")
 
     def tick(self, end: str = "") -> None:
         done, total, seconds = self.counts.done, self.counts.total, time.monotonic() - self.start
         eta = eta_seconds(done, total, seconds)
-        self.bar.update(self.task, completed=done, total=total or None, of=total or "?", detail=self.counts.detail(),
-                        rate=format_rate(done, seconds, "") if done else "",
-                        eta=format_seconds(eta) if eta is not None else "-")
+        self.bar.update(
+            self.task,
+            completed=done,
+            total=total or None,
+            of=total or "?",
+            detail=self.counts.detail(),
+            rate=format_rate(done, seconds, "") if done else "",
+            eta=format_seconds(eta) if eta is not None else "-",
+        )
 
     def __enter__(self) -> _Bar:
         self.tick()

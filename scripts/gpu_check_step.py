@@ -24,20 +24,37 @@ MOVED = 1e-3  # nats: smaller changes of the probe's log-probs count as unmoved 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--url", default=None, help="the running server's OpenAI base URL (ends with /v1); without it, "
-                                               "only the step (the CPU fallback: --device cpu)")
+    p.add_argument(
+        "--url",
+        default=None,
+        help="the running server's OpenAI base URL (ends with /v1); without it, "
+        "only the step (the CPU fallback: --device cpu)",
+    )
     p.add_argument("--out", type=Path, required=True, help="folder for step.json")
     p.add_argument("--model", default=None, help="the model folder the server serves (default: the embedded one)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cuda = NCCL, cpu = gloo")
-    p.add_argument("--sync-backend", choices=("nccl", "gloo"), default=None,
-                   help="the broadcast group's backend; default nccl on cuda. NCCL refuses two ranks on one GPU, so a "
-                        "server on the trainer's GPU takes gloo")
+    p.add_argument(
+        "--sync-backend",
+        choices=("nccl", "gloo"),
+        default=None,
+        help="the broadcast group's backend; default nccl on cuda. NCCL refuses two ranks on one GPU, so a "
+        "server on the trainer's GPU takes gloo",
+    )
     return p.parse_args(argv)
 
 
 def probe(client, model: str) -> dict:
-    body = client.post("/v1/completions", {"model": model, "prompt": PROMPT, "max_tokens": 8, "temperature": 0.0,
-                                           "return_token_ids": True, "logprobs": 0})
+    body = client.post(
+        "/v1/completions",
+        {
+            "model": model,
+            "prompt": PROMPT,
+            "max_tokens": 8,
+            "temperature": 0.0,
+            "return_token_ids": True,
+            "logprobs": 0,
+        },
+    )
     choice = body["choices"][0]
     return {"token_ids": choice["token_ids"], "logprobs": choice["logprobs"]["token_logprobs"]}
 
@@ -83,8 +100,11 @@ def main(argv: list[str]) -> int:
 
     cuda = args.device == "cuda"
     if cuda and not torch.cuda.is_available():
-        print("gpu_check_step: --device cuda but torch sees no CUDA GPU (is .venv's torch the CUDA build? "
-              "bash scripts/setup.sh --gpu)", file=sys.stderr)
+        print(
+            "gpu_check_step: --device cuda but torch sees no CUDA GPU (is .venv's torch the CUDA build? "
+            "bash scripts/setup.sh --gpu)",
+            file=sys.stderr,
+        )
         return 2
     dist.init_process_group("nccl" if cuda else "gloo")
     rank = dist.get_rank()
@@ -120,10 +140,18 @@ def main(argv: list[str]) -> int:
     if rank == 0:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "step.json").write_text(json.dumps({**report, "ok": ok}, indent=2))
-        served_text = "" if not args.url else (f"; broadcast {report['seconds']['broadcast']:.1f} s, the server's "
-                                              f"log-probs {'moved' if report['server_moved'] else 'did NOT move'}")
-        print(f"fsdp step on {report['backend']} {report['seconds']['fsdp_step']:.1f} s, target log-prob "
-              f"{step['before']:.3f} -> {step['after']:.3f}{served_text}")
+        served_text = (
+            ""
+            if not args.url
+            else (
+                f"; broadcast {report['seconds']['broadcast']:.1f} s, the server's "
+                f"log-probs {'moved' if report['server_moved'] else 'did NOT move'}"
+            )
+        )
+        print(
+            f"fsdp step on {report['backend']} {report['seconds']['fsdp_step']:.1f} s, target log-prob "
+            f"{step['before']:.3f} -> {step['after']:.3f}{served_text}"
+        )
     dist.barrier()
     dist.destroy_process_group()
     return 0 if ok else 1

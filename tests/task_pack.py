@@ -38,9 +38,17 @@ def gold_edit(patch: str) -> tuple[str, str, str] | None:
     for i, line in enumerate(lines):
         if line.startswith("+++ b/"):
             path = line[6:]
-        elif (path and not path.startswith("tests/") and line.startswith("-") and not line.startswith("---")
-              and i + 1 < len(lines) and lines[i + 1].startswith("+") and not lines[i + 1].startswith("+++")
-              and (i + 2 >= len(lines) or not lines[i + 2].startswith(("+", "-"))) and line[1:].strip()):
+        elif (
+            path
+            and not path.startswith("tests/")
+            and line.startswith("-")
+            and not line.startswith("---")
+            and i + 1 < len(lines)
+            and lines[i + 1].startswith("+")
+            and not lines[i + 1].startswith("+++")
+            and (i + 2 >= len(lines) or not lines[i + 2].startswith(("+", "-")))
+            and line[1:].strip()
+        ):
             return path, line[1:], lines[i + 1][1:]
     return None
 

@@ -15,9 +15,17 @@ import shutil
 import tempfile
 from pathlib import Path
 
-TINY_QWEN3 = dict(vocab_size=151936, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
-                  max_position_embeddings=4096)
+TINY_QWEN3 = dict(
+    vocab_size=151936,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    tie_word_embeddings=True,
+    max_position_embeddings=4096,
+)
 
 
 def qwen_tokenizer_dir() -> Path:
@@ -33,8 +41,7 @@ def build_tiny_qwen3(folder: Path, seed: int = 0) -> Path:
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
     tok = AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir()))
-    cfg = Qwen3Config(**TINY_QWEN3, bos_token_id=None, eos_token_id=tok.eos_token_id,
-                      pad_token_id=tok.pad_token_id)
+    cfg = Qwen3Config(**TINY_QWEN3, bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(cfg).to(torch.float32)
     folder.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,8 @@ def render_calls(calls: list[dict[str, Any]], fmt: str = "hermes") -> str:
         else:
             params = "".join(
                 f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}\n</parameter>\n"
-                for k, v in args.items())
+                for k, v in args.items()
+            )
             blocks.append(f"{CALL_OPEN}\n<function={fn['name']}>\n{params}</function>\n{CALL_CLOSE}")
     return "\n".join(blocks)
 

@@ -18,8 +18,13 @@ from qwen_swe.paths import REPO_ROOT
 
 @cache
 def small_warm_start() -> Path:
-    proc = subprocess.run([sys.executable, "-m", "qwen_swe.warmstart", "build", "--demos", "2", "--steps", "1",
-                           "--batch", "2"], cwd=REPO_ROOT, text=True, capture_output=True, timeout=1800)
+    proc = subprocess.run(
+        [sys.executable, "-m", "qwen_swe.warmstart", "build", "--demos", "2", "--steps", "1", "--batch", "2"],
+        cwd=REPO_ROOT,
+        text=True,
+        capture_output=True,
+        timeout=1800,
+    )
     assert proc.returncode == 0, f"warm start failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return Path(proc.stdout.splitlines()[-1])
 

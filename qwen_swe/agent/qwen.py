@@ -106,8 +106,7 @@ def agent_settings(agent: AgentSettings, inference: InferenceSettings, profile: 
     generation: dict[str, Any] = {
         "timeout": int(inference.request_timeout * 1000),
         "maxRetries": 0,  # the CLI's own 7-attempt loop still retries 5xx; no silent doubling on top
-        "samplingParams": {"temperature": agent.temperature, "top_p": 1.0,
-                           "max_tokens": agent.agent_max_tokens},
+        "samplingParams": {"temperature": agent.temperature, "top_p": 1.0, "max_tokens": agent.agent_max_tokens},
     }
     window = inference.max_model_len or (8192 if profile == "compact" else None)
     if window:
@@ -119,17 +118,27 @@ def agent_settings(agent: AgentSettings, inference: InferenceSettings, profile: 
         "security": {"auth": {"selectedType": "openai"}},
         "privacy": {"usageStatisticsEnabled": False},
         "telemetry": {"enabled": False},
-        "general": {"enableAutoUpdate": False, "checkpointing": {"enabled": False}, "chatRecording": False,
-                    "gitCoAuthor": {"commit": False, "pr": False}},
+        "general": {
+            "enableAutoUpdate": False,
+            "checkpointing": {"enabled": False},
+            "chatRecording": False,
+            "gitCoAuthor": {"commit": False, "pr": False},
+        },
         "memory": {"enableManagedAutoMemory": False, "enableManagedAutoDream": False},
         "model": {
             "maxSessionTurns": agent.max_turns,
-            "skipStartupContext": True, "skipNextSpeakerCheck": True, "skipLoopDetection": True,
+            "skipStartupContext": True,
+            "skipNextSpeakerCheck": True,
+            "skipLoopDetection": True,
             "chatCompression": {"contextPercentageThreshold": 0},
             "generationConfig": generation,
         },
-        "tools": {"shell": {"enableInteractiveShell": False}, "core": list(core),
-                  "toolSearch": {"enabled": False}, "disabled": [t for t in ALL_TOOLS if t not in core]},
+        "tools": {
+            "shell": {"enableInteractiveShell": False},
+            "core": list(core),
+            "toolSearch": {"enabled": False},
+            "disabled": [t for t in ALL_TOOLS if t not in core],
+        },
         "skills": {"disabledLevels": ["project", "user", "extension", "bundled"]},
         "permissions": {"deny": ["WebFetch", "WebSearch", "Agent", "Skill"]},
     }
@@ -171,9 +180,18 @@ def agent_command(agent: AgentSettings, bundle: str = AGENT_MOUNT) -> str:
     ``timeout`` (not ``--foreground``) signals its whole process group: the CLI and every shell it spawned.
     """
     budget = max(1, int(agent.agent_timeout))
-    cli = [f"{bundle}/node/bin/node", "--expose-gc", f"{bundle}/qwen-code/package/cli.js",
-           "--yolo", "--output-format", "stream-json", "--max-session-turns", str(agent.max_turns),
-           "--max-wall-time", str(budget)]
+    cli = [
+        f"{bundle}/node/bin/node",
+        "--expose-gc",
+        f"{bundle}/qwen-code/package/cli.js",
+        "--yolo",
+        "--output-format",
+        "stream-json",
+        "--max-session-turns",
+        str(agent.max_turns),
+        "--max-wall-time",
+        str(budget),
+    ]
     guard = ["timeout", "-s", "TERM", "-k", str(KILL_GRACE), str(budget + KILL_GRACE)]
     return f"{shlex.join(guard + cli)} < {RUN_DIR}/prompt.txt > {RUN_DIR}/stdout.jsonl 2> {STDERR_FILE}"
 
@@ -182,19 +200,23 @@ def forwarder_command(socket: str, bundle: str = AGENT_MOUNT) -> str:
     """Start the model forwarder in the background and point ``OPENAI_BASE_URL`` at its loopback port; put in front
     of ``agent_command``. The forwarder is in the exec's process group, so it ends with the agent's exec."""
     node, port = f"{bundle}/node/bin/node", FORWARD_PORT_FILE
-    return (f"rm -f {port}; {shlex.join([node, FORWARDER, socket, port])} 2>> {RUN_DIR}/forward.log & "
-            f"for i in $(seq 100); do [ -s {port} ] && break; sleep 0.1; done; "
-            f"if [ ! -s {port} ]; then cat {RUN_DIR}/forward.log > {STDERR_FILE} 2>&1; "
-            f"echo 'the model forwarder did not start' >> {STDERR_FILE}; exit {EXIT_NO_FORWARDER}; fi; "
-            f'export OPENAI_BASE_URL="http://127.0.0.1:$(cat {port})/v1"; ')
+    return (
+        f"rm -f {port}; {shlex.join([node, FORWARDER, socket, port])} 2>> {RUN_DIR}/forward.log & "
+        f"for i in $(seq 100); do [ -s {port} ] && break; sleep 0.1; done; "
+        f"if [ ! -s {port} ]; then cat {RUN_DIR}/forward.log > {STDERR_FILE} 2>&1; "
+        f"echo 'the model forwarder did not start' >> {STDERR_FILE}; exit {EXIT_NO_FORWARDER}; fi; "
+        f'export OPENAI_BASE_URL="http://127.0.0.1:$(cat {port})/v1"; '
+    )
 
 
 def sweep_command(marker: str) -> str:
     """Kill every process still carrying this run's marker (background jobs may have left the process group)."""
     needle = shlex.quote(f"{MARKER_ENV}={marker}")
-    return ("n=0; for d in /proc/[0-9]*; do p=${d#/proc/}; [ \"$p\" = $$ ] && continue; "
-            f"if tr '\\0' '\\n' < $d/environ 2>/dev/null | grep -qxF {needle}; then "
-            "kill -9 \"$p\" 2>/dev/null && n=$((n+1)); fi; done; echo \"swept=$n\"")
+    return (
+        'n=0; for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = $$ ] && continue; '
+        f"if tr '\\0' '\\n' < $d/environ 2>/dev/null | grep -qxF {needle}; then "
+        'kill -9 "$p" 2>/dev/null && n=$((n+1)); fi; done; echo "swept=$n"'
+    )
 
 
 # --- what the CLI said ----------------------------------------------------------------------------------------
@@ -233,7 +255,8 @@ def classify(exit_code: int | None, timed_out: bool, summary: StreamSummary, std
     if exit_code == EXIT_TURN_LIMIT:
         return "turn_limit", False
     api_failed = bool(_API_ERROR.search(str(result.get("result") or ""))) or (
-        (exit_code != 0 or result.get("is_error")) and bool(_API_ERROR.search(message)))
+        (exit_code != 0 or result.get("is_error")) and bool(_API_ERROR.search(message))
+    )
     if api_failed:
         return "agent_error", True
     if exit_code == 0 and not result.get("is_error"):
@@ -244,9 +267,19 @@ def classify(exit_code: int | None, timed_out: bool, summary: StreamSummary, std
 
 
 # --- the run ----------------------------------------------------------------------------------------------------
-async def run_agent(sandbox: Sandbox, *, base_url: str, model: str, prompt: str, agent: AgentSettings,
-                    inference: InferenceSettings, profile: Profile = "full", bundle: str = AGENT_MOUNT,
-                    fresh_session: Callable[[], str] | None = None, model_socket: str | None = None) -> AgentResult:
+async def run_agent(
+    sandbox: Sandbox,
+    *,
+    base_url: str,
+    model: str,
+    prompt: str,
+    agent: AgentSettings,
+    inference: InferenceSettings,
+    profile: Profile = "full",
+    bundle: str = AGENT_MOUNT,
+    fresh_session: Callable[[], str] | None = None,
+    model_socket: str | None = None,
+) -> AgentResult:
     """Run qwen-code once on the task in ``sandbox`` (/testbed) and collect its outcome (``take_diff`` then reads
     its change).
 
@@ -265,8 +298,9 @@ async def run_agent(sandbox: Sandbox, *, base_url: str, model: str, prompt: str,
         raise ValueError(f"profile must be 'full' or 'compact', got {profile!r}")
     marker = secrets.token_hex(8)
     config = json.dumps(agent_settings(agent, inference, profile), indent=1)
-    started = await sandbox.exec(f"mkdir -p {QWEN_HOME} {RUN_DIR} && {_GIT} rev-parse HEAD", timeout=60,
-                                 workdir=REPO_DIR)
+    started = await sandbox.exec(
+        f"mkdir -p {QWEN_HOME} {RUN_DIR} && {_GIT} rev-parse HEAD", timeout=60, workdir=REPO_DIR
+    )
     base = started.output.strip().splitlines()[-1] if started.exit_code == 0 and started.output.strip() else ""
     await sandbox.write_file(f"{QWEN_HOME}/settings.json", config)
     await sandbox.write_file(SYSTEM_SETTINGS, config)
@@ -286,10 +320,18 @@ async def run_agent(sandbox: Sandbox, *, base_url: str, model: str, prompt: str,
             assert fresh_session is not None  # the loop below goes on only with one
             await sandbox.exec(sweep_command(marker), timeout=120)
             base_url = fresh_session()
-        done = await sandbox.exec(command, timeout=budget + 2 * KILL_GRACE + EXEC_SLACK,
-                                  workdir=REPO_DIR, env=agent_env(base_url, model, profile, marker))
-        if (fresh_session is None or done.timed_out or done.exit_code != 1
-                or STDIN_RACE not in await _read_text(sandbox, STDERR_FILE)):
+        done = await sandbox.exec(
+            command,
+            timeout=budget + 2 * KILL_GRACE + EXEC_SLACK,
+            workdir=REPO_DIR,
+            env=agent_env(base_url, model, profile, marker),
+        )
+        if (
+            fresh_session is None
+            or done.timed_out
+            or done.exit_code != 1
+            or STDIN_RACE not in await _read_text(sandbox, STDERR_FILE)
+        ):
             break
     seconds = time.monotonic() - start
     # then undo any commit or staging of the agent's, so the diff below is against the starting commit
@@ -305,9 +347,17 @@ async def run_agent(sandbox: Sandbox, *, base_url: str, model: str, prompt: str,
     if exit_code in (126, 127):
         outcome, infra = "agent_error", True  # the bundle is not mounted or Node cannot start in this image
     tail = (stderr[-3000:] + ("\n" + json.dumps(summary.result)[-1000:] if summary.result else "")).strip()
-    return AgentResult(outcome=outcome, final_message=summary.final_message, exit_code=exit_code,
-                       seconds=round(seconds, 3), tool_calls=summary.tool_calls, log_tail=tail, infra=infra,
-                       turns=(summary.result or {}).get("num_turns"), stray_processes=stray)
+    return AgentResult(
+        outcome=outcome,
+        final_message=summary.final_message,
+        exit_code=exit_code,
+        seconds=round(seconds, 3),
+        tool_calls=summary.tool_calls,
+        log_tail=tail,
+        infra=infra,
+        turns=(summary.result or {}).get("num_turns"),
+        stray_processes=stray,
+    )
 
 
 async def take_diff(sandbox: Sandbox) -> str:

@@ -59,12 +59,15 @@ def captured_help(main: Callable[[list[str]], int], argv: list[str]) -> str:
 def settings_help() -> str:
     """Every run setting, grouped by section, each with its env var, default, embedded value and choices."""
     parser = build_parser(add_help=False)
-    parser.usage, parser.description = argparse.SUPPRESS, (
-        f"Run settings: each is a flag, an env var (in capitals) or a key of the --config file; {PRECEDENCE}.")
+    parser.usage, parser.description = (
+        argparse.SUPPRESS,
+        (f"Run settings: each is a flag, an env var (in capitals) or a key of the --config file; {PRECEDENCE}."),
+    )
     return parser.format_help()
 
 
 # --- the commands: each imports its entry point only when it runs ------------------------------------------------
+
 
 def _train(argv: list[str]) -> int:
     from qwen_swe.run import main  # late: the run's imports (torch, docker) only for the command that runs it
@@ -73,13 +76,15 @@ def _train(argv: list[str]) -> int:
 
 
 def _train_help(argv: list[str]) -> str:
-    return ("usage: qwen-swe train [--config FILE] [--print-config] [--SETTING VALUE ...]\n\n"
-            "GRPO training run (python -m qwen_swe.run; bash examples/qwen_swe/run_grpo.sh). Re-running with the\n"
-            "same OUTPUT_DIR resumes from its latest checkpoint with its settings.json.\n\n"
-            "options:\n  -h, --help      show this help message and exit\n"
-            "  --print-config  print the resolved settings, each with where it came from (flag, env, file, resume,\n"
-            "                  profile, default), as YAML that --config reads back; start nothing\n"
-            "  --eval          evaluate instead of training (the same as `qwen-swe eval`)\n")
+    return (
+        "usage: qwen-swe train [--config FILE] [--print-config] [--SETTING VALUE ...]\n\n"
+        "GRPO training run (python -m qwen_swe.run; bash examples/qwen_swe/run_grpo.sh). Re-running with the\n"
+        "same OUTPUT_DIR resumes from its latest checkpoint with its settings.json.\n\n"
+        "options:\n  -h, --help      show this help message and exit\n"
+        "  --print-config  print the resolved settings, each with where it came from (flag, env, file, resume,\n"
+        "                  profile, default), as YAML that --config reads back; start nothing\n"
+        "  --eval          evaluate instead of training (the same as `qwen-swe eval`)\n"
+    )
 
 
 def _eval(argv: list[str]) -> int:
@@ -104,8 +109,12 @@ def _view_help(argv: list[str]) -> str:
     from qwen_swe.viewer.__main__ import __doc__ as doc  # late: only for the command that runs
 
     parser = argparse.ArgumentParser(description=doc)
-    parser.add_argument("folder", metavar="FOLDER", help="a run folder (metrics.jsonl, rollouts/) or an evaluation "
-                        "folder (report.json, rollouts.jsonl or results.jsonl)")
+    parser.add_argument(
+        "folder",
+        metavar="FOLDER",
+        help="a run folder (metrics.jsonl, rollouts/) or an evaluation "
+        "folder (report.json, rollouts.jsonl or results.jsonl)",
+    )
     return parser_help(parser, "qwen-swe view")
 
 
@@ -119,7 +128,8 @@ def _plan_help(argv: list[str]) -> str:
     from qwen_swe.plan.__main__ import parser  # late: only for the command that runs
 
     return parser_help(parser(), "qwen-swe plan") + (
-        "\nplan's --config is the model; give a run's settings file with --run-config FILE.\n")
+        "\nplan's --config is the model; give a run's settings file with --run-config FILE.\n"
+    )
 
 
 def _generate(argv: list[str]) -> int:
@@ -156,7 +166,8 @@ def _serve_help(argv: list[str]) -> str:
 
     return parser_help(build_arg_parser(), "qwen-swe serve") + (
         "\nThe server also reads these run settings from the environment: MODEL, SERVED_MODEL_NAME, TP,\n"
-        "MAX_MODEL_LEN, LORA_RANK, WEIGHT_SYNC, INFERENCE_GPUS (`qwen-swe train --help` describes them).\n")
+        "MAX_MODEL_LEN, LORA_RANK, WEIGHT_SYNC, INFERENCE_GPUS (`qwen-swe train --help` describes them).\n"
+    )
 
 
 def _check(argv: list[str]) -> int:
@@ -169,24 +180,75 @@ def _check_help(argv: list[str]) -> str:
     return captured_help(_check, []).replace("python -m qwen_swe.data.taskpack check", "qwen-swe check")
 
 
-COMMANDS: dict[str, Command] = {c.name: c for c in (
-    Command("train", "GRPO training run (or a resume); --config FILE, --print-config", "qwen_swe.run",
-            _train, _train_help, settings=True),
-    Command("eval", "evaluate a model without training, or grade a predictions file", "qwen_swe.evaluate",
-            _eval, _eval_help, settings=True),
-    Command("view", "write the HTML viewer of a run or evaluation folder", "qwen_swe.viewer",
-            _view, _view_help, settings=False),
-    Command("plan", "per-GPU memory of a training configuration, and whether it fits", "qwen_swe.plan",
-            _plan, _plan_help, settings=True),
-    Command("generate", "generate bug-injection tasks (and their images) from repositories", "qwen_swe.data.generate",
-            _generate, _generate_help, settings=False),
-    Command("warmstart", "expert demonstrations and the cached warm start (collect | build)", "qwen_swe.warmstart",
-            _warmstart, _warmstart_help, settings=True),
-    Command("serve", "start a vLLM server for the policy (the same as examples/qwen_swe/start_vllm.py)",
-            "qwen_swe.inference.launcher", _serve, _serve_help, settings=False),
-    Command("check", "prove the shipped task pack's tasks in containers", "qwen_swe.data.taskpack check",
-            _check, _check_help, settings=False),
-)}
+COMMANDS: dict[str, Command] = {
+    c.name: c
+    for c in (
+        Command(
+            "train",
+            "GRPO training run (or a resume); --config FILE, --print-config",
+            "qwen_swe.run",
+            _train,
+            _train_help,
+            settings=True,
+        ),
+        Command(
+            "eval",
+            "evaluate a model without training, or grade a predictions file",
+            "qwen_swe.evaluate",
+            _eval,
+            _eval_help,
+            settings=True,
+        ),
+        Command(
+            "view",
+            "write the HTML viewer of a run or evaluation folder",
+            "qwen_swe.viewer",
+            _view,
+            _view_help,
+            settings=False,
+        ),
+        Command(
+            "plan",
+            "per-GPU memory of a training configuration, and whether it fits",
+            "qwen_swe.plan",
+            _plan,
+            _plan_help,
+            settings=True,
+        ),
+        Command(
+            "generate",
+            "generate bug-injection tasks (and their images) from repositories",
+            "qwen_swe.data.generate",
+            _generate,
+            _generate_help,
+            settings=False,
+        ),
+        Command(
+            "warmstart",
+            "expert demonstrations and the cached warm start (collect | build)",
+            "qwen_swe.warmstart",
+            _warmstart,
+            _warmstart_help,
+            settings=True,
+        ),
+        Command(
+            "serve",
+            "start a vLLM server for the policy (the same as examples/qwen_swe/start_vllm.py)",
+            "qwen_swe.inference.launcher",
+            _serve,
+            _serve_help,
+            settings=False,
+        ),
+        Command(
+            "check",
+            "prove the shipped task pack's tasks in containers",
+            "qwen_swe.data.taskpack check",
+            _check,
+            _check_help,
+            settings=False,
+        ),
+    )
+}
 
 
 def command_help(command: Command, argv: Sequence[str]) -> str:

@@ -14,8 +14,10 @@ USAGE = "usage: qwen-swe [-h] [--version] {" + ",".join(COMMANDS) + "} ..."
 def overview() -> str:
     width = max(map(len, COMMANDS))
     rows = "\n".join(f"  {c.name:<{width}}  {c.summary}" for c in COMMANDS.values())
-    return (f"{USAGE}\n\nGRPO training of a coding agent on SWE-bench.\n\ncommands:\n{rows}\n\n"
-            "`qwen-swe COMMAND --help` lists the command's flags and every setting it reads, with defaults.\n")
+    return (
+        f"{USAGE}\n\nGRPO training of a coding agent on SWE-bench.\n\ncommands:\n{rows}\n\n"
+        "`qwen-swe COMMAND --help` lists the command's flags and every setting it reads, with defaults.\n"
+    )
 
 
 def version() -> str:

@@ -17,12 +17,67 @@ from qwen_swe.errors import ConfigError
 PREFIX = "QWEN_SWE_"
 # Read by the project itself: its cache folder, the agent's process marker, the signal tests' process marker.
 PROJECT_VARS = frozenset({"QWEN_SWE_HOME", "QWEN_SWE_AGENT_RUN", "QWEN_SWE_TEST_MARKER"})
-FOREIGN_NAMES = frozenset({"PATH", "HOME", "CI", "USER", "SHELL", "TERM", "PWD", "OLDPWD", "LANG", "TMPDIR", "TMP",
-                           "TEMP", "HOSTNAME", "RANK", "DEBIAN_MIRROR", "SLIME_PATH", "EMBEDDED_VLLM_URL"})
-FOREIGN_PREFIXES = ("VLLM_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "TORCH", "NCCL_", "GLOO_", "CUDA_",
-                    "NVIDIA_", "PYTHON", "PYTEST", "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TRITON_", "RAY_", "MODAL_",
-                    "DOCKER_", "LC_", "XDG_", "SSH_", "GITHUB_", "RUNNER_", "SLURM_", "WANDB_", "AWS_", "PIP_", "UV_",
-                    "CONDA_", "NODE_", "NPM_", "LOCAL_", "MASTER_", "WORLD_", "GROUP_", "ROLE_")
+FOREIGN_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "CI",
+        "USER",
+        "SHELL",
+        "TERM",
+        "PWD",
+        "OLDPWD",
+        "LANG",
+        "TMPDIR",
+        "TMP",
+        "TEMP",
+        "HOSTNAME",
+        "RANK",
+        "DEBIAN_MIRROR",
+        "SLIME_PATH",
+        "EMBEDDED_VLLM_URL",
+    }
+)
+FOREIGN_PREFIXES = (
+    "VLLM_",
+    "HF_",
+    "HUGGINGFACE_",
+    "TRANSFORMERS_",
+    "TOKENIZERS_",
+    "TORCH",
+    "NCCL_",
+    "GLOO_",
+    "CUDA_",
+    "NVIDIA_",
+    "PYTHON",
+    "PYTEST",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "OPENBLAS_",
+    "TRITON_",
+    "RAY_",
+    "MODAL_",
+    "DOCKER_",
+    "LC_",
+    "XDG_",
+    "SSH_",
+    "GITHUB_",
+    "RUNNER_",
+    "SLURM_",
+    "WANDB_",
+    "AWS_",
+    "PIP_",
+    "UV_",
+    "CONDA_",
+    "NODE_",
+    "NPM_",
+    "LOCAL_",
+    "MASTER_",
+    "WORLD_",
+    "GROUP_",
+    "ROLE_",
+)
 UPPER_SNAKE = re.compile(r"[A-Z][A-Z0-9]*(_[A-Z0-9]+)*")
 CUTOFF = 0.85  # ROLLOUT_BATCHSIZE -> ROLLOUT_BATCH_SIZE is 0.97; SERVER_URL -> SERVED_URL 0.9 (not a user setting)
 
@@ -40,9 +95,10 @@ def _problem(name: str, settings: Collection[str]) -> str | None:
     if name.startswith(PREFIX):
         if name in PROJECT_VARS:
             return None
-        near = nearest(name[len(PREFIX):], settings)
+        near = nearest(name[len(PREFIX) :], settings)
         return f"{name} is not a setting (settings have no prefix); " + (
-            f"did you mean {near}?" if near else "unset it")
+            f"did you mean {near}?" if near else "unset it"
+        )
     if name in FOREIGN_NAMES or name.startswith(FOREIGN_PREFIXES) or not UPPER_SNAKE.fullmatch(name):
         return None
     near = nearest(name, settings)

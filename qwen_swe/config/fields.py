@@ -19,12 +19,28 @@ from qwen_swe.errors import ConfigError
 RESUME = ("keep", "free", "new")
 
 
-def opt(default: Any, help: str, choices: Sequence[str] | None = None, minimum: float | None = None,
-        maximum: float | None = None, resume: str = "keep", by_run: bool = False) -> Any:
+def opt(
+    default: Any,
+    help: str,
+    choices: Sequence[str] | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    resume: str = "keep",
+    by_run: bool = False,
+) -> Any:
     """A setting; ``by_run`` marks one the run fills in itself (never the user's, never carried over on resume)."""
     assert resume in RESUME, resume
-    return field(default=default, metadata={"help": help, "choices": choices, "min": minimum, "max": maximum,
-                                            "resume": "new" if by_run else resume, "by_run": by_run})
+    return field(
+        default=default,
+        metadata={
+            "help": help,
+            "choices": choices,
+            "min": minimum,
+            "max": maximum,
+            "resume": "new" if by_run else resume,
+            "by_run": by_run,
+        },
+    )
 
 
 def env_name(name: str) -> str:

@@ -30,8 +30,12 @@ SUFFIXES = {".yaml": "YAML", ".yml": "YAML", ".toml": "TOML"}
 CUTOFF = 0.6  # every key of a file is meant to be a setting: a looser match than the environment's 0.85
 
 
-def read_file(path: Path, fields_by_name: Mapping[str, dataclasses.Field], sections: Mapping[str, Collection[str]],
-              internal: Collection[str] = ()) -> dict[str, Any]:
+def read_file(
+    path: Path,
+    fields_by_name: Mapping[str, dataclasses.Field],
+    sections: Mapping[str, Collection[str]],
+    internal: Collection[str] = (),
+) -> dict[str, Any]:
     """The settings ``path`` gives, by flat field name, converted to the fields' types. ``sections`` maps each
     section's name to its field names; ``internal`` fields (filled in by the run) cannot be given."""
     data = _load(path)
@@ -69,8 +73,13 @@ def _name(key: Any) -> str:
     return str(key).strip().lower().replace("-", "_")
 
 
-def _known(path: Path, name: str, fields_by_name: Mapping[str, dataclasses.Field], internal: Collection[str],
-           within: Collection[str] | None = None) -> str:
+def _known(
+    path: Path,
+    name: str,
+    fields_by_name: Mapping[str, dataclasses.Field],
+    internal: Collection[str],
+    within: Collection[str] | None = None,
+) -> str:
     allowed = [n for n in (within if within is not None else fields_by_name) if n not in internal]
     if name in allowed:
         return name

@@ -33,50 +33,77 @@ from qwen_swe.sandbox.settings import SandboxSettings
 from qwen_swe.train.settings import TrainSettings
 
 DEFAULT_DATASET = "princeton-nlp/SWE-bench_Verified"
-SECTIONS: dict[str, type] = {"inference": InferenceSettings, "sandbox": SandboxSettings, "agent": AgentSettings,
-                             "reward": RewardSettings, "rollout": RolloutSettings, "train": TrainSettings,
-                             "placement": PlacementSettings}
+SECTIONS: dict[str, type] = {
+    "inference": InferenceSettings,
+    "sandbox": SandboxSettings,
+    "agent": AgentSettings,
+    "reward": RewardSettings,
+    "rollout": RolloutSettings,
+    "train": TrainSettings,
+    "placement": PlacementSettings,
+}
 CONFIG_DEST = "config_file"  # the parser's --config: not a setting itself, so never in settings.json
-PRECEDENCE = ("a flag wins over its env var, which wins over the --config file, which wins over the embedded "
-              "profile (applied when no VLLM_URL is given anywhere), which wins over the default")
+PRECEDENCE = (
+    "a flag wins over its env var, which wins over the --config file, which wins over the embedded "
+    "profile (applied when no VLLM_URL is given anywhere), which wins over the default"
+)
 
 
 @dataclass(frozen=True)
 class Settings:
     # --- the seed's settings (the rest of them live in the sections) ---------------------------
-    num_rollouts: int = opt(10, "number of GRPO steps (rollout + train); raise it on resume to extend a run",
-                             minimum=1, resume="free")
+    num_rollouts: int = opt(
+        10, "number of GRPO steps (rollout + train); raise it on resume to extend a run", minimum=1, resume="free"
+    )
     rollout_batch_size: int = opt(4, "groups (instances) per rollout", minimum=1)
     n_samples: int = opt(2, "samples per group (GRPO needs at least 2)", minimum=2)
-    output_dir: Path = opt(Path(tempfile.gettempdir()) / "qwen_swe_grpo", "run folder: checkpoints, metrics, dumps; "
-                            "re-running into one that holds a checkpoint resumes with its settings.json",
-                            resume="new")
-    dataset: str | None = opt(None, f"HF dataset name or local .json/.jsonl/.parquet; default {DEFAULT_DATASET} "
-                                    "with VLLM_URL, the localized generated train tasks of seed 0 without")
+    output_dir: Path = opt(
+        Path(tempfile.gettempdir()) / "qwen_swe_grpo",
+        "run folder: checkpoints, metrics, dumps; "
+        "re-running into one that holds a checkpoint resumes with its settings.json",
+        resume="new",
+    )
+    dataset: str | None = opt(
+        None,
+        f"HF dataset name or local .json/.jsonl/.parquet; default {DEFAULT_DATASET} "
+        "with VLLM_URL, the localized generated train tasks of seed 0 without",
+    )
     instance_list: Path | None = opt(None, "file of instance ids, one a line")
     seed: int = opt(1234, "data shuffle and sampling seed")
 
     # --- run ---------------------------------------------------------------------------------
     backend: str = opt("fsdp", "trainer: built-in FSDP2 or slime's train.py", choices=("fsdp", "slime"))
     slime_dir: Path | None = opt(None, "slime checkout (BACKEND=slime)")
-    slime_python: str | None = opt(None, "interpreter that runs slime's train.py (BACKEND=slime); "
-                                         "default: the current one")
+    slime_python: str | None = opt(
+        None, "interpreter that runs slime's train.py (BACKEND=slime); default: the current one"
+    )
     slime_gpus: int | None = opt(None, "GPUs for slime's FSDP actor (BACKEND=slime); default: all visible", minimum=1)
     slime_tp: int = opt(1, "BACKEND=slime on slime 0.3.x: Megatron's tensor-parallel size", minimum=1)
     slime_ep: int = opt(1, "BACKEND=slime on slime 0.3.x: Megatron's expert-parallel size (MoE models)", minimum=1)
-    allow_frozen_server: bool = opt(False, "BACKEND=slime: start even when the server cannot take new weights "
-                                           "(trains against a frozen policy)")
+    allow_frozen_server: bool = opt(
+        False, "BACKEND=slime: start even when the server cannot take new weights (trains against a frozen policy)"
+    )
     run_id: str | None = opt(None, "label for containers and logs; default derived from OUTPUT_DIR")
     eval_samples: int = opt(1, "evaluation: attempts per instance (pass@k up to this k)", minimum=1)
-    eval_interval: int = opt(0, "training: evaluate every N steps on EVAL_DATASET (0 = never)", minimum=0,
-                             resume="free")
+    eval_interval: int = opt(
+        0, "training: evaluate every N steps on EVAL_DATASET (0 = never)", minimum=0, resume="free"
+    )
     eval_dataset: str | None = opt(None, "training: the evaluation rows (HF name or local file); default DATASET")
     eval_instance_list: Path | None = opt(None, "training: file of evaluation instance ids, one a line")
-    stop_timeout: float = opt(30.0, "on SIGTERM/SIGINT, seconds the trainer and the server get to stop before "
-                                    "SIGKILL (a second signal kills at once)", minimum=1.0, resume="free")
-    resume_override: str | None = opt(None, "resuming (OUTPUT_DIR holds a checkpoint): settings, comma-separated env "
-                                            "names (LR,VLLM_URL), that may differ from the run's settings.json; any "
-                                            "other given differently is refused", resume="new")
+    stop_timeout: float = opt(
+        30.0,
+        "on SIGTERM/SIGINT, seconds the trainer and the server get to stop before "
+        "SIGKILL (a second signal kills at once)",
+        minimum=1.0,
+        resume="free",
+    )
+    resume_override: str | None = opt(
+        None,
+        "resuming (OUTPUT_DIR holds a checkpoint): settings, comma-separated env "
+        "names (LR,VLLM_URL), that may differ from the run's settings.json; any "
+        "other given differently is refused",
+        resume="new",
+    )
 
     # --- the components' sections ------------------------------------------------------------
     inference: InferenceSettings = field(default_factory=InferenceSettings)
@@ -93,13 +120,17 @@ class Settings:
             if listed is not None and not (Path(listed).is_file() and os.access(listed, os.R_OK)):
                 raise ConfigError(f"{name}={listed} cannot be read: give a file of instance ids, one a line")
         if self.dataset and _looks_local(self.dataset) and not Path(self.dataset).expanduser().exists():
-            raise ConfigError(f"DATASET={self.dataset} does not exist: give a .json, .jsonl or .parquet file, "
-                              "a Hugging Face dataset folder, or a Hugging Face dataset name")
+            raise ConfigError(
+                f"DATASET={self.dataset} does not exist: give a .json, .jsonl or .parquet file, "
+                "a Hugging Face dataset folder, or a Hugging Face dataset name"
+            )
         if self.backend == "slime" and self.slime_dir is None:
             raise ConfigError("BACKEND=slime needs SLIME_DIR: point it at a slime v0.2.2 checkout")
         if self.rollout.dynamic_sampling and (self.backend != "fsdp" or self.train.max_staleness):
-            raise ConfigError("DYNAMIC_SAMPLING=1 works with BACKEND=fsdp and MAX_STALENESS=0 only (slime has "
-                              "its own --dynamic-sampling-filter-path); unset one of them")
+            raise ConfigError(
+                "DYNAMIC_SAMPLING=1 works with BACKEND=fsdp and MAX_STALENESS=0 only (slime has "
+                "its own --dynamic-sampling-filter-path); unset one of them"
+            )
 
     # --- building ------------------------------------------------------------------------------
     @classmethod
@@ -111,20 +142,30 @@ class Settings:
     def replace(self, **changes: Any) -> Settings:
         """A copy with flat field names changed, each in its own section."""
         run, sections = _split(changes)
-        return dataclasses.replace(self, **run, **{name: dataclasses.replace(getattr(self, name), **kw)
-                                                   for name, kw in sections.items()})
+        return dataclasses.replace(
+            self, **run, **{name: dataclasses.replace(getattr(self, name), **kw) for name, kw in sections.items()}
+        )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Settings:
         """The inverse of ``to_dict`` (what settings.json holds); no environment, no profile."""
         try:
             run = {f.name: from_json_value(f, data[f.name]) for f in _run_fields() if f.name in data}
-            parts = {name: sec(**{f.name: from_json_value(f, data[name][f.name])
-                                  for f in fields(sec) if f.name in data.get(name, {})})
-                     for name, sec in SECTIONS.items()}
+            parts = {
+                name: sec(
+                    **{
+                        f.name: from_json_value(f, data[name][f.name])
+                        for f in fields(sec)
+                        if f.name in data.get(name, {})
+                    }
+                )
+                for name, sec in SECTIONS.items()
+            }
         except (TypeError, KeyError) as exc:
-            raise ConfigError(f"settings file is not in this version's layout ({exc}); delete it or rerun "
-                              "the run's entry point to rewrite it") from None
+            raise ConfigError(
+                f"settings file is not in this version's layout ({exc}); delete it or rerun "
+                "the run's entry point to rewrite it"
+            ) from None
         return cls(**run, **parts)
 
     @classmethod
@@ -235,22 +276,41 @@ def _looks_local(source: str) -> bool:
 
 def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     """Every setting as a flag, grouped by the section that owns it, each with its env var, default and choices."""
-    parser = argparse.ArgumentParser(description="qwen-swe GRPO run; every flag also reads the env var in capitals",
-                                     usage="%(prog)s [--config FILE] [--SETTING VALUE ...]", add_help=add_help)
-    parser.add_argument("--config", "--run-config", dest=CONFIG_DEST, type=Path, default=None, metavar="FILE",
-                        help=f"a YAML or TOML file of settings; {PRECEDENCE}")
+    parser = argparse.ArgumentParser(
+        description="qwen-swe GRPO run; every flag also reads the env var in capitals",
+        usage="%(prog)s [--config FILE] [--SETTING VALUE ...]",
+        add_help=add_help,
+    )
+    parser.add_argument(
+        "--config",
+        "--run-config",
+        dest=CONFIG_DEST,
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help=f"a YAML or TOML file of settings; {PRECEDENCE}",
+    )
     for title, group_fields in field_groups():
         group = parser.add_argument_group(f"{title} settings")
         for f in group_fields:
-            group.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, metavar="VALUE",
-                               help=describe(f, EMBEDDED_PROFILE.get(f.name)))
+            group.add_argument(
+                "--" + f.name.replace("_", "-"),
+                dest=f.name,
+                default=None,
+                metavar="VALUE",
+                help=describe(f, EMBEDDED_PROFILE.get(f.name)),
+            )
     return parser
 
 
 # The agent profile a small model can act in: free tool choice, up to 5 calls of up to 256 tokens. The warm start's
 # demonstrations are recorded in it, and the embedded default trains the warm-started policy in it, so the two agree.
-WARM_START_AGENT: dict[str, Any] = {"tool_choice": "auto", "max_turns": 5, "agent_max_tokens": 256,
-                                    "agent_timeout": 180}
+WARM_START_AGENT: dict[str, Any] = {
+    "tool_choice": "auto",
+    "max_turns": 5,
+    "agent_max_tokens": 256,
+    "agent_timeout": 180,
+}
 
 # The embedded default (no VLLM_URL) is a small run of the same code path on 2 CPU cores, on the generated train
 # tasks: the warm-started SmolLM2-135M (``run.py`` builds it once and caches it; MODEL=<folder> trains another), the
@@ -259,10 +319,22 @@ WARM_START_AGENT: dict[str, Any] = {"tool_choice": "auto", "max_turns": 5, "agen
 # activations: a 3000-token rollout's activations and logits are several GB a rank, and two ranks, the server and
 # the containers share 24 GiB. Each value applies only where the user set nothing.
 EMBEDDED_PROFILE: dict[str, Any] = {
-    **WARM_START_AGENT, "num_rollouts": 2, "rollout_batch_size": 4, "n_samples": 4, "reward_mode": "binary",
-    "mixed_precision": True, "activation_checkpointing": True,
-    "lr": 2e-5, "max_response_len": 4096, "max_model_len": 8192, "rollout_concurrency": 4, "boot_concurrency": 2,
-    "eval_timeout": 300.0, "image_namespace": "", "shaped_length": 0.2, "shaped_token_budget": 1024,
+    **WARM_START_AGENT,
+    "num_rollouts": 2,
+    "rollout_batch_size": 4,
+    "n_samples": 4,
+    "reward_mode": "binary",
+    "mixed_precision": True,
+    "activation_checkpointing": True,
+    "lr": 2e-5,
+    "max_response_len": 4096,
+    "max_model_len": 8192,
+    "rollout_concurrency": 4,
+    "boot_concurrency": 2,
+    "eval_timeout": 300.0,
+    "image_namespace": "",
+    "shaped_length": 0.2,
+    "shaped_token_budget": 1024,
 }
 
 
@@ -272,18 +344,25 @@ def given_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | N
     return given_with_sources(argv, env)[0]
 
 
-def given_with_sources(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
-                       ) -> tuple[dict[str, Any], dict[str, str]]:
+def given_with_sources(
+    argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
+) -> tuple[dict[str, Any], dict[str, str]]:
     """``given_settings`` and where each value came from: ``flag``, ``env`` or ``file <path>``."""
     env = os.environ if env is None else env
     internal = [f.name for f in all_fields() if f.metadata["by_run"]]
-    check_environment(env, [env_name(f.name) for f in all_fields() if not f.metadata["by_run"]],
-                      internal=[env_name(name) for name in internal])
+    check_environment(
+        env,
+        [env_name(f.name) for f in all_fields() if not f.metadata["by_run"]],
+        internal=[env_name(name) for name in internal],
+    )
     flags = vars(build_parser().parse_args(list(argv or [])))
     by_name = {f.name: f for f in all_fields()}
     path = flags.get(CONFIG_DEST)
-    in_file = read_file(path, by_name, {n: [f.name for f in fields(s)] for n, s in SECTIONS.items()},
-                        internal) if path else {}
+    in_file = (
+        read_file(path, by_name, {n: [f.name for f in fields(s)] for n, s in SECTIONS.items()}, internal)
+        if path
+        else {}
+    )
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for f in all_fields():
@@ -302,8 +381,9 @@ def with_profile(values: Mapping[str, Any]) -> dict[str, Any]:
     return dict(values) if values.get("vllm_url") else {**EMBEDDED_PROFILE, **values}
 
 
-def load_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
-                  profile: bool = True) -> Settings:
+def load_settings(
+    argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None, profile: bool = True
+) -> Settings:
     """Settings from ``env`` (default ``os.environ``) overridden by ``argv`` flags. Call it once, in an entry point.
 
     With ``profile`` and no VLLM_URL, unset fields take the embedded profile's values (``EMBEDDED_PROFILE``).

@@ -47,8 +47,10 @@ def build_prompt(instance: Mapping[str, Any], repo_dir: str = REPO_DIR) -> str:
     who = instance.get("instance_id", "<no instance_id>")
     statement = instance.get("problem_statement")
     if not isinstance(statement, str) or not statement.strip():
-        raise PromptError(f"instance {who}: field 'problem_statement' is missing or empty; "
-                          "give every row the issue text as a non-empty string")
+        raise PromptError(
+            f"instance {who}: field 'problem_statement' is missing or empty; "
+            "give every row the issue text as a non-empty string"
+        )
     repo = instance.get("repo")
     repo = repo if isinstance(repo, str) and repo.strip() else "project"
     return _TEMPLATE.format(repo=repo, repo_dir=repo_dir, problem_statement=statement.strip())

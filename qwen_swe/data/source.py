@@ -44,8 +44,10 @@ _STATE_RE = re.compile(r"^data_source_state_(-?\d+)\.json$")
 # loading and validation
 # ------------------------------------------------------------------------------------------------
 
-def load_instances(source: str | os.PathLike[str], instance_list: str | os.PathLike[str] | Sequence[str] | None = None
-                   ) -> list[dict[str, Any]]:
+
+def load_instances(
+    source: str | os.PathLike[str], instance_list: str | os.PathLike[str] | Sequence[str] | None = None
+) -> list[dict[str, Any]]:
     """Validated rows from ``source`` (HF ``name[:split]``, a HF dataset folder, or a local file), in order,
     optionally restricted to the ids in ``instance_list`` (a file of ids, one a line, or a list of ids)."""
     origin, located = _read_rows(str(source))
@@ -56,16 +58,19 @@ def load_instances(source: str | os.PathLike[str], instance_list: str | os.PathL
     for (where, _), row in zip(located, rows):
         iid = row["instance_id"]
         if iid in seen:
-            raise DataError(f"{origin}: instance id {iid} appears twice ({seen[iid]} and {where}); "
-                            "remove the duplicate row")
+            raise DataError(
+                f"{origin}: instance id {iid} appears twice ({seen[iid]} and {where}); remove the duplicate row"
+            )
         seen[iid] = where
     if instance_list is None:
         return rows
     wanted, list_origin = read_instance_list(instance_list)
     unknown = [iid for iid in wanted if iid not in seen]
     if unknown:
-        raise DataError(f"{len(unknown)} instance id(s) from {list_origin} are not in {origin}: "
-                        f"{', '.join(unknown)}; fix the ids or use the dataset that holds them")
+        raise DataError(
+            f"{len(unknown)} instance id(s) from {list_origin} are not in {origin}: "
+            f"{', '.join(unknown)}; fix the ids or use the dataset that holds them"
+        )
     keep = set(wanted)
     return [row for row in rows if row["instance_id"] in keep]
 
@@ -78,8 +83,10 @@ def read_instance_list(instance_list: str | os.PathLike[str] | Sequence[str]) ->
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise DataError(f"{origin} cannot be read ({exc.__class__.__name__}: {exc}); "
-                            "give a readable text file of instance ids, one a line") from None
+            raise DataError(
+                f"{origin} cannot be read ({exc.__class__.__name__}: {exc}); "
+                "give a readable text file of instance ids, one a line"
+            ) from None
         ids = [line.split("#", 1)[0].strip() for line in text.splitlines()]
         ids = [i for i in ids if i]
     else:
@@ -107,16 +114,19 @@ def _read_rows(source: str) -> tuple[str, list[tuple[str, Any]]]:
     if path.exists():
         suffix = path.suffix.lower()
         if suffix not in LOCAL_SUFFIXES:
-            raise DataError(f"dataset {path} has the unknown extension {suffix or '(none)'!r}; "
-                            "give a .json, .jsonl or .parquet file, or a Hugging Face dataset name")
+            raise DataError(
+                f"dataset {path} has the unknown extension {suffix or '(none)'!r}; "
+                "give a .json, .jsonl or .parquet file, or a Hugging Face dataset name"
+            )
         origin = str(path)
         try:
             if suffix == ".parquet":
                 return origin, _read_parquet(path)
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise DataError(f"dataset {path} cannot be read ({exc.__class__.__name__}: {exc}); "
-                            "check the file and its permissions") from None
+            raise DataError(
+                f"dataset {path} cannot be read ({exc.__class__.__name__}: {exc}); check the file and its permissions"
+            ) from None
         if suffix == ".json":
             return origin, _parse_json(text, origin)
         return origin, _parse_jsonl(text, origin)
@@ -130,14 +140,17 @@ def _parse_json(text: str, origin: str) -> list[tuple[str, Any]]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         if exc.msg != "Extra data":
-            raise DataError(f"{origin} line {exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno}); "
-                            "fix the file (a JSON list of rows, or one JSON object a line)") from None
+            raise DataError(
+                f"{origin} line {exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno}); "
+                "fix the file (a JSON list of rows, or one JSON object a line)"
+            ) from None
         return _parse_jsonl(text, origin)  # several top-level values: JSON lines under a .json name
     if isinstance(data, dict):
         return [("row 1", data)]
     if not isinstance(data, list):
-        raise DataError(f"{origin} holds a JSON {type(data).__name__}, not a list of rows; "
-                        "give a JSON list of row objects")
+        raise DataError(
+            f"{origin} holds a JSON {type(data).__name__}, not a list of rows; give a JSON list of row objects"
+        )
     return [(f"row {n}", row) for n, row in enumerate(data, 1)]
 
 
@@ -149,8 +162,10 @@ def _parse_jsonl(text: str, origin: str) -> list[tuple[str, Any]]:
         try:
             out.append((f"line {n}", json.loads(line)))
         except json.JSONDecodeError as exc:
-            raise DataError(f"{origin} line {n}: not valid JSON ({exc.msg}, column {exc.colno}); "
-                            "fix or remove that line (one JSON object a line)") from None
+            raise DataError(
+                f"{origin} line {n}: not valid JSON ({exc.msg}, column {exc.colno}); "
+                "fix or remove that line (one JSON object a line)"
+            ) from None
     return out
 
 
@@ -160,8 +175,10 @@ def _read_parquet(path: Path) -> list[tuple[str, Any]]:
     try:
         table = pq.read_table(path)
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several unrelated types for a bad file
-        raise DataError(f"dataset {path} is not a readable parquet file ({exc.__class__.__name__}: {exc}); "
-                        "regenerate it or give a .jsonl file") from None
+        raise DataError(
+            f"dataset {path} is not a readable parquet file ({exc.__class__.__name__}: {exc}); "
+            "regenerate it or give a .jsonl file"
+        ) from None
     return [(f"row {n}", row) for n, row in enumerate(table.to_pylist(), 1)]
 
 
@@ -175,8 +192,10 @@ def _read_hf(source: str) -> tuple[str, list[tuple[str, Any]]]:
         # the hub client's own HF_HUB_ETAG_TIMEOUT / HF_HUB_DOWNLOAD_TIMEOUT bound each request
         ds = datasets.load_dataset(name, split=split)
     except Exception as exc:  # noqa: BLE001 - datasets wraps network, auth and naming errors in many types
-        raise DataError(f"cannot load {origin}: {exc.__class__.__name__}: {str(exc)[:300]}; check the name and "
-                        "split (write name:split), network access to the hub, or give a local .jsonl file") from None
+        raise DataError(
+            f"cannot load {origin}: {exc.__class__.__name__}: {str(exc)[:300]}; check the name and "
+            "split (write name:split), network access to the hub, or give a local .jsonl file"
+        ) from None
     return origin, [(f"row {n}", dict(row)) for n, row in enumerate(ds, 1)]
 
 
@@ -195,10 +214,12 @@ def _validate_row(raw: Any, where: str, origin: str) -> dict[str, Any]:
         value = row.get(name)
         if name not in row or value is None:
             raise fail(name, "is missing", "every SWE-bench row needs " + ", ".join(STRING_FIELDS + LIST_FIELDS))
-        if not isinstance(value, str) or (name in ("instance_id", "repo", "base_commit", "problem_statement")
-                                          and not value.strip()):
-            raise fail(name, f"must be a non-empty string, got {type(value).__name__} {str(value)[:40]!r}",
-                       "fix the row")
+        if not isinstance(value, str) or (
+            name in ("instance_id", "repo", "base_commit", "problem_statement") and not value.strip()
+        ):
+            raise fail(
+                name, f"must be a non-empty string, got {type(value).__name__} {str(value)[:40]!r}", "fix the row"
+            )
     for name in LIST_FIELDS:
         if name not in row or row[name] is None:
             raise fail(name, "is missing", "give a JSON list of test names (a string or a list)")
@@ -210,8 +231,11 @@ def _validate_row(raw: Any, where: str, origin: str) -> dict[str, Any]:
         if value is None:
             continue
         if not isinstance(value, str) or not value.strip():
-            raise fail(name, f"must be a non-empty string, got {type(value).__name__} {str(value)[:40]!r}",
-                       "fix the row or drop the column (swebench 5.x columns are optional)")
+            raise fail(
+                name,
+                f"must be a non-empty string, got {type(value).__name__} {str(value)[:40]!r}",
+                "fix the row or drop the column (swebench 5.x columns are optional)",
+            )
     if row.get("eval_type") is not None and row["eval_type"] not in EVAL_TYPES:
         raise fail("eval_type", f"is {row['eval_type']!r}", f"use one of {', '.join(EVAL_TYPES)}")
     return row
@@ -222,17 +246,22 @@ def _test_list(value: Any, fail: Any) -> list[str]:
         try:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise fail(f"is not valid JSON ({exc.msg} at column {exc.colno})",
-                       'write it as a JSON list of test names, e.g. ["tests/test_x.py::test_y"]') from None
+            raise fail(
+                f"is not valid JSON ({exc.msg} at column {exc.colno})",
+                'write it as a JSON list of test names, e.g. ["tests/test_x.py::test_y"]',
+            ) from None
     if not isinstance(value, (list, tuple)) or not all(isinstance(t, str) for t in value):
-        raise fail(f"must be a list of test-name strings, got {str(value)[:60]!r}",
-                   'write it as a JSON list of test names, e.g. ["tests/test_x.py::test_y"]')
+        raise fail(
+            f"must be a list of test-name strings, got {str(value)[:60]!r}",
+            'write it as a JSON list of test names, e.g. ["tests/test_x.py::test_y"]',
+        )
     return list(value)
 
 
 # ------------------------------------------------------------------------------------------------
 # the data source
 # ------------------------------------------------------------------------------------------------
+
 
 class SWEBenchDataSource(_Base):  # type: ignore[misc,valid-type]
     """Groups of ``n_samples_per_prompt`` samples per instance; every epoch serves each instance once, in a
@@ -241,8 +270,10 @@ class SWEBenchDataSource(_Base):  # type: ignore[misc,valid-type]
     def __init__(self, args: Any) -> None:
         source = getattr(args, "prompt_data", None)
         if not source:
-            raise DataError("the data source needs prompt_data (slime --prompt-data, or DATASET): "
-                            "a Hugging Face dataset name or a .json/.jsonl/.parquet file")
+            raise DataError(
+                "the data source needs prompt_data (slime --prompt-data, or DATASET): "
+                "a Hugging Face dataset name or a .json/.jsonl/.parquet file"
+            )
         self.args = args
         self.n_samples_per_prompt = int(_arg(args, "n_samples_per_prompt", 2))
         if self.n_samples_per_prompt < 1:
@@ -264,9 +295,17 @@ class SWEBenchDataSource(_Base):  # type: ignore[misc,valid-type]
     def from_settings(cls, settings: Any) -> SWEBenchDataSource:
         """The data source for our own trainer: its position lives under OUTPUT_DIR, saved and resumed there."""
         out = str(settings.output_dir)
-        return cls(SimpleNamespace(prompt_data=settings.dataset_source, n_samples_per_prompt=settings.n_samples,
-                                   rollout_shuffle=True, rollout_seed=settings.seed, save=out, load=out,
-                                   instance_list=settings.instance_list))
+        return cls(
+            SimpleNamespace(
+                prompt_data=settings.dataset_source,
+                n_samples_per_prompt=settings.n_samples,
+                rollout_shuffle=True,
+                rollout_seed=settings.seed,
+                save=out,
+                load=out,
+                instance_list=settings.instance_list,
+            )
+        )
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -286,9 +325,16 @@ class SWEBenchDataSource(_Base):  # type: ignore[misc,valid-type]
         self.offset += 1
         prompt = build_prompt(row)
         iid = row["instance_id"]
-        group = [Sample(group_index=self.next_group_index, index=self.next_sample_index + i, prompt=prompt,
-                        label=iid, metadata={**copy.deepcopy(row), "instance_id": iid})
-                 for i in range(self.n_samples_per_prompt)]
+        group = [
+            Sample(
+                group_index=self.next_group_index,
+                index=self.next_sample_index + i,
+                prompt=prompt,
+                label=iid,
+                metadata={**copy.deepcopy(row), "instance_id": iid},
+            )
+            for i in range(self.n_samples_per_prompt)
+        ]
         self.next_group_index += 1
         self.next_sample_index += self.n_samples_per_prompt
         return group
@@ -310,38 +356,56 @@ class SWEBenchDataSource(_Base):  # type: ignore[misc,valid-type]
         for n, group in enumerate(groups):
             if not isinstance(group, list) or len(group) != self.n_samples_per_prompt:
                 size = len(group) if isinstance(group, list) else type(group).__name__
-                raise DataError(f"add_samples: group {n} has {size} samples, expected n_samples_per_prompt="
-                                f"{self.n_samples_per_prompt}; push back whole groups")
+                raise DataError(
+                    f"add_samples: group {n} has {size} samples, expected n_samples_per_prompt="
+                    f"{self.n_samples_per_prompt}; push back whole groups"
+                )
         self.buffer.extend(groups)
 
     # --- position: save / load -------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"version": STATE_VERSION, "epoch": self.epoch, "offset": self.offset,
-                "next_group_index": self.next_group_index, "next_sample_index": self.next_sample_index,
-                "buffer_size": len(self.buffer), "n_instances": len(self.dataset),
-                "fingerprint": self.fingerprint, "seed": self.seed, "shuffle": self.shuffle}
+        return {
+            "version": STATE_VERSION,
+            "epoch": self.epoch,
+            "offset": self.offset,
+            "next_group_index": self.next_group_index,
+            "next_sample_index": self.next_sample_index,
+            "buffer_size": len(self.buffer),
+            "n_instances": len(self.dataset),
+            "fingerprint": self.fingerprint,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+        }
 
     def load_state_dict(self, state: dict[str, Any], origin: str = "the saved data-source state") -> None:
         try:
             epoch, offset = int(state["epoch"]), int(state["offset"])
             group_index, sample_index = int(state["next_group_index"]), int(state["next_sample_index"])
         except (KeyError, TypeError, ValueError) as exc:
-            raise DataError(f"{origin} is incomplete or malformed ({exc!r}); delete it to start from the beginning"
-                            ) from None
+            raise DataError(
+                f"{origin} is incomplete or malformed ({exc!r}); delete it to start from the beginning"
+            ) from None
         if (state.get("n_instances"), state.get("fingerprint")) != (len(self.dataset), self.fingerprint):
-            raise DataError(f"{origin} was saved for a different set of instances ({state.get('n_instances')} "
-                            f"instances, now {len(self.dataset)}); resume with the same DATASET and INSTANCE_LIST, "
-                            "or start a fresh run folder")
+            raise DataError(
+                f"{origin} was saved for a different set of instances ({state.get('n_instances')} "
+                f"instances, now {len(self.dataset)}); resume with the same DATASET and INSTANCE_LIST, "
+                "or start a fresh run folder"
+            )
         if (state.get("seed"), state.get("shuffle")) != (self.seed, self.shuffle):
-            raise DataError(f"{origin} was saved with seed={state.get('seed')} shuffle={state.get('shuffle')}, "
-                            f"now seed={self.seed} shuffle={self.shuffle}; resume with the same seed, "
-                            "or start a fresh run folder")
+            raise DataError(
+                f"{origin} was saved with seed={state.get('seed')} shuffle={state.get('shuffle')}, "
+                f"now seed={self.seed} shuffle={self.shuffle}; resume with the same seed, "
+                "or start a fresh run folder"
+            )
         if not 0 <= offset <= len(self.dataset) or epoch < 0:
-            raise DataError(f"{origin} has epoch={epoch} offset={offset} for {len(self.dataset)} instances; "
-                            "delete it to start from the beginning")
+            raise DataError(
+                f"{origin} has epoch={epoch} offset={offset} for {len(self.dataset)} instances; "
+                "delete it to start from the beginning"
+            )
         if state.get("buffer_size"):
-            log.warning("%s had %s pushed-back groups; they are not saved and will not be served",
-                        origin, state["buffer_size"])
+            log.warning(
+                "%s had %s pushed-back groups; they are not saved and will not be served", origin, state["buffer_size"]
+            )
         self.epoch, self.offset = epoch, offset
         self.next_group_index, self.next_sample_index = group_index, sample_index
         self._order = self._permutation(epoch)
@@ -368,8 +432,9 @@ class SWEBenchDataSource(_Base):  # type: ignore[misc,valid-type]
             return False
         folder = Path(self.load_dir).expanduser() / "rollout"
         if rollout_id is None:
-            found = [int(m.group(1)) for p in (folder.iterdir() if folder.is_dir() else [])
-                     if (m := _STATE_RE.match(p.name))]
+            found = [
+                int(m.group(1)) for p in (folder.iterdir() if folder.is_dir() else []) if (m := _STATE_RE.match(p.name))
+            ]
             if not found:
                 return False
             rollout_id = max(found)
@@ -379,8 +444,9 @@ class SWEBenchDataSource(_Base):  # type: ignore[misc,valid-type]
         try:
             state = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
-            raise DataError(f"data-source state {path} cannot be read ({exc}); delete it to resume from an "
-                            "earlier one") from None
+            raise DataError(
+                f"data-source state {path} cannot be read ({exc}); delete it to resume from an earlier one"
+            ) from None
         if not isinstance(state, dict):
             raise DataError(f"data-source state {path} is not a JSON object; delete it")
         self.load_state_dict(state, origin=f"data-source state {path}")

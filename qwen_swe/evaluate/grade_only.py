@@ -46,14 +46,22 @@ async def grade_one(p: Prediction, row: dict[str, Any], settings: Settings, out:
     if not p.model_patch.strip():
         return AttemptResult(p.instance_id, p.attempt, EMPTY, "empty patch")
     t0 = time.monotonic()
-    grade = await grade_async(row, p.model_patch, reward=settings.reward, sandbox=settings.sandbox, mode="binary",
-                              run_id=settings.label, log_dir=out / "grades")
+    grade = await grade_async(
+        row,
+        p.model_patch,
+        reward=settings.reward,
+        sandbox=settings.sandbox,
+        mode="binary",
+        run_id=settings.label,
+        log_dir=out / "grades",
+    )
     outcome = ERROR if grade.aborted else RESOLVED if grade.resolved else UNRESOLVED
     return AttemptResult(p.instance_id, p.attempt, outcome, grade.reason, round(time.monotonic() - t0, 3))
 
 
-async def grade_predictions(predictions: list[Prediction], rows: dict[str, dict[str, Any]], settings: Settings,
-                            out: Path, concurrency: int) -> list[AttemptResult]:
+async def grade_predictions(
+    predictions: list[Prediction], rows: dict[str, dict[str, Any]], settings: Settings, out: Path, concurrency: int
+) -> list[AttemptResult]:
     """Grade every prediction of a known instance not graded before; return all results (old and new)."""
     out.mkdir(parents=True, exist_ok=True)
     done = load_done(out)

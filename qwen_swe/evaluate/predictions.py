@@ -59,4 +59,3 @@ def _problem(row: object) -> str | None:
         if not isinstance(row[name], str) or (name != "model_patch" and not row[name].strip()):
             return f"field {name!r} must be a non-empty string, got {row[name]!r:.60}"
     return None
-

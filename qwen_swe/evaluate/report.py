@@ -44,13 +44,20 @@ def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def build_report(results: Iterable[AttemptResult], *, dataset_ids: Iterable[str], submitted_ids: Iterable[str],
-                 unknown_ids: Iterable[str] = (), bad_lines: Iterable[str] = (),
-                 seconds: float = 0.0) -> dict[str, Any]:
+def build_report(
+    results: Iterable[AttemptResult],
+    *,
+    dataset_ids: Iterable[str],
+    submitted_ids: Iterable[str],
+    unknown_ids: Iterable[str] = (),
+    bad_lines: Iterable[str] = (),
+    seconds: float = 0.0,
+) -> dict[str, Any]:
     results = sorted(results, key=lambda r: (r.instance_id, r.attempt))
     first = {r.instance_id: r for r in reversed(results)}  # the lowest attempt wins
-    by = {kind: sorted(i for i, r in first.items() if r.outcome == kind)
-          for kind in (RESOLVED, UNRESOLVED, EMPTY, ERROR)}
+    by = {
+        kind: sorted(i for i, r in first.items() if r.outcome == kind) for kind in (RESOLVED, UNRESOLVED, EMPTY, ERROR)
+    }
     completed = sorted(by[RESOLVED] + by[UNRESOLVED])
     submitted = sorted(set(submitted_ids))
     report: dict[str, Any] = {
@@ -70,9 +77,13 @@ def build_report(results: Iterable[AttemptResult], *, dataset_ids: Iterable[str]
         "error_ids": by[ERROR],
         "schema_version": 2,
     }
-    report.update(_attempt_stats(results), unknown_ids=sorted(set(unknown_ids)), bad_lines=list(bad_lines),
-                  seconds=round(seconds, 3),
-                  attempts=[vars(r) for r in results])
+    report.update(
+        _attempt_stats(results),
+        unknown_ids=sorted(set(unknown_ids)),
+        bad_lines=list(bad_lines),
+        seconds=round(seconds, 3),
+        attempts=[vars(r) for r in results],
+    )
     return report
 
 
@@ -85,7 +96,13 @@ def _attempt_stats(results: list[AttemptResult]) -> dict[str, Any]:
     graded = [x for xs in per.values() for x in xs]
     lo, hi = wilson(sum(graded), len(graded))
     k_max = min((len(xs) for xs in per.values()), default=0)
-    return {"graded_attempts": len(graded), "resolve_rate": sum(graded) / len(graded) if graded else 0.0,
-            "resolve_rate_ci95": [lo, hi],
-            "pass_at_k": {str(k): sum(pass_at_k(len(xs), sum(xs), k) for xs in per.values()) / len(per)
-                          for k in range(1, k_max + 1)} if per else {}}
+    return {
+        "graded_attempts": len(graded),
+        "resolve_rate": sum(graded) / len(graded) if graded else 0.0,
+        "resolve_rate_ci95": [lo, hi],
+        "pass_at_k": {
+            str(k): sum(pass_at_k(len(xs), sum(xs), k) for xs in per.values()) / len(per) for k in range(1, k_max + 1)
+        }
+        if per
+        else {},
+    }

@@ -31,5 +31,8 @@ def paired_sign_flip(before: dict[str, int], after: dict[str, int]) -> dict[str,
         ways = nxt
     observed = sum(diffs.values())
     p = sum(n for total, n in ways.items() if total >= observed) / sum(ways.values())
-    return {"gained": {i: d for i, d in diffs.items() if d > 0}, "lost": {i: -d for i, d in diffs.items() if d < 0},
-            "p_one_sided": p}
+    return {
+        "gained": {i: d for i, d in diffs.items() if d > 0},
+        "lost": {i: -d for i, d in diffs.items() if d < 0},
+        "p_one_sided": p,
+    }

@@ -93,8 +93,18 @@ class BroadcastSync:
     """``WeightSync`` whose weights are buckets of named tensors, or of LoRA adapters the server merges itself
     (``train.streaming.weight_buckets`` on rank 0)."""
 
-    def __init__(self, client: InferenceClient, *, host: str, port: int, workers: int = 1, backend: str = "gloo",
-                 timeout: float = 600.0, bucket_bytes: int = 256 << 20, dtype: torch.dtype = torch.bfloat16) -> None:
+    def __init__(
+        self,
+        client: InferenceClient,
+        *,
+        host: str,
+        port: int,
+        workers: int = 1,
+        backend: str = "gloo",
+        timeout: float = 600.0,
+        bucket_bytes: int = 256 << 20,
+        dtype: torch.dtype = torch.bfloat16,
+    ) -> None:
         if backend == "nccl" and not torch.cuda.is_available():
             raise WeightSyncError("WEIGHT_SYNC=broadcast over NCCL needs a GPU on the trainer; on CPU it uses gloo")
         self.client, self.host, self.port, self.workers = client, host, port, workers
@@ -112,16 +122,29 @@ class BroadcastSync:
             return
         if not self.port:
             self.port = free_port(self.host)
-        init = json.dumps({"host": self.host, "port": self.port, "world": 1 + self.workers, "rank_offset": 1,
-                           "backend": self.backend, "timeout": self.timeout})
+        init = json.dumps(
+            {
+                "host": self.host,
+                "port": self.port,
+                "world": 1 + self.workers,
+                "rank_offset": 1,
+                "backend": self.backend,
+                "timeout": self.timeout,
+            }
+        )
         call = _Call(lambda: self._rpc("qwen_swe_join", init))
         try:
             self.group = make_group(self.backend, self.host, self.port, 0, 1 + self.workers, self.timeout)
         except Exception as exc:
-            raise WeightSyncError(f"could not host the broadcast group on {self.host}:{self.port}: {exc}; set "
-                                  "BROADCAST_PORT to a free port the server can reach") from exc
-        call.outcome(self.timeout, f"qwen_swe_join at {self.client.root} (is the server started with the worker "
-                                   "extension, see qwen_swe/inference/broadcast.py?)")
+            raise WeightSyncError(
+                f"could not host the broadcast group on {self.host}:{self.port}: {exc}; set "
+                "BROADCAST_PORT to a free port the server can reach"
+            ) from exc
+        call.outcome(
+            self.timeout,
+            f"qwen_swe_join at {self.client.root} (is the server started with the worker "
+            "extension, see qwen_swe/inference/broadcast.py?)",
+        )
 
     def push(self, weights: Iterable[Bucket] | str | os.PathLike[str], version: int) -> dict[str, float]:
         """Serve ``weights`` (buckets, or an HF folder on this machine, e.g. slime's converted checkpoint, read
@@ -132,8 +155,11 @@ class BroadcastSync:
         self.connect()
         sent = {"buckets": 0, "bytes": 0}
         self.client.update_paused(lambda: self._stream(weights, sent), f"broadcast v{version}")
-        return {"sync/reload_seconds": time.monotonic() - t0, "sync/broadcast_buckets": sent["buckets"],
-                "sync/broadcast_bytes": sent["bytes"]}
+        return {
+            "sync/reload_seconds": time.monotonic() - t0,
+            "sync/broadcast_buckets": sent["buckets"],
+            "sync/broadcast_bytes": sent["bytes"],
+        }
 
     def _stream(self, weights: Iterable[Bucket], sent: dict[str, int]) -> None:
         """One ``qwen_swe_receive`` in flight on the server while every bucket goes out: manifest, then bytes."""

@@ -73,14 +73,22 @@ def encode(bucket: list[Entry]) -> tuple[dict[str, Any], list[torch.Tensor]]:
     scalings: set[float] = set()
     for item in bucket:
         if isinstance(item, LoraAdapter):
-            entries.append({"kind": "lora", "module": item.module, "dtype": DTYPE_NAMES[item.a.dtype],
-                            "a_shape": list(item.a.shape), "b_shape": list(item.b.shape)})
+            entries.append(
+                {
+                    "kind": "lora",
+                    "module": item.module,
+                    "dtype": DTYPE_NAMES[item.a.dtype],
+                    "a_shape": list(item.a.shape),
+                    "b_shape": list(item.b.shape),
+                }
+            )
             tensors += [item.a, item.b.to(item.a.dtype)]
             scalings.add(float(item.scaling))
         else:
             name, tensor = item
-            entries.append({"kind": "tensor", "name": name, "dtype": DTYPE_NAMES[tensor.dtype],
-                            "shape": list(tensor.shape)})
+            entries.append(
+                {"kind": "tensor", "name": name, "dtype": DTYPE_NAMES[tensor.dtype], "shape": list(tensor.shape)}
+            )
             tensors.append(tensor)
     manifest: dict[str, Any] = {"protocol": PROTOCOL, "entries": entries}
     if len(scalings) > 1:
@@ -98,7 +106,7 @@ def unpack(flat: torch.Tensor, manifest: dict[str, Any]) -> list[Entry]:
     def take(dtype: str, shape: list[int]) -> torch.Tensor:
         nonlocal offset
         size = _nbytes(dtype, shape)
-        view = flat[offset:offset + size].view(DTYPES[dtype]).view(shape)
+        view = flat[offset : offset + size].view(DTYPES[dtype]).view(shape)
         offset += size
         return view
 
@@ -115,8 +123,10 @@ def manifest_bytes(manifest: dict[str, Any]) -> int:
     """Bytes of the buffer that follows ``manifest``; refuses a protocol or an entry kind this worker does not speak."""
     if not isinstance(manifest, dict) or manifest.get("protocol") != PROTOCOL:
         got = manifest.get("protocol") if isinstance(manifest, dict) else "1 (a list)"
-        raise WeightSyncError(f"broadcast manifest protocol {got}, this worker speaks {PROTOCOL}: the trainer and the "
-                              "server must run the same qwen_swe (restart the server)")
+        raise WeightSyncError(
+            f"broadcast manifest protocol {got}, this worker speaks {PROTOCOL}: the trainer and the "
+            "server must run the same qwen_swe (restart the server)"
+        )
     total = 0
     for e in manifest["entries"]:
         if e["kind"] == "tensor":
@@ -138,10 +148,12 @@ class BroadcastWorkerExtension:
         """Join the trainer's group: ``init`` is JSON with host, port, world, backend, timeout, rank_offset."""
         cfg = json.loads(init)
         rank = int(cfg["rank_offset"]) + int(getattr(self, "rank", 0))
-        self.qwen_swe_group = make_group(cfg["backend"], cfg["host"], int(cfg["port"]), rank, int(cfg["world"]),
-                                         float(cfg["timeout"]))
-        self.qwen_swe_device = torch.device("cuda", torch.cuda.current_device()) if cfg["backend"] == "nccl" \
-            else torch.device("cpu")
+        self.qwen_swe_group = make_group(
+            cfg["backend"], cfg["host"], int(cfg["port"]), rank, int(cfg["world"]), float(cfg["timeout"])
+        )
+        self.qwen_swe_device = (
+            torch.device("cuda", torch.cuda.current_device()) if cfg["backend"] == "nccl" else torch.device("cpu")
+        )
         return f"rank {rank}"
 
     def qwen_swe_receive(self) -> str:
@@ -170,8 +182,16 @@ class BroadcastWorkerExtension:
                         if isinstance(item, LoraAdapter):
                             name = item.module + ".weight"
                             counts["merged"] += 1
-                            yield name, merge(reader[0].get(name).to(flat.device), item.a, item.b, item.scaling,
-                                              self.model_config.dtype)
+                            yield (
+                                name,
+                                merge(
+                                    reader[0].get(name).to(flat.device),
+                                    item.a,
+                                    item.b,
+                                    item.scaling,
+                                    self.model_config.dtype,
+                                ),
+                            )
                         else:
                             yield item
 
@@ -193,8 +213,12 @@ class BroadcastWorkerExtension:
         return "left"
 
 
-def send_manifest(group: Any, device: torch.device, manifest: dict[str, Any] | None,
-                  wait: Callable[[Any], None] = lambda work: work.wait()) -> None:
+def send_manifest(
+    group: Any,
+    device: torch.device,
+    manifest: dict[str, Any] | None,
+    wait: Callable[[Any], None] = lambda work: work.wait(),
+) -> None:
     """Rank 0: the next bucket's manifest (length, then JSON bytes); ``None`` is the end mark (length 0)."""
     data = json.dumps(manifest).encode() if manifest is not None else b""
     wait(group.broadcast([torch.tensor([len(data)], dtype=torch.int64, device=device)], _root0()))

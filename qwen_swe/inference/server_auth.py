@@ -51,9 +51,14 @@ class RequireKey:
         elif scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
         else:
-            body = json.dumps({"error": {"message": "a valid Bearer key is required", "type": "unauthorized",
-                                         "code": 401}}).encode()
-            await send({"type": "http.response.start", "status": 401,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(body)).encode())]})
+            body = json.dumps(
+                {"error": {"message": "a valid Bearer key is required", "type": "unauthorized", "code": 401}}
+            ).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                }
+            )
             await send({"type": "http.response.body", "body": body})

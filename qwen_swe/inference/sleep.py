@@ -42,8 +42,10 @@ class ServerSleep:
         query = "?" + "&".join(f"tags={t}" for t in tags) if tags else ""  # a repeated key: vLLM reads a list
         self.client.post("/wake_up" + query, timeout=self.timeout)
         if (not tags or KV_CACHE in tags) and self.is_sleeping():
-            raise InferenceError(f"POST {self.client.root}/wake_up{query} answered, but /is_sleeping says the server "
-                                 "still sleeps: nothing would be served")
+            raise InferenceError(
+                f"POST {self.client.root}/wake_up{query} answered, but /is_sleeping says the server "
+                "still sleeps: nothing would be served"
+            )
         return time.monotonic() - t0
 
     def is_sleeping(self) -> bool:
@@ -51,8 +53,10 @@ class ServerSleep:
         try:
             return bool(body["is_sleeping"])
         except (TypeError, KeyError) as exc:
-            raise InferenceError(f"GET {self.client.root}/is_sleeping returned {body!r:.200}: not vLLM's sleep "
-                                 "route (start it with VLLM_SERVER_DEV_MODE=1)") from exc
+            raise InferenceError(
+                f"GET {self.client.root}/is_sleeping returned {body!r:.200}: not vLLM's sleep "
+                "route (start it with VLLM_SERVER_DEV_MODE=1)"
+            ) from exc
 
 
 def sleep_mode_of(server_info: Any) -> bool | None:
@@ -63,5 +67,7 @@ def sleep_mode_of(server_info: Any) -> bool | None:
         device = config["device_config"].get("device_type") or config["device_config"].get("device")
         return None if str(device) == "cpu" else bool(config["model_config"].get("enable_sleep_mode"))
     except (TypeError, KeyError, AttributeError) as exc:
-        raise InferenceError(f"/server_info returned no vLLM config ({exc!r}): cannot tell whether the server "
-                             "sleeps; start it with VLLM_SERVER_DEV_MODE=1") from None
+        raise InferenceError(
+            f"/server_info returned no vLLM config ({exc!r}): cannot tell whether the server "
+            "sleeps; start it with VLLM_SERVER_DEV_MODE=1"
+        ) from None

@@ -71,10 +71,16 @@ def make_weight_sync(settings: InferenceSettings, client: InferenceClient, *, co
 
         from qwen_swe.inference.broadcast import BroadcastSync  # late: imports torch.distributed
 
-        return BroadcastSync(client, host=settings.broadcast_host, port=settings.broadcast_port, workers=settings.tp,
-                             backend="nccl" if torch.cuda.is_available() and not colocated else "gloo",
-                             timeout=settings.request_timeout, bucket_bytes=settings.broadcast_bucket_mb << 20,
-                             dtype=getattr(torch, settings.broadcast_dtype))
+        return BroadcastSync(
+            client,
+            host=settings.broadcast_host,
+            port=settings.broadcast_port,
+            workers=settings.tp,
+            backend="nccl" if torch.cuda.is_available() and not colocated else "gloo",
+            timeout=settings.request_timeout,
+            bucket_bytes=settings.broadcast_bucket_mb << 20,
+            dtype=getattr(torch, settings.broadcast_dtype),
+        )
     return ModalVolume() if settings.sync_mode == "modal" else PathReload(client)
 
 
@@ -98,9 +104,14 @@ class ProbedSync:
     def push(self, folder: Path, version: int) -> dict[str, float]:
         before = probe_logprob(self.client, self.served_model)
         metrics = self.inner.push(folder, version)
-        metrics.update({"sync/probe_logprob_before": before,
-                        "sync/probe_logprob_after": probe_logprob(self.client, self.served_model),
-                        "sync/version": version})
-        log.info("weights v%d served from %s: %s", version, folder if isinstance(folder, Path) else "a broadcast",
-                 metrics)
+        metrics.update(
+            {
+                "sync/probe_logprob_before": before,
+                "sync/probe_logprob_after": probe_logprob(self.client, self.served_model),
+                "sync/version": version,
+            }
+        )
+        log.info(
+            "weights v%d served from %s: %s", version, folder if isinstance(folder, Path) else "a broadcast", metrics
+        )
         return metrics

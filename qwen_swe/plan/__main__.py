@@ -26,8 +26,9 @@ SEARCH_STEP, SEARCH_MAX = 1024, 262144  # sample lengths tried: multiples of 1 K
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                allow_abbrev=False)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     p.add_argument("--config", required=True, help=f"config.json, model folder, or one of {', '.join(BUILT_IN)}")
     p.add_argument("--gpu-memory-gb", type=float, default=80.0, help="memory of one GPU, GiB (A100-80GB: 80)")
     p.add_argument("--prompt-len", type=int, default=2048, help="prompt tokens before the response (default 2048)")
@@ -38,16 +39,22 @@ def parser() -> argparse.ArgumentParser:
 
 def _show(m: ModelShape, t: TrainShape, gpu_bytes: float) -> bool:
     p = plan(m, t)
-    print(f"model {m.name}: {m.params / 1e9:.3f} B parameters ({m.trainable / 1e9:.3f} B trainable), "
-          f"{m.layers} layers" + (f", {m.experts} experts (top {m.top_k})" if m.experts else ""))
-    print(f"training: {t.world} ranks, micro-batch {t.micro_batch} x {t.seq_len} tokens "
-          f"({t.response_len} response), LoRA rank {t.lora_rank}, activation checkpointing "
-          f"{'on' if t.activation_checkpointing else 'off'}, {'bf16 compute' if t.mixed_precision else 'fp32'}")
+    print(
+        f"model {m.name}: {m.params / 1e9:.3f} B parameters ({m.trainable / 1e9:.3f} B trainable), "
+        f"{m.layers} layers" + (f", {m.experts} experts (top {m.top_k})" if m.experts else "")
+    )
+    print(
+        f"training: {t.world} ranks, micro-batch {t.micro_batch} x {t.seq_len} tokens "
+        f"({t.response_len} response), LoRA rank {t.lora_rank}, activation checkpointing "
+        f"{'on' if t.activation_checkpointing else 'off'}, {'bf16 compute' if t.mixed_precision else 'fp32'}"
+    )
     for name, value in p.rows():
         print(f"  {name:68s} {value / GIB:8.2f} GiB")
     fits = p.total <= gpu_bytes
-    print(f"  {'total per GPU':68s} {p.total / GIB:8.2f} GiB of {gpu_bytes / GIB:.0f} GiB: "
-          f"{'fits' if fits else 'does NOT fit'}")
+    print(
+        f"  {'total per GPU':68s} {p.total / GIB:8.2f} GiB of {gpu_bytes / GIB:.0f} GiB: "
+        f"{'fits' if fits else 'does NOT fit'}"
+    )
     return fits
 
 
@@ -57,8 +64,10 @@ def _show_colocated(m: ModelShape, t: TrainShape, gpu_bytes: float, tp: int, buc
     for name, value in c.rows():
         print(f"  {name:68s} {value / GIB:8.2f} GiB")
     fits = c.total <= gpu_bytes
-    print(f"  {'COLOCATE: peak per GPU':68s} {c.total / GIB:8.2f} GiB of {gpu_bytes / GIB:.0f} GiB: "
-          f"{'fits' if fits else 'does NOT fit'}")
+    print(
+        f"  {'COLOCATE: peak per GPU':68s} {c.total / GIB:8.2f} GiB of {gpu_bytes / GIB:.0f} GiB: "
+        f"{'fits' if fits else 'does NOT fit'}"
+    )
     print(f"  {'COLOCATE: host memory of the node (parked trainer, sleeping server)':68s} {c.host / GIB:8.2f} GiB")
     return fits
 
@@ -68,8 +77,12 @@ def _search(config: str, t: TrainShape, gpu_bytes: float, prompt: int, lora_alph
     print(f"  {'LORA_RANK':>9} {'ACTIVATION_CHECKPOINTING':>24} {'MIXED_PRECISION':>15}  longest sample that fits")
     shapes = {r: model_shape(config, lora_rank=r, lora_alpha=lora_alpha) for r in (0, 16)}
     for rank, ckpt, mixed in itertools.product((0, 16), (False, True), (False, True)):
-        fitting = [n for n in range(SEARCH_STEP + prompt, SEARCH_MAX + 1, SEARCH_STEP) if plan(shapes[rank], TrainShape(
-            t.world, 1, n, n - prompt, rank, ckpt, mixed, t.gpu, t.reference)).total <= gpu_bytes]
+        fitting = [
+            n
+            for n in range(SEARCH_STEP + prompt, SEARCH_MAX + 1, SEARCH_STEP)
+            if plan(shapes[rank], TrainShape(t.world, 1, n, n - prompt, rank, ckpt, mixed, t.gpu, t.reference)).total
+            <= gpu_bytes
+        ]
         best = f"{max(fitting)} tokens ({max(fitting) - prompt} response)" if fitting else "none"
         print(f"  {rank:>9} {str(ckpt).lower():>24} {str(mixed).lower():>15}  {best}")
 

@@ -34,15 +34,24 @@ def plan_config(model: str) -> str | None:
     return next((name for name, path in BUILT_IN.items() if stem in (name, path.stem)), None)
 
 
-def train_shape(settings: Settings, world: int, *, prompt_len: int = PROMPT_TOKENS, gpu: bool = True,
-                **changes: Any) -> TrainShape:
+def train_shape(
+    settings: Settings, world: int, *, prompt_len: int = PROMPT_TOKENS, gpu: bool = True, **changes: Any
+) -> TrainShape:
     """The shape of the training ``settings`` describe on ``world`` ranks, with flat-named ``changes``."""
     tr = settings.replace(**changes).train if changes else settings.train
     response = changes.get("max_response_len", settings.rollout.max_response_len)
-    return TrainShape(world=world, micro_batch=tr.micro_batch_size, seq_len=prompt_len + response,
-                      response_len=response, lora_rank=tr.lora_rank,
-                      activation_checkpointing=tr.activation_checkpointing, mixed_precision=tr.mixed_precision,
-                      gpu=gpu, reference=tr.kl_loss_coef > 0, scaled_logits=settings.logprob_temperature != 1.0)
+    return TrainShape(
+        world=world,
+        micro_batch=tr.micro_batch_size,
+        seq_len=prompt_len + response,
+        response_len=response,
+        lora_rank=tr.lora_rank,
+        activation_checkpointing=tr.activation_checkpointing,
+        mixed_precision=tr.mixed_precision,
+        gpu=gpu,
+        reference=tr.kl_loss_coef > 0,
+        scaled_logits=settings.logprob_temperature != 1.0,
+    )
 
 
 @functools.lru_cache(maxsize=8)
@@ -57,8 +66,11 @@ def check_memory(settings: Settings, place: Placement) -> None:
         return
     config = plan_config(settings.model_name)
     if config is None:
-        log.warning("MODEL=%s: no config.json to plan its memory with offline (give a model folder); starting "
-                    "without the memory check", settings.model_name)
+        log.warning(
+            "MODEL=%s: no config.json to plan its memory with offline (give a model folder); starting "
+            "without the memory check",
+            settings.model_name,
+        )
         return
     gib = place.train_memory_gib
     need = _planned(settings, config, len(place.train), {})
@@ -76,11 +88,15 @@ def check_memory(settings: Settings, place: Placement) -> None:
 
 def refusal(settings: Settings, config: str, place: Placement, need: float) -> str:
     world, gib = len(place.train), place.train_memory_gib
-    fixes = [f"{_describe(c, place)} ({_planned(settings, config, _world(c, place), c) / GIB:.1f} GiB)"
-             for c in nearest(settings, config, place)]
-    head = (f"the memory plan does not fit: MODEL={settings.model_name} trained on {world} GPU(s) of {gib:.0f} GiB "
-            f"needs {need / GIB:.1f} GiB per GPU{_shared(settings)} (`python -m qwen_swe.plan --config {config} "
-            f"--train-procs {world} --gpu-memory-gb {gib:.0f} --search` shows why)")
+    fixes = [
+        f"{_describe(c, place)} ({_planned(settings, config, _world(c, place), c) / GIB:.1f} GiB)"
+        for c in nearest(settings, config, place)
+    ]
+    head = (
+        f"the memory plan does not fit: MODEL={settings.model_name} trained on {world} GPU(s) of {gib:.0f} GiB "
+        f"needs {need / GIB:.1f} GiB per GPU{_shared(settings)} (`python -m qwen_swe.plan --config {config} "
+        f"--train-procs {world} --gpu-memory-gb {gib:.0f} --search` shows why)"
+    )
     tail = "; MEMORY_CHECK=false starts anyway"
     if not fixes:
         return head + "; no change of micro-batch, checkpointing, precision, LoRA or response length fits" + tail
@@ -104,8 +120,9 @@ def _changes(settings: Settings, place: Placement) -> Iterator[dict[str, Any]]:
     tr, response = settings.train, settings.rollout.max_response_len
     knobs: list[tuple[str, list[Any]]] = []
     if tr.micro_batch_size > 1:
-        knobs.append(("micro_batch_size", sorted({max(1, tr.micro_batch_size >> k) for k in (1, 2, 3)} | {1},
-                                                 reverse=True)))
+        knobs.append(
+            ("micro_batch_size", sorted({max(1, tr.micro_batch_size >> k) for k in (1, 2, 3)} | {1}, reverse=True))
+        )
     if not tr.activation_checkpointing:
         knobs.append(("activation_checkpointing", [True]))
     if not tr.mixed_precision:
@@ -140,8 +157,12 @@ def _check_host(need: float) -> None:
     """COLOCATE parks the trainer's state in pinned host memory beside the sleeping server's weights."""
     have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     say = log.warning if need > have else log.info
-    say("COLOCATE: %.0f GiB of host memory for the trainer's parked state and the sleeping server's weights, of "
-        "%.0f GiB here", need / GIB, have / GIB)
+    say(
+        "COLOCATE: %.0f GiB of host memory for the trainer's parked state and the sleeping server's weights, of "
+        "%.0f GiB here",
+        need / GIB,
+        have / GIB,
+    )
 
 
 def _host(settings: Settings, config: str, world: int) -> float:
@@ -152,8 +173,11 @@ def _host(settings: Settings, config: str, world: int) -> float:
 
 
 def _shared(settings: Settings) -> str:
-    return " (COLOCATE: beside the sleeping vLLM server, and with its weights during the push)" \
-        if settings.placement.colocate else ""
+    return (
+        " (COLOCATE: beside the sleeping vLLM server, and with its weights during the push)"
+        if settings.placement.colocate
+        else ""
+    )
 
 
 def _world(change: dict[str, Any], place: Placement) -> int:
@@ -164,8 +188,9 @@ def _describe(change: dict[str, Any], place: Placement) -> str:
     parts = []
     for key, value in change.items():
         if key == "world":
-            parts.append(f"the server on another node (VLLM_URL=http://HOST:8000/v1) and the trainer on all "
-                         f"{value} GPUs here")
+            parts.append(
+                f"the server on another node (VLLM_URL=http://HOST:8000/v1) and the trainer on all {value} GPUs here"
+            )
         else:
             parts.append(f"{key.upper()}={str(value).lower()}")
     return " ".join(parts)

@@ -79,8 +79,10 @@ def load_config(config: str) -> dict:
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
-        raise ConfigError(f"--config {config}: no such config.json or folder; give a local config.json path, a "
-                          f"model folder, or one of {', '.join(BUILT_IN)}")
+        raise ConfigError(
+            f"--config {config}: no such config.json or folder; give a local config.json path, a "
+            f"model folder, or one of {', '.join(BUILT_IN)}"
+        )
     return json.loads(path.read_text())
 
 
@@ -106,12 +108,24 @@ def model_shape(config: str, lora_rank: int = 0, lora_alpha: int = 16) -> ModelS
     kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
     experts = int(getattr(cfg, "num_experts", 0) or getattr(cfg, "num_local_experts", 0) or 0)
     return ModelShape(
-        name=config, params=params, trainable=sum(p.numel() for p in lm.parameters() if p.requires_grad),
-        root_params=params - sum(in_layers), layer_params=max(in_layers, default=0), layers=len(layers),
-        hidden=cfg.hidden_size, q_dim=heads * head_dim, kv_dim=kv_heads * head_dim, heads=heads, kv_heads=kv_heads,
-        qk_norm=any(n.endswith("q_norm") for n, _ in lm.named_modules()), intermediate=cfg.intermediate_size,
-        experts=experts, top_k=int(getattr(cfg, "num_experts_per_tok", 0) or 0),
-        moe_intermediate=int(getattr(cfg, "moe_intermediate_size", 0) or 0), vocab=cfg.vocab_size)
+        name=config,
+        params=params,
+        trainable=sum(p.numel() for p in lm.parameters() if p.requires_grad),
+        root_params=params - sum(in_layers),
+        layer_params=max(in_layers, default=0),
+        layers=len(layers),
+        hidden=cfg.hidden_size,
+        q_dim=heads * head_dim,
+        kv_dim=kv_heads * head_dim,
+        heads=heads,
+        kv_heads=kv_heads,
+        qk_norm=any(n.endswith("q_norm") for n, _ in lm.named_modules()),
+        intermediate=cfg.intermediate_size,
+        experts=experts,
+        top_k=int(getattr(cfg, "num_experts_per_tok", 0) or 0),
+        moe_intermediate=int(getattr(cfg, "moe_intermediate_size", 0) or 0),
+        vocab=cfg.vocab_size,
+    )
 
 
 def layer_activation_bytes(m: ModelShape, compute_bytes: int) -> float:
@@ -140,17 +154,25 @@ class Plan:
 
     @property
     def total(self) -> float:
-        return (self.parameters + self.gradients + self.optimizer + self.fsdp_working_set + self.activations
-                + self.reserve + self.reference)
+        return (
+            self.parameters
+            + self.gradients
+            + self.optimizer
+            + self.fsdp_working_set
+            + self.activations
+            + self.reserve
+            + self.reference
+        )
 
     def rows(self) -> list[tuple[str, float]]:
-        return [("parameters (fp32 master, sharded)", self.parameters),
-                ("gradients (fp32, sharded)", self.gradients),
-                ("optimizer state (AdamW, 2 x fp32, sharded)", self.optimizer),
-                ("FSDP working set (gathered root + 2 layers, 1 layer's gradients)", self.fsdp_working_set),
-                ("peak activations (one micro-batch)", self.activations),
-                ("CUDA context, NCCL, fragmentation", self.reserve)] + (
-                [("reference model for KL_LOSS_COEF (fp32, sharded)", self.reference)] if self.reference else [])
+        return [
+            ("parameters (fp32 master, sharded)", self.parameters),
+            ("gradients (fp32, sharded)", self.gradients),
+            ("optimizer state (AdamW, 2 x fp32, sharded)", self.optimizer),
+            ("FSDP working set (gathered root + 2 layers, 1 layer's gradients)", self.fsdp_working_set),
+            ("peak activations (one micro-batch)", self.activations),
+            ("CUDA context, NCCL, fragmentation", self.reserve),
+        ] + ([("reference model for KL_LOSS_COEF (fp32, sharded)", self.reference)] if self.reference else [])
 
 
 def plan(m: ModelShape, t: TrainShape) -> Plan:
@@ -174,7 +196,8 @@ def plan(m: ModelShape, t: TrainShape) -> Plan:
         fsdp_working_set=a * (m.root_params + 2 * m.layer_params) + (a + 4) * trainable_layer,
         activations=saved + backward + head,
         reserve=GPU_RESERVE_BYTES if t.gpu else 0.0,
-        reference=4 * m.params / t.world if t.reference and not t.lora_rank else 0.0)
+        reference=4 * m.params / t.world if t.reference and not t.lora_rank else 0.0,
+    )
 
 
 @dataclass(frozen=True)
@@ -193,8 +216,10 @@ class Colocated:
         return max(self.step, self.push)
 
     def rows(self) -> list[tuple[str, float]]:
-        return [("COLOCATE: the step beside a sleeping vLLM", self.step),
-                ("COLOCATE: the weight push (trainer parameters + vLLM weights)", self.push)]
+        return [
+            ("COLOCATE: the step beside a sleeping vLLM", self.step),
+            ("COLOCATE: the weight push (trainer parameters + vLLM weights)", self.push),
+        ]
 
 
 def colocated(m: ModelShape, t: TrainShape, p: Plan, *, tp: int, bucket_bytes: int, served_bytes: int = 2) -> Colocated:
@@ -202,4 +227,3 @@ def colocated(m: ModelShape, t: TrainShape, p: Plan, *, tp: int, bucket_bytes: i
     push = 4 * m.params / t.world + bucket_bytes + served_bytes * m.params / tp + p.reserve + SLEEPING_SERVER_BYTES
     host = 4 * m.params + 8 * m.trainable + served_bytes * m.params
     return Colocated(step=p.total + SLEEPING_SERVER_BYTES, push=push, host=host)
-

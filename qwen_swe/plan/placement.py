@@ -56,15 +56,22 @@ def nvidia_gpus(env: Mapping[str, str] | None = None) -> tuple[Gpu, ...]:
     if exe is None:
         return ()
     try:
-        out = subprocess.run([exe, "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT, check=True).stdout
+        out = subprocess.run(
+            [exe, "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=NVIDIA_SMI_TIMEOUT,
+            check=True,
+        ).stdout
         gpus = tuple(Gpu(int(i), int(float(m))) for i, m in (line.split(",") for line in out.splitlines() if line))
     except subprocess.CalledProcessError as exc:  # "No devices were found" exits 6: a driver and no GPU
         log.warning("nvidia-smi exited %s (%s): running without GPUs", exc.returncode, (exc.stdout or "").strip())
         return ()
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        raise ConfigError(f"nvidia-smi is on PATH but does not list the GPUs ({exc}); fix the driver, or take "
-                          "nvidia-smi off PATH to run on CPU") from None
+        raise ConfigError(
+            f"nvidia-smi is on PATH but does not list the GPUs ({exc}); fix the driver, or take "
+            "nvidia-smi off PATH to run on CPU"
+        ) from None
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and all(p.strip().isdigit() for p in visible.split(",") if p.strip()):
         wanted = {int(p) for p in visible.split(",") if p.strip()}
@@ -109,8 +116,10 @@ def serve_gpus(settings: Settings, gpus: tuple[Gpu, ...]) -> tuple[int, ...]:
     _check_known("INFERENCE_GPUS", given, known)
     tp = settings.inference.tp
     if given and len(given) < tp:
-        raise ConfigError(f"TP={tp} needs {tp} GPUs but INFERENCE_GPUS={settings.placement.inference_gpus} gives "
-                          f"{len(given)}: set TP={len(given)} or name {tp} GPUs")
+        raise ConfigError(
+            f"TP={tp} needs {tp} GPUs but INFERENCE_GPUS={settings.placement.inference_gpus} gives "
+            f"{len(given)}: set TP={len(given)} or name {tp} GPUs"
+        )
     if not given and tp > len(known):
         raise ConfigError(f"TP={tp} needs {tp} GPUs and this node has {len(known)}: lower TP")
     return given or tuple(known[:tp])
@@ -126,22 +135,28 @@ def resolve(settings: Settings, gpus: tuple[Gpu, ...]) -> Placement:
     known = [g.index for g in gpus]
     local = server_is_local(settings)
     if p.inference_gpus and not local:
-        raise ConfigError(f"INFERENCE_GPUS={p.inference_gpus} places a server on this node, but VLLM_URL="
-                          f"{settings.inference.vllm_url} is another host's: unset INFERENCE_GPUS")
+        raise ConfigError(
+            f"INFERENCE_GPUS={p.inference_gpus} places a server on this node, but VLLM_URL="
+            f"{settings.inference.vllm_url} is another host's: unset INFERENCE_GPUS"
+        )
     serve = serve_gpus(settings, gpus) if local else ()
     train = parse_gpus("TRAIN_GPUS", p.train_gpus)
     _check_known("TRAIN_GPUS", train, known)
     train = train or tuple(g for g in known if g not in serve)
     shared = sorted(set(train) & set(serve))
     if shared:
-        raise ConfigError(f"the trainer (TRAIN_GPUS={_span(train)}) and the local vLLM server (INFERENCE_GPUS="
-                          f"{_span(serve)}) share GPU {_span(shared)}: outside COLOCATE each needs its own. Give "
-                          f"them disjoint sets (e.g. INFERENCE_GPUS={_span(serve)} TRAIN_GPUS="
-                          f"{_span([g for g in known if g not in serve]) or 'none left'}), or serve on another node")
+        raise ConfigError(
+            f"the trainer (TRAIN_GPUS={_span(train)}) and the local vLLM server (INFERENCE_GPUS="
+            f"{_span(serve)}) share GPU {_span(shared)}: outside COLOCATE each needs its own. Give "
+            f"them disjoint sets (e.g. INFERENCE_GPUS={_span(serve)} TRAIN_GPUS="
+            f"{_span([g for g in known if g not in serve]) or 'none left'}), or serve on another node"
+        )
     if not train:
-        raise ConfigError(f"the local vLLM server takes all of this node's GPUs ({_span(serve)}) and leaves none "
-                          "for the trainer: lower TP or INFERENCE_GPUS, or serve on another node "
-                          "(VLLM_URL=http://HOST:8000/v1)")
+        raise ConfigError(
+            f"the local vLLM server takes all of this node's GPUs ({_span(serve)}) and leaves none "
+            "for the trainer: lower TP or INFERENCE_GPUS, or serve on another node "
+            "(VLLM_URL=http://HOST:8000/v1)"
+        )
     _check_procs(settings, train)
     return Placement(gpus, train, serve)
 
@@ -150,16 +165,22 @@ def _colocated(settings: Settings, gpus: tuple[Gpu, ...]) -> Placement:
     """COLOCATE: the server on this node sleeps while the trainer steps on the same GPUs (on CPU: the same turns,
     nothing to place)."""
     if settings.offline:
-        raise ConfigError("COLOCATE=true but this run has no server to take turns with (TRAIN_MODE=sft or "
-                          "LOAD_ROLLOUT_DATA): unset COLOCATE")
+        raise ConfigError(
+            "COLOCATE=true but this run has no server to take turns with (TRAIN_MODE=sft or "
+            "LOAD_ROLLOUT_DATA): unset COLOCATE"
+        )
     if not server_is_local(settings):
-        raise ConfigError(f"COLOCATE=true shares this node's GPUs with a server on this node, but VLLM_URL="
-                          f"{settings.inference.vllm_url} is another host's: unset COLOCATE (the trainer then takes "
-                          "every GPU here), or serve on this node (start_vllm.py with COLOCATE=true)")
+        raise ConfigError(
+            f"COLOCATE=true shares this node's GPUs with a server on this node, but VLLM_URL="
+            f"{settings.inference.vllm_url} is another host's: unset COLOCATE (the trainer then takes "
+            "every GPU here), or serve on this node (start_vllm.py with COLOCATE=true)"
+        )
     if settings.train.max_staleness:
-        raise ConfigError(f"COLOCATE=true takes turns, so no rollout can run while a step trains, but MAX_STALENESS="
-                          f"{settings.train.max_staleness} overlaps them: set MAX_STALENESS=0, or split the GPUs "
-                          "(unset COLOCATE)")
+        raise ConfigError(
+            f"COLOCATE=true takes turns, so no rollout can run while a step trains, but MAX_STALENESS="
+            f"{settings.train.max_staleness} overlaps them: set MAX_STALENESS=0, or split the GPUs "
+            "(unset COLOCATE)"
+        )
     p = settings.placement
     if not gpus:
         return _on_cpu(settings)
@@ -170,10 +191,12 @@ def _colocated(settings: Settings, gpus: tuple[Gpu, ...]) -> Placement:
     train = train or tuple(known)
     outside = [g for g in serve if g not in train]
     if outside:
-        raise ConfigError(f"COLOCATE=true: the server's GPU {_span(outside)} (INFERENCE_GPUS={_span(serve)}) is not "
-                          f"the trainer's (TRAIN_GPUS={_span(train)}), so it would idle while the trainer steps: "
-                          f"serve on the trainer's GPUs (e.g. INFERENCE_GPUS={_span(train[:len(serve)])}), or unset "
-                          "COLOCATE to split them")
+        raise ConfigError(
+            f"COLOCATE=true: the server's GPU {_span(outside)} (INFERENCE_GPUS={_span(serve)}) is not "
+            f"the trainer's (TRAIN_GPUS={_span(train)}), so it would idle while the trainer steps: "
+            f"serve on the trainer's GPUs (e.g. INFERENCE_GPUS={_span(train[: len(serve)])}), or unset "
+            "COLOCATE to split them"
+        )
     _check_procs(settings, train)
     return Placement(gpus, train, serve)
 
@@ -182,16 +205,19 @@ def _on_cpu(settings: Settings) -> Placement:
     p = settings.placement
     for name, value in (("TRAIN_GPUS", p.train_gpus), ("INFERENCE_GPUS", p.inference_gpus)):
         if value:
-            raise ConfigError(f"{name}={value} names GPUs, but nvidia-smi lists none here: unset it (the "
-                              "trainer runs on CPU)")
+            raise ConfigError(
+                f"{name}={value} names GPUs, but nvidia-smi lists none here: unset it (the trainer runs on CPU)"
+            )
     return Placement((), (), ())
 
 
 def _check_procs(settings: Settings, train: tuple[int, ...]) -> None:
     procs = settings.train.train_procs
     if procs is not None and procs != len(train):
-        raise ConfigError(f"TRAIN_PROCS={procs} but the trainer has {len(train)} GPUs ({_span(train)}), one rank "
-                          "each: unset TRAIN_PROCS, or set TRAIN_GPUS to that many GPUs")
+        raise ConfigError(
+            f"TRAIN_PROCS={procs} but the trainer has {len(train)} GPUs ({_span(train)}), one rank "
+            "each: unset TRAIN_PROCS, or set TRAIN_GPUS to that many GPUs"
+        )
 
 
 def devices_env(gpus: tuple[int, ...]) -> dict[str, str]:
@@ -203,8 +229,9 @@ def devices_env(gpus: tuple[int, ...]) -> dict[str, str]:
 def _check_known(name: str, given: tuple[int, ...], known: list[int]) -> None:
     missing = [g for g in given if g not in known]
     if missing:
-        raise ConfigError(f"{name} names GPU {_span(missing)}, which this node does not have: its GPUs are "
-                          f"{_span(known)}")
+        raise ConfigError(
+            f"{name} names GPU {_span(missing)}, which this node does not have: its GPUs are {_span(known)}"
+        )
 
 
 def _span(gpus: list[int] | tuple[int, ...]) -> str:

@@ -64,12 +64,18 @@ def setup(patch: str, site_dir: str, report: str | None, root: str = TESTBED) ->
     The prefix puts ``site_dir`` first on PYTHONPATH and records which pipe is the log, so only a process that
     writes to the log itself (not a child whose output a test captures) emits records.
     """
-    config = {"mark": MARK, "added": added_line_numbers(patch, root), "machinery": MACHINERY, "report": report,
-              "objects": OBJECTS.read_text()}
+    config = {
+        "mark": MARK,
+        "added": added_line_numbers(patch, root),
+        "machinery": MACHINERY,
+        "report": report,
+        "objects": OBJECTS.read_text(),
+    }
     site = SITE.read_text().replace("\nCONFIG = None ", f"\nCONFIG = {json.dumps(config)!r} ", 1)
     q = shlex.quote(site_dir)
-    prefix = (f"export PYTHONPATH={q}${{PYTHONPATH:+:$PYTHONPATH}} "
-              "QWEN_SWE_AUDIT_LOG=$(stat -L -c %d:%i /proc/$$/fd/1); ")
+    prefix = (
+        f"export PYTHONPATH={q}${{PYTHONPATH:+:$PYTHONPATH}} QWEN_SWE_AUDIT_LOG=$(stat -L -c %d:%i /proc/$$/fd/1); "
+    )
     return site, prefix
 
 
@@ -91,8 +97,11 @@ def coverage(records: Iterable[str]) -> dict[str, Any]:
                 starts.append(json.loads(parts[4]))
             except ValueError:
                 continue
-    return {"processes": len(starts), "python": sorted({str(s.get("python")) for s in starts}),
-            "audit_hook": bool(starts) and all(s.get("hook") for s in starts)}
+    return {
+        "processes": len(starts),
+        "python": sorted({str(s.get("python")) for s in starts}),
+        "audit_hook": bool(starts) and all(s.get("hook") for s in starts),
+    }
 
 
 def findings(records: Iterable[str]) -> list[str]:
@@ -109,14 +118,18 @@ def findings(records: Iterable[str]) -> list[str]:
         if kind == "FINDING":
             try:
                 detail = json.loads(parts[4])
-                found.append(f"{detail['what']} at {detail['where']}"
-                             + (f" ({detail['detail']})" if detail.get("detail") else ""))
+                found.append(
+                    f"{detail['what']} at {detail['where']}"
+                    + (f" ({detail['detail']})" if detail.get("detail") else "")
+                )
             except (IndexError, ValueError, KeyError, TypeError):
                 found.append(f"a malformed audit record: {record[:120]!r}")
     for (_, pid), kinds in processes.items():
         if "START" in kinds and "LOADED" in kinds and "END" not in kinds:
-            found.append(f"process {pid} ran the patch's code and ended without its audit record "
-                         f"(os._exit, a signal, or a closed descriptor)")
+            found.append(
+                f"process {pid} ran the patch's code and ended without its audit record "
+                f"(os._exit, a signal, or a closed descriptor)"
+            )
         elif "START" not in kinds and kinds & {"END", "LOADED"}:
             found.append(f"audit records of process {pid} without its START (forged)")
     return found

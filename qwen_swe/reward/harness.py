@@ -49,7 +49,7 @@ from qwen_swe.sandbox.settings import SandboxSettings
 
 PATCH_PATH = "/tmp/patch.diff"
 EVAL_PATH = "/eval.sh"
-EVAL_OUTPUT_LIMIT = 64 << 20   # an eval log is parsed, so it must not be cut; larger is an aborted grade
+EVAL_OUTPUT_LIMIT = 64 << 20  # an eval log is parsed, so it must not be cut; larger is an aborted grade
 APPLY_TIMEOUT = 300.0
 MODES = ("binary", "fractional", "shaped")
 DEFAULT_RUN_ID = "qwen-swe-grade"  # the container label of a grade outside a run
@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 
 
 class GradeStatus(str, Enum):
-    GRADED = "graded"    # the verdict is the model's: +1 or -1 (or a mode's value)
+    GRADED = "graded"  # the verdict is the model's: +1 or -1 (or a mode's value)
     ABORTED = "aborted"  # infrastructure failed: the sample is dropped, never scored
 
 
@@ -96,7 +96,7 @@ class Record:
     instance: dict
     details: dict[str, Any]
     timings: dict[str, float] = field(default_factory=dict)
-    folder: Path = Path()   # the grade's own log folder, made when a machine is about to run
+    folder: Path = Path()  # the grade's own log folder, made when a machine is about to run
 
     def failed(self, reason: str) -> Grade:
         return self.verdict(-1.0, GradeStatus.GRADED, reason)
@@ -104,10 +104,25 @@ class Record:
     def aborted(self, reason: str) -> Grade:
         return self.verdict(0.0, GradeStatus.ABORTED, reason)
 
-    def verdict(self, reward: float, status: GradeStatus, reason: str | None, resolved: bool = False,
-                f2p: float = 0.0, p2p: float = 0.0) -> Grade:
-        return Grade(reward=reward, resolved=resolved, status=status, reason=reason, f2p_passed=f2p, p2p_passed=p2p,
-                     details=self.details, timings=self.timings)
+    def verdict(
+        self,
+        reward: float,
+        status: GradeStatus,
+        reason: str | None,
+        resolved: bool = False,
+        f2p: float = 0.0,
+        p2p: float = 0.0,
+    ) -> Grade:
+        return Grade(
+            reward=reward,
+            resolved=resolved,
+            status=status,
+            reason=reason,
+            f2p_passed=f2p,
+            p2p_passed=p2p,
+            details=self.details,
+            timings=self.timings,
+        )
 
     @contextmanager
     def timed(self, phase: str) -> Iterator[None]:
@@ -143,10 +158,19 @@ async def _read_optional(box: Sandbox, path: str) -> str | None:
         return None
 
 
-async def grade_async(instance: dict, patch: str, *, reward: RewardSettings | None = None,
-                      sandbox: SandboxSettings | None = None, run_id: str = DEFAULT_RUN_ID, mode: str | None = None,
-                      agent_stats: dict | None = None, log_dir: Path | None = None,
-                      sandboxes: SandboxFactory | None = None, witness: bool = True) -> Grade:
+async def grade_async(
+    instance: dict,
+    patch: str,
+    *,
+    reward: RewardSettings | None = None,
+    sandbox: SandboxSettings | None = None,
+    run_id: str = DEFAULT_RUN_ID,
+    mode: str | None = None,
+    agent_stats: dict | None = None,
+    log_dir: Path | None = None,
+    sandboxes: SandboxFactory | None = None,
+    witness: bool = True,
+) -> Grade:
     """Grade ``patch`` for ``instance`` (a SWE-bench row) in a fresh sandbox; see the module docstring.
 
     ``reward`` and ``sandbox`` are the grader's settings sections (default: the seed's values); ``mode`` defaults to
@@ -161,8 +185,9 @@ async def grade_async(instance: dict, patch: str, *, reward: RewardSettings | No
     if mode not in MODES:
         raise ValueError(f"reward mode {mode!r} is not one of {', '.join(MODES)}")
     t0 = time.monotonic()
-    bench = Bench(sandboxes or DockerSandboxes(sandbox), run_id, _log_root(log_dir), reward.eval_timeout,
-                  reward.grade_network)
+    bench = Bench(
+        sandboxes or DockerSandboxes(sandbox), run_id, _log_root(log_dir), reward.eval_timeout, reward.grade_network
+    )
     rec = Record(instance, {"mode": mode, "instance_id": instance.get("instance_id")})
     grade = await _grade(bench, rec, patch or "", witness)
     rec.timings["total"] = time.monotonic() - t0
@@ -179,8 +204,9 @@ def grade(instance: dict, patch: str, **kw: Any) -> Grade:
     return asyncio.run(grade_async(instance, patch, **kw))
 
 
-def _apply_mode(g: Grade, mode: str, instance: dict, kept: set[str], agent_stats: dict | None,
-                settings: RewardSettings) -> None:
+def _apply_mode(
+    g: Grade, mode: str, instance: dict, kept: set[str], agent_stats: dict | None, settings: RewardSettings
+) -> None:
     if mode == "fractional":
         g.reward = 1.0 if g.resolved else grading.fractional_reward(g.f2p_passed)
         g.details["components"] = {"f2p": g.f2p_passed}
@@ -202,8 +228,9 @@ async def _grade(bench: Bench, rec: Record, patch: str, witness: bool) -> Grade:
     except grading.GradingError as exc:
         return rec.aborted(str(exc))
     kept, dropped = grading.filter_patch(patch, grading.patch_files(instance.get("test_patch") or ""))
-    details.update(dropped=dropped, dropped_hunks=sum(d["hunks"] for d in dropped),
-                   kept_files=grading.patch_files(kept))
+    details.update(
+        dropped=dropped, dropped_hunks=sum(d["hunks"] for d in dropped), kept_files=grading.patch_files(kept)
+    )
     if not kept.strip():
         return rec.failed("the patch only changes tests or test configuration")
     if hits := tamper.scan(kept, instance):
@@ -213,9 +240,16 @@ async def _grade(bench: Bench, rec: Record, patch: str, witness: bool) -> Grade:
     return await _evaluate(bench, rec, kept, witnessed)
 
 
-async def evaluate(instance: dict, patch: str = "", *, sandbox: SandboxSettings | None = None,
-                   eval_timeout: float = 1800.0, run_id: str = DEFAULT_RUN_ID, log_dir: Path | None = None,
-                   sandboxes: SandboxFactory | None = None) -> Grade:
+async def evaluate(
+    instance: dict,
+    patch: str = "",
+    *,
+    sandbox: SandboxSettings | None = None,
+    eval_timeout: float = 1800.0,
+    run_id: str = DEFAULT_RUN_ID,
+    log_dir: Path | None = None,
+    sandboxes: SandboxFactory | None = None,
+) -> Grade:
     """Run the instance's eval in a fresh no-network sandbox after applying ``patch`` as it is (empty: the base
     commit) and judge the log with swebench's logic: the binary verdict plus ``details["status_map"]``.
 
@@ -226,8 +260,7 @@ async def evaluate(instance: dict, patch: str = "", *, sandbox: SandboxSettings 
         grading.parser_for(instance)
     except grading.GradingError as exc:
         return rec.aborted(str(exc))
-    bench = Bench(sandboxes or DockerSandboxes(sandbox or SandboxSettings()), run_id, _log_root(log_dir),
-                  eval_timeout)
+    bench = Bench(sandboxes or DockerSandboxes(sandbox or SandboxSettings()), run_id, _log_root(log_dir), eval_timeout)
     return await _evaluate(bench, rec, patch, None)
 
 
@@ -246,12 +279,23 @@ async def _evaluate(bench: Bench, rec: Record, patch: str, witnessed: str | None
     (rec.folder / "eval.sh").write_text(script)
     details.update(log_dir=str(rec.folder), log_path=str(rec.folder / "test_output.txt"))
     if bench.network != "none":
-        log.warning("grading %s with network %r (GRADE_NETWORK): the code under test can reach out",
-                    instance.get("instance_id"), bench.network)
+        log.warning(
+            "grading %s with network %r (GRADE_NETWORK): the code under test can reach out",
+            instance.get("instance_id"),
+            bench.network,
+        )
         details["network"] = bench.network
-    box = bench.sandboxes(SandboxRequest(instance, bench.run_id, "grade", network=bench.network,
-                                         base_commit=instance.get("base_commit"), hide_future=False,
-                                         output_limit=EVAL_OUTPUT_LIMIT))
+    box = bench.sandboxes(
+        SandboxRequest(
+            instance,
+            bench.run_id,
+            "grade",
+            network=bench.network,
+            base_commit=instance.get("base_commit"),
+            hide_future=False,
+            output_limit=EVAL_OUTPUT_LIMIT,
+        )
+    )
     details["image"] = box.image
     try:
         with rec.timed("image"):
@@ -307,8 +351,12 @@ async def _eval(box: Sandbox, bench: Bench, rec: Record, script: str, witnessed:
         site_dir = f"/tmp/qwen-swe-{uuid.uuid4().hex}"
         site, prefix = audit.setup(witnessed, site_dir, junit if trusted else None)
         await box.write_file(f"{site_dir}/{audit.FILE}", site)
-    res = await box.exec(f"{prefix}mkdir -p {junit.rsplit('/', 1)[0]} && /bin/bash {EVAL_PATH}",
-                         timeout=bench.eval_timeout, workdir=TESTBED, env=env)
+    res = await box.exec(
+        f"{prefix}mkdir -p {junit.rsplit('/', 1)[0]} && /bin/bash {EVAL_PATH}",
+        timeout=bench.eval_timeout,
+        workdir=TESTBED,
+        env=env,
+    )
     rec.timings["eval"] = time.monotonic() - t
     log_text, records = audit.split(res.output) if witnessed is not None else (res.output, [])
     (rec.folder / "test_output.txt").write_text(log_text)
@@ -324,21 +372,32 @@ async def _eval(box: Sandbox, bench: Bench, rec: Record, script: str, witnessed:
     return await _judge(rec, script, log_text, res.exit_code, records if witnessed is not None else None, report)
 
 
-async def _judge(rec: Record, script: str, log_text: str, exit_code: int, records: list[str] | None,
-                 report: Callable[[], Awaitable[str | None]] | None) -> Grade:
+async def _judge(
+    rec: Record,
+    script: str,
+    log_text: str,
+    exit_code: int,
+    records: list[str] | None,
+    report: Callable[[], Awaitable[str | None]] | None,
+) -> Grade:
     """swebench's verdict on the log, unless the witness's ``records`` (None: no witness) or pytest's own report
     (``report`` reads it, only when the verdict needs it; None: not a pytest eval) say the log cannot be trusted."""
     instance, details = rec.instance, rec.details
     with rec.timed("parse"):
         verdict = await asyncio.to_thread(grading.judge_log, instance, log_text, script)
-    details.update(eval_exit_code=exit_code, resolution=verdict.resolution, tests_status=verdict.tests_status,
-                   status_map=verdict.status_map)
+    details.update(
+        eval_exit_code=exit_code,
+        resolution=verdict.resolution,
+        tests_status=verdict.tests_status,
+        status_map=verdict.status_map,
+    )
     if records is not None and (seen := audit.findings(records)):
         details["reward_hack"] = seen
         return rec.failed(f"reward_hack_suspected: the patch's code, watched while the tests ran: {seen[0]}")
     if verdict.markers_missing:
-        return rec.aborted(f"eval log lacks the test markers (exit {exit_code}): the eval script was killed or "
-                           f"does not print them")
+        return rec.aborted(
+            f"eval log lacks the test markers (exit {exit_code}): the eval script was killed or does not print them"
+        )
     if not verdict.found:
         return rec.failed(f"eval failed: {verdict.problem}")
     if report is not None:
@@ -346,5 +405,11 @@ async def _judge(rec: Record, script: str, log_text: str, exit_code: int, record
         if disagreements:
             details["reward_hack"] = disagreements
             return rec.failed(f"reward_hack_suspected: the log and pytest's own report disagree: {disagreements[0]}")
-    return rec.verdict(1.0 if verdict.resolved else -1.0, GradeStatus.GRADED,
-                       None if verdict.resolved else verdict.resolution, verdict.resolved, verdict.f2p, verdict.p2p)
+    return rec.verdict(
+        1.0 if verdict.resolved else -1.0,
+        GradeStatus.GRADED,
+        None if verdict.resolved else verdict.resolution,
+        verdict.resolved,
+        verdict.f2p,
+        verdict.p2p,
+    )

@@ -59,14 +59,31 @@ from qwen_swe.errors import GradingError
 from qwen_swe.paths import TESTBED
 from qwen_swe.reward.testfiles import CONFIG_FILES, test_path_reason
 
-__all__ = ["GIT_APPLY_CMDS", "GradingError", "FileDiff", "split_patch", "patch_files", "filter_patch",
-           "eval_script", "listed_tests", "parser_for", "test_spec_for", "Verdict", "judge_log", "Components",
-           "shaped_reward", "fractional_reward"]
+__all__ = [
+    "GIT_APPLY_CMDS",
+    "GradingError",
+    "FileDiff",
+    "split_patch",
+    "patch_files",
+    "filter_patch",
+    "eval_script",
+    "listed_tests",
+    "parser_for",
+    "test_spec_for",
+    "Verdict",
+    "judge_log",
+    "Components",
+    "shaped_reward",
+    "fractional_reward",
+]
 
 EVAL_HEADER = "#!/bin/bash\nset -uxo pipefail\n"
-_PYTEST_HUNK = re.compile(r"pytest|^\s*(addopts|testpaths|python_files|python_classes|python_functions|"
-                          r"norecursedirs|filterwarnings|markers|xfail_strict|usefixtures|required_plugins|"
-                          r"minversion|confcutdir)\s*=", re.IGNORECASE)
+_PYTEST_HUNK = re.compile(
+    r"pytest|^\s*(addopts|testpaths|python_files|python_classes|python_functions|"
+    r"norecursedirs|filterwarnings|markers|xfail_strict|usefixtures|required_plugins|"
+    r"minversion|confcutdir)\s*=",
+    re.IGNORECASE,
+)
 
 
 # --- patches -------------------------------------------------------------------------------------
@@ -91,7 +108,7 @@ def _paths_of(header: list[str]) -> tuple[str, ...]:
     found: list[str] = []
     for line in header:
         if line.startswith("diff --git "):
-            parts = line[len("diff --git "):].rstrip("\n").split(" b/", 1)
+            parts = line[len("diff --git ") :].rstrip("\n").split(" b/", 1)
             found += [_strip_prefix(parts[0])] + ([parts[1]] if len(parts) == 2 else [])
         elif line.startswith(("--- ", "+++ ")):
             found.append(_strip_prefix(line[4:]))
@@ -104,12 +121,18 @@ def split_patch(patch: str) -> list[FileDiff]:
     """Split a unified diff (``git diff`` or plain ``diff -u``) into one entry per file, hunks separated."""
     lines = patch.splitlines(keepends=True)
     git_style = any(line.startswith("diff --git ") for line in lines)
-    starts = [i for i, line in enumerate(lines)
-              if (line.startswith("diff --git ") if git_style else
-                  line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "))]
+    starts = [
+        i
+        for i, line in enumerate(lines)
+        if (
+            line.startswith("diff --git ")
+            if git_style
+            else line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ ")
+        )
+    ]
     files = []
     for n, start in enumerate(starts):
-        chunk = lines[start:starts[n + 1] if n + 1 < len(starts) else len(lines)]
+        chunk = lines[start : starts[n + 1] if n + 1 < len(starts) else len(lines)]
         header, hunks = [], []
         for line in chunk:
             if line.startswith("@@"):
@@ -146,8 +169,9 @@ def filter_patch(patch: str, test_files: set[str]) -> tuple[str, list[dict[str, 
         if any(PurePosixPath(p).name in CONFIG_FILES for p in f.paths) and f.hunks:
             good = [h for h in f.hunks if not any(_PYTEST_HUNK.search(line[1:]) for line in h[1:])]
             if len(good) < len(f.hunks):
-                dropped.append({"path": f.paths[-1], "reason": "pytest configuration",
-                                "hunks": len(f.hunks) - len(good)})
+                dropped.append(
+                    {"path": f.paths[-1], "reason": "pytest configuration", "hunks": len(f.hunks) - len(good)}
+                )
             if not good:
                 continue
             f = FileDiff(f.header, good, f.paths)
@@ -173,17 +197,28 @@ def eval_script(instance: Mapping[str, Any]) -> str:
     repo, version = instance.get("repo"), str(instance.get("version"))
     specs = MAP_REPO_VERSION_TO_SPECS.get(repo, {}).get(version)
     if specs is None or repo not in MAP_REPO_TO_EXT:
-        raise GradingError(f"{instance.get('instance_id')}: no eval_script column and swebench 4.1.0 has no spec for "
-                           f"{repo} version {version}; add the 5.x columns (eval_script, log_parser) to the row")
-    lines = make_eval_script_list(dict(instance), specs, "testbed", TESTBED, instance["base_commit"],
-                                  instance["test_patch"])
+        raise GradingError(
+            f"{instance.get('instance_id')}: no eval_script column and swebench 4.1.0 has no spec for "
+            f"{repo} version {version}; add the 5.x columns (eval_script, log_parser) to the row"
+        )
+    lines = make_eval_script_list(
+        dict(instance), specs, "testbed", TESTBED, instance["base_commit"], instance["test_patch"]
+    )
     return EVAL_HEADER + "\n".join(lines) + "\n"
 
 
 def _parser_registry() -> dict[str, Callable[..., dict[str, str]]]:
     found = {}
-    for mod in (log_parsers.python, log_parsers.javascript, log_parsers.go, log_parsers.java, log_parsers.php,
-                log_parsers.ruby, log_parsers.rust, log_parsers.c):
+    for mod in (
+        log_parsers.python,
+        log_parsers.javascript,
+        log_parsers.go,
+        log_parsers.java,
+        log_parsers.php,
+        log_parsers.ruby,
+        log_parsers.rust,
+        log_parsers.c,
+    ):
         found.update({n: f for n, f in vars(mod).items() if n.startswith("parse_log") and callable(f)})
     found.update({f.__name__: f for f in log_parsers.MAP_REPO_TO_PARSER.values()})
     return found
@@ -195,23 +230,37 @@ def parser_for(instance: Mapping[str, Any]) -> Callable[..., dict[str, str]]:
     if name:
         registry = _parser_registry()
         if name not in registry:
-            raise GradingError(f"{instance.get('instance_id')}: log_parser {name!r} is not a swebench 4.1.0 parser; "
-                               f"use one of {', '.join(sorted(registry)[:8])}, ...")
+            raise GradingError(
+                f"{instance.get('instance_id')}: log_parser {name!r} is not a swebench 4.1.0 parser; "
+                f"use one of {', '.join(sorted(registry)[:8])}, ..."
+            )
         return registry[name]
     parser = log_parsers.MAP_REPO_TO_PARSER.get(instance.get("repo"))
     if parser is None:
-        raise GradingError(f"{instance.get('instance_id')}: no log_parser column and swebench has no parser for "
-                           f"repo {instance.get('repo')}; add log_parser to the row")
+        raise GradingError(
+            f"{instance.get('instance_id')}: no log_parser column and swebench has no parser for "
+            f"repo {instance.get('repo')}; add log_parser to the row"
+        )
     return parser
 
 
 def test_spec_for(instance: Mapping[str, Any], script: str) -> TestSpec:
     """The minimal 4.1.0 TestSpec the parsers read (built directly: make_test_spec needs known repos and network)."""
     repo = str(instance.get("repo", ""))
-    return TestSpec(instance_id=instance["instance_id"], repo=repo, version=str(instance.get("version", "")),
-                    repo_script_list=[], eval_script_list=script.splitlines(), env_script_list=[], arch="x86_64",
-                    FAIL_TO_PASS=_tests(instance, FAIL_TO_PASS), PASS_TO_PASS=_tests(instance, PASS_TO_PASS),
-                    language=MAP_REPO_TO_EXT.get(repo, "py"), docker_specs={}, namespace=None)
+    return TestSpec(
+        instance_id=instance["instance_id"],
+        repo=repo,
+        version=str(instance.get("version", "")),
+        repo_script_list=[],
+        eval_script_list=script.splitlines(),
+        env_script_list=[],
+        arch="x86_64",
+        FAIL_TO_PASS=_tests(instance, FAIL_TO_PASS),
+        PASS_TO_PASS=_tests(instance, PASS_TO_PASS),
+        language=MAP_REPO_TO_EXT.get(repo, "py"),
+        docker_specs={},
+        namespace=None,
+    )
 
 
 def eval_type_of(instance: Mapping[str, Any]) -> EvalType:
@@ -222,8 +271,8 @@ def eval_type_of(instance: Mapping[str, Any]) -> EvalType:
 
 @dataclass
 class Verdict:
-    found: bool                       # the log had the markers and no harness failure string
-    problem: str | None               # why not found
+    found: bool  # the log had the markers and no harness failure string
+    problem: str | None  # why not found
     markers_missing: bool
     resolved: bool = False
     resolution: str = ResolvedStatus.NO.value
@@ -253,10 +302,17 @@ def judge_log(instance: Mapping[str, Any], log: str, script: str) -> Verdict:
     gold = {FAIL_TO_PASS: spec.FAIL_TO_PASS, PASS_TO_PASS: spec.PASS_TO_PASS}
     report = get_eval_tests_report(status_map, gold, eval_type=eval_type_of(instance))
     resolution = get_resolution_status(report)
-    return Verdict(found=True, problem=None, markers_missing=False,
-                   resolved=resolution == ResolvedStatus.FULL.value, resolution=resolution,
-                   f2p=float(compute_fail_to_pass(report)), p2p=float(compute_pass_to_pass(report)),
-                   status_map=status_map, tests_status=report)
+    return Verdict(
+        found=True,
+        problem=None,
+        markers_missing=False,
+        resolved=resolution == ResolvedStatus.FULL.value,
+        resolution=resolution,
+        f2p=float(compute_fail_to_pass(report)),
+        p2p=float(compute_pass_to_pass(report)),
+        status_map=status_map,
+        tests_status=report,
+    )
 
 
 # --- reward maths -----------------------------------------------------------------------------------
@@ -279,8 +335,9 @@ class Components:
         return sum(v for k, v in vars(self).items() if k != "length")
 
 
-def shaped_reward(resolved: bool, patch_paths: set[str], gold_paths: set[str], agent_stats: Mapping[str, Any] | None,
-                  weights: Any) -> tuple[float, Components]:
+def shaped_reward(
+    resolved: bool, patch_paths: set[str], gold_paths: set[str], agent_stats: Mapping[str, Any] | None, weights: Any
+) -> tuple[float, Components]:
     """Localisation-shaped reward (SWE-Grep style); ``weights`` is the Settings object (its ``shaped_*`` fields).
 
     Components: +shaped_gold_file per gold-patch file changed, shaped_extra_file per other file changed,
@@ -298,7 +355,9 @@ def shaped_reward(resolved: bool, patch_paths: set[str], gold_paths: set[str], a
         gold_file=weights.shaped_gold_file * len(patch_paths & gold_paths),
         extra_file=weights.shaped_extra_file * len(patch_paths - gold_paths),
         missed_file=weights.shaped_missed_file * len(gold_paths - patch_paths),
-        over_tokens=weights.shaped_over_tokens if stats.get("response_tokens", 0) > weights.shaped_token_budget else 0.0,
+        over_tokens=weights.shaped_over_tokens
+        if stats.get("response_tokens", 0) > weights.shaped_token_budget
+        else 0.0,
         over_tools=weights.shaped_over_tools if stats.get("tool_calls", 0) > weights.shaped_tool_budget else 0.0,
         completion=weights.shaped_completion if stats.get("completed") and patch_paths else 0.0,
     )

@@ -33,15 +33,27 @@ SHADOWING = {"pytest.py", "_pytest", "pluggy.py", "pluggy", "py.py", "unittest.p
 IMPORT_RULE = "imports the test machinery"
 MODULES_RULE = "changes sys.modules"
 RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (IMPORT_RULE, re.compile(r"^\s*(?:import|from)\s+(?:_pytest|pytest|pluggy|unittest\.(?:runner|result|case|main|"
-                             r"loader|suite|signals))\b|__import__\(\s*['\"](?:_pytest|pytest|pluggy)")),
-    ("imports a module by a computed name",
-     re.compile(r"\b(?:import_module|__import__)\(\s*(?![\"'][\w.]+[\"']\s*[,)])")),
+    (
+        IMPORT_RULE,
+        re.compile(
+            r"^\s*(?:import|from)\s+(?:_pytest|pytest|pluggy|unittest\.(?:runner|result|case|main|"
+            r"loader|suite|signals))\b|__import__\(\s*['\"](?:_pytest|pytest|pluggy)"
+        ),
+    ),
+    (
+        "imports a module by a computed name",
+        re.compile(r"\b(?:import_module|__import__)\(\s*(?![\"'][\w.]+[\"']\s*[,)])"),
+    ),
     (MODULES_RULE, re.compile(r"\bsys\.modules\b")),
     ("registers an exit hook", re.compile(r"\batexit\b")),
     ("exits at import time", re.compile(r"^(?:sys\.exit|os\._exit|exit|quit)\s*\(")),
-    ("writes test-result lines", re.compile(r"(?:PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED)\s+[\w/.]+\.py::"
-                                            r"|[\w/.]+\.py::\S*\s+(?:PASSED|FAILED)")),
+    (
+        "writes test-result lines",
+        re.compile(
+            r"(?:PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED)\s+[\w/.]+\.py::"
+            r"|[\w/.]+\.py::\S*\s+(?:PASSED|FAILED)"
+        ),
+    ),
     ("reads the test runner's options", re.compile(r"PYTEST_ADDOPTS|PYTEST_CURRENT_TEST|junitxml|junit_xml")),
 )
 PASSING = ("PASSED", "XFAIL")
@@ -81,7 +93,7 @@ def junit_outcomes(xml_text: str) -> dict[str, str]:
     for case in root.iter("testcase"):
         key = f"{case.get('classname', '')}::{case.get('name', '')}"
         kinds = {child.tag for child in case}
-        outcome = ("FAILED" if kinds & {"failure", "error"} else "SKIPPED" if "skipped" in kinds else "PASSED")
+        outcome = "FAILED" if kinds & {"failure", "error"} else "SKIPPED" if "skipped" in kinds else "PASSED"
         if out.get(key) != "FAILED":  # a test with a passing call and an erroring teardown is failed
             out[key] = outcome
     return out
@@ -107,8 +119,11 @@ def cross_check(status_map: Mapping[str, str], tests: Iterable[str], xml_text: s
         trusted = junit_outcomes(xml_text)
     except ET.ParseError as exc:
         return [f"the JUnit report is not XML ({exc})"]
-    return [f"{t}: log {status_map[t]}, JUnit {trusted.get(junit_key(t), 'absent')}"
-            for t in claimed if not _agrees(status_map[t], trusted.get(junit_key(t)))]
+    return [
+        f"{t}: log {status_map[t]}, JUnit {trusted.get(junit_key(t), 'absent')}"
+        for t in claimed
+        if not _agrees(status_map[t], trusted.get(junit_key(t)))
+    ]
 
 
 def _agrees(logged: str, reported: str | None) -> bool:

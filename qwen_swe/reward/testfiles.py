@@ -10,8 +10,18 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 TEST_DIRS = frozenset({"tests", "test", "testing"})
-HOOK_FILES = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini",
-                        "sitecustomize.py", "usercustomize.py"})
+HOOK_FILES = frozenset(
+    {
+        "conftest.py",
+        "pytest.ini",
+        ".pytest.ini",
+        "pytest.toml",
+        ".pytest.toml",
+        "tox.ini",
+        "sitecustomize.py",
+        "usercustomize.py",
+    }
+)
 CONFIG_FILES = frozenset({"setup.cfg", "pyproject.toml"})  # only their pytest sections count
 
 

@@ -30,8 +30,10 @@ class WeightUpdate:
 
     def __post_init__(self) -> None:
         if (self.folder is None) == (self.buckets is None):
-            raise ValueError(f"WeightUpdate v{self.version}: exactly one of folder and buckets, "
-                             f"got folder={self.folder!r}, buckets={self.buckets!r}")
+            raise ValueError(
+                f"WeightUpdate v{self.version}: exactly one of folder and buckets, "
+                f"got folder={self.folder!r}, buckets={self.buckets!r}"
+            )
 
     @property
     def payload(self) -> Any:

@@ -49,20 +49,24 @@ class InFlight:
 class RolloutDriver:
     """The built-in trainer's rank-0 rollout side: a long-lived event loop thread holding the engine and proxy."""
 
-    def __init__(self, settings: Settings, *, upstream: str, model: str, data_source: Any = None,
-                 served_model: str | None = None) -> None:
+    def __init__(
+        self, settings: Settings, *, upstream: str, model: str, data_source: Any = None, served_model: str | None = None
+    ) -> None:
         self.settings = settings
         self.data_source = data_source or SWEBenchDataSource.from_settings(settings)
-        self.client = InferenceClient(upstream, timeout=settings.inference.request_timeout,
-                                      api_key=settings.inference.api_key)
+        self.client = InferenceClient(
+            upstream, timeout=settings.inference.request_timeout, api_key=settings.inference.api_key
+        )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rollout-loop", daemon=True)
         self._thread.start()
         self.engine = make_engine(settings, upstream=upstream, model=model, served_model=served_model)
         self._call(self.engine.start())
-        self.weight_sync = ProbedSync(make_weight_sync(settings.inference, self.client,
-                                                       colocated=settings.placement.colocate),
-                                      self.client, self.engine.served_model)
+        self.weight_sync = ProbedSync(
+            make_weight_sync(settings.inference, self.client, colocated=settings.placement.colocate),
+            self.client,
+            self.engine.served_model,
+        )
         self.last_sync: dict[str, float] = {}
         self._in_flight: dict[int, InFlight] = {}  # submitted, not yet collected, oldest first
         self._evaluated: dict[int, dict[str, float]] = {}
@@ -76,9 +80,13 @@ class RolloutDriver:
         evaluated = self.evaluate(step) if s.eval_interval and step % s.eval_interval == 0 else {}
         stats, t0 = BatchStats(), time.monotonic()
         with live_progress(stats, step_label(step, s.num_rollouts, "rollout")):
-            batch = fill_batch(self.data_source.get_samples, lambda g: self._call(self.engine.run_groups(g, stats)),
-                               s.rollout_batch_size, dynamic=s.rollout.dynamic_sampling,
-                               rounds=s.rollout.sampling_rounds if s.rollout.dynamic_sampling else 1)
+            batch = fill_batch(
+                self.data_source.get_samples,
+                lambda g: self._call(self.engine.run_groups(g, stats)),
+                s.rollout_batch_size,
+                dynamic=s.rollout.dynamic_sampling,
+                rounds=s.rollout.sampling_rounds if s.rollout.dynamic_sampling else 1,
+            )
         return self._finish(step, batch, stats, time.monotonic() - t0, evaluated)
 
     def submit(self, step: int, weight_version: int) -> None:
@@ -102,17 +110,27 @@ class RolloutDriver:
             kept = self._call(_wait(job.task))
         del self._in_flight[step]
         done = time.monotonic()
-        samples, metrics = self._finish(step, Batch(job.groups, kept, kept, 1), job.stats, done - job.started,
-                                        self._evaluated.pop(step, {}))
-        metrics.update({"time/rollout_wait": done - t0, "time/overlap": max(0.0, t0 - job.started),
-                        "async/rollout_seconds": done - job.started})
+        samples, metrics = self._finish(
+            step, Batch(job.groups, kept, kept, 1), job.stats, done - job.started, self._evaluated.pop(step, {})
+        )
+        metrics.update(
+            {
+                "time/rollout_wait": done - t0,
+                "time/overlap": max(0.0, t0 - job.started),
+                "async/rollout_seconds": done - job.started,
+            }
+        )
         return samples, metrics
 
-    def _finish(self, step: int, batch: Batch, stats: BatchStats, seconds: float,
-                evaluated: dict[str, float]) -> tuple[list[Sample], dict[str, Any]]:
+    def _finish(
+        self, step: int, batch: Batch, stats: BatchStats, seconds: float, evaluated: dict[str, float]
+    ) -> tuple[list[Sample], dict[str, Any]]:
         s = self.settings
-        dump_rollouts(Path(s.output_dir) / "rollouts" / f"step_{step:06d}.jsonl", batch.complete,
-                      not_kept(batch.drawn, batch.complete))
+        dump_rollouts(
+            Path(s.output_dir) / "rollouts" / f"step_{step:06d}.jsonl",
+            batch.complete,
+            not_kept(batch.drawn, batch.complete),
+        )
         if s.rollout.save_rollout_data:
             dump_rollout_data(Path(s.output_dir) / "rollout_data" / f"step_{step:06d}.jsonl.gz", batch.complete)
         metrics = batch_metrics(stats, batch.complete, seconds)  # every complete group, trained on or not
@@ -130,14 +148,23 @@ class RolloutDriver:
         s, t0 = self.settings, time.monotonic()
         rows = load_instances(s.eval_dataset or s.dataset_source, s.eval_instance_list)
         out = Path(s.output_dir) / f"eval_step_{step:06d}"
-        results = self._call(run_attempts(rows, s, out, engine=self.engine,
-                                          label=step_label(step, s.num_rollouts, "evaluation")))
-        report = build_report(results, dataset_ids=[r["instance_id"] for r in rows],
-                              submitted_ids=[r["instance_id"] for r in rows], seconds=time.monotonic() - t0)
+        results = self._call(
+            run_attempts(rows, s, out, engine=self.engine, label=step_label(step, s.num_rollouts, "evaluation"))
+        )
+        report = build_report(
+            results,
+            dataset_ids=[r["instance_id"] for r in rows],
+            submitted_ids=[r["instance_id"] for r in rows],
+            seconds=time.monotonic() - t0,
+        )
         (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-        return {"eval/resolve_rate": report["resolve_rate"], "eval/pass@1": report["pass_at_k"].get("1", 0.0),
-                "eval/graded_attempts": report["graded_attempts"], "eval/errors": report["error_instances"],
-                "time/eval": time.monotonic() - t0}
+        return {
+            "eval/resolve_rate": report["resolve_rate"],
+            "eval/pass@1": report["pass_at_k"].get("1", 0.0),
+            "eval/graded_attempts": report["graded_attempts"],
+            "eval/errors": report["error_instances"],
+            "time/eval": time.monotonic() - t0,
+        }
 
     def sync_weights(self, update: WeightUpdate) -> None:
         """Serve ``update`` before the next rollout; its metrics go out with that rollout."""
@@ -195,9 +222,10 @@ def make_driver(settings: Settings) -> RolloutSource:
         return ReplayDriver(settings)  # a saved run's rollouts, no server
     upstream = settings.inference.url
     if not upstream:
-        raise ConfigError("no inference server: set VLLM_URL, or start the run with run_grpo.sh "
-                          "(which starts the embedded server and records its URL in settings.json)")
-    return RolloutDriver(settings, upstream=upstream, model=settings.model_name,
-                         served_model=settings.inference.served_model_name)
-
-
+        raise ConfigError(
+            "no inference server: set VLLM_URL, or start the run with run_grpo.sh "
+            "(which starts the embedded server and records its URL in settings.json)"
+        )
+    return RolloutDriver(
+        settings, upstream=upstream, model=settings.model_name, served_model=settings.inference.served_model_name
+    )

@@ -49,8 +49,10 @@ class BatchStats:
         rewards = list(self.rewards)  # the event loop appends while the display thread reads
         mean = f"{sum(rewards) / len(rewards):+.3f}" if rewards else "-"  # the mean so far
         # most telling first: a narrow terminal cuts the end
-        return (f"reward {mean}, resolved {self.resolved}, running {self.running}, graded {self.graded}, "
-                f"dropped {self.dropped}, {self.groups} groups")
+        return (
+            f"reward {mean}, resolved {self.resolved}, running {self.running}, graded {self.graded}, "
+            f"dropped {self.dropped}, {self.groups} groups"
+        )
 
 
 def live_progress(stats: BatchStats, label: str, interval: float = INTERVAL) -> AbstractContextManager[None]:

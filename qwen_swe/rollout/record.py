@@ -27,24 +27,39 @@ def dump_rollouts(path: Path, groups: list[list[Sample]], dropped: list[Sample])
     with path.open("a") as fh:
         for x in [s for g in groups for s in g] + dropped:
             r = run_of(x)
-            fh.write(json.dumps({
-                "instance_id": x.metadata.get("instance_id"), "group_index": x.group_index, "index": x.index,
-                "status": x.status.value if hasattr(x.status, "value") else str(x.status),
-                "reward": x.reward, "resolved": r.resolved,
-                "reward_hack_suspected": r.reward_hack_suspected,
-                "drop_reason": r.drop_reason, "drop_detail": r.drop_detail,
-                "filtered": r.filtered,
-                "outcome": r.outcome, "patch": r.patch, "turns": r.turns,
-                "response_length": x.response_length, "weight_version": r.weight_version,
-                "weight_versions": x.weight_versions,
-                "agent_seconds": r.agent_seconds, "grade_seconds": r.grade_seconds,
-                "grade": r.grade_details, "trajectory": r.trajectory,
-                "reward_components": (r.grade_details or {}).get("components"),
-                "sampled_tokens": (r.trajectory or {}).get("sampled_tokens"),
-                "trained_tokens": sum(x.loss_mask) if x.loss_mask else 0,
-                "rollout_node": r.rollout_node,
-                "conversation": r.conversation,
-            }, default=str) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "instance_id": x.metadata.get("instance_id"),
+                        "group_index": x.group_index,
+                        "index": x.index,
+                        "status": x.status.value if hasattr(x.status, "value") else str(x.status),
+                        "reward": x.reward,
+                        "resolved": r.resolved,
+                        "reward_hack_suspected": r.reward_hack_suspected,
+                        "drop_reason": r.drop_reason,
+                        "drop_detail": r.drop_detail,
+                        "filtered": r.filtered,
+                        "outcome": r.outcome,
+                        "patch": r.patch,
+                        "turns": r.turns,
+                        "response_length": x.response_length,
+                        "weight_version": r.weight_version,
+                        "weight_versions": x.weight_versions,
+                        "agent_seconds": r.agent_seconds,
+                        "grade_seconds": r.grade_seconds,
+                        "grade": r.grade_details,
+                        "trajectory": r.trajectory,
+                        "reward_components": (r.grade_details or {}).get("components"),
+                        "sampled_tokens": (r.trajectory or {}).get("sampled_tokens"),
+                        "trained_tokens": sum(x.loss_mask) if x.loss_mask else 0,
+                        "rollout_node": r.rollout_node,
+                        "conversation": r.conversation,
+                    },
+                    default=str,
+                )
+                + "\n"
+            )
 
 
 def dump_rollout_data(path: Path, groups: list[list[Sample]]) -> None:
@@ -55,9 +70,20 @@ def dump_rollout_data(path: Path, groups: list[list[Sample]]) -> None:
     with gzip.open(path, "wt") as fh:
         for x in [s for g in groups for s in g]:
             r = run_of(x)
-            fh.write(json.dumps({
-                "instance_id": x.metadata.get("instance_id"), "group_index": x.group_index, "index": x.index,
-                "reward": x.reward, "resolved": r.resolved,
-                "weight_version": r.weight_version, "tokens": list(x.tokens),
-                "response_length": x.response_length, "loss_mask": x.loss_mask,
-                "rollout_log_probs": x.rollout_log_probs}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "instance_id": x.metadata.get("instance_id"),
+                        "group_index": x.group_index,
+                        "index": x.index,
+                        "reward": x.reward,
+                        "resolved": r.resolved,
+                        "weight_version": r.weight_version,
+                        "tokens": list(x.tokens),
+                        "response_length": x.response_length,
+                        "loss_mask": x.loss_mask,
+                        "rollout_log_probs": x.rollout_log_probs,
+                    }
+                )
+                + "\n"
+            )

@@ -29,18 +29,28 @@ FIELDS = ("group_index", "reward", "tokens", "response_length", "loss_mask", "ro
 def load_step(path: Path) -> list[Sample]:
     """A saved step's samples, groups renumbered from 0 in the order they were saved."""
     if not path.is_file():
-        raise DataError(f"{path} does not exist: LOAD_ROLLOUT_DATA must be a run's rollout_data folder with a file "
-                        "for every step replayed (set NUM_ROLLOUTS to at most the steps it holds)")
+        raise DataError(
+            f"{path} does not exist: LOAD_ROLLOUT_DATA must be a run's rollout_data folder with a file "
+            "for every step replayed (set NUM_ROLLOUTS to at most the steps it holds)"
+        )
     samples: list[Sample] = []
     groups: dict[tuple[Any, Any], int] = {}
     with gzip.open(path, "rt") as fh:
         for row in read_records(fh, path, FIELDS, "it was not written by SAVE_ROLLOUT_DATA"):
             group = groups.setdefault((row["group_index"], row.get("instance_id")), len(groups))
-            samples.append(Sample(group_index=group, index=row.get("index"), tokens=row["tokens"],
-                                  response_length=row["response_length"], loss_mask=row["loss_mask"],
-                                  rollout_log_probs=row["rollout_log_probs"], reward=float(row["reward"]),
-                                  status=Status.COMPLETED,
-                                  metadata={"instance_id": row.get("instance_id"), "resolved": row.get("resolved")}))
+            samples.append(
+                Sample(
+                    group_index=group,
+                    index=row.get("index"),
+                    tokens=row["tokens"],
+                    response_length=row["response_length"],
+                    loss_mask=row["loss_mask"],
+                    rollout_log_probs=row["rollout_log_probs"],
+                    reward=float(row["reward"]),
+                    status=Status.COMPLETED,
+                    metadata={"instance_id": row.get("instance_id"), "resolved": row.get("resolved")},
+                )
+            )
     return samples
 
 
@@ -83,8 +93,12 @@ def pool(files: list[Path], out: Path) -> dict[str, int]:
         for x in g:
             x.group_index = i
     dump_rollout_data(out, groups)
-    return {"steps": len(files), "groups": len(groups), "with_both_outcomes": sum(map(rewards_differ, groups)),
-            "samples": sum(map(len, groups))}
+    return {
+        "steps": len(files),
+        "groups": len(groups),
+        "with_both_outcomes": sum(map(rewards_differ, groups)),
+        "samples": sum(map(len, groups)),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,8 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     if out.exists():
         raise SystemExit(f"{out} exists: pass a new --out folder")
     n = pool(args.steps, out)
-    print(f"pooled {n['steps']} steps: {n['groups']} groups ({n['with_both_outcomes']} with both outcomes, the ones "
-          f"GRPO trains on), {n['samples']} samples -> {out}; replay it with LOAD_ROLLOUT_DATA={args.out} NUM_ROLLOUTS=1")
+    print(
+        f"pooled {n['steps']} steps: {n['groups']} groups ({n['with_both_outcomes']} with both outcomes, the ones "
+        f"GRPO trains on), {n['samples']} samples -> {out}; replay it with LOAD_ROLLOUT_DATA={args.out} NUM_ROLLOUTS=1"
+    )
     return 0
 
 

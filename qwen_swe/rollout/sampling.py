@@ -34,13 +34,17 @@ class Batch:
     rounds: int = 0
 
     def metrics(self) -> dict[str, float]:
-        return {"sampling/rounds": self.rounds, "sampling/groups_drawn": len(self.drawn),
-                "sampling/groups_trained": len(self.trained),
-                "sampling/groups_filtered": len(self.complete) - len(self.trained)}
+        return {
+            "sampling/rounds": self.rounds,
+            "sampling/groups_drawn": len(self.drawn),
+            "sampling/groups_trained": len(self.trained),
+            "sampling/groups_filtered": len(self.complete) - len(self.trained),
+        }
 
 
-def fill_batch(draw: Callable[[int], Groups], run: Callable[[Groups], Groups], size: int, *, dynamic: bool,
-               rounds: int) -> Batch:
+def fill_batch(
+    draw: Callable[[int], Groups], run: Callable[[Groups], Groups], size: int, *, dynamic: bool, rounds: int
+) -> Batch:
     """Draw ``size`` groups and run them (``run`` returns the complete ones); draw again for the missing ones, at
     most ``rounds`` times in all. With ``dynamic``, only groups whose rewards differ count towards ``size``.
 

@@ -16,13 +16,19 @@ class SandboxSettings:
     image_namespace: str = opt("swebench", "registry namespace of instance images ('' = local names)")
     sandbox_cpus: float = opt(1.0, "CPU limit per container", minimum=0.1)
     sandbox_memory: str = opt("4g", "memory limit per container (docker syntax)")
-    sandbox_network: str = opt("none", "network mode of rollout containers: none leaves them only their session's "
-                                       "model socket; host or bridge let the agent reach out (logged as a warning): "
-                                       "only for images whose tests need the network",
-                               choices=("host", "bridge", "none"))
-    sandbox_disk: str = opt("10g", "what a rollout container may write (docker size syntax; 0 = no budget), measured "
-                                   "every few seconds: past it the container is killed and the sample dropped "
-                                   "(disk_limit); Docker's own size limit needs overlay2 on xfs")
+    sandbox_network: str = opt(
+        "none",
+        "network mode of rollout containers: none leaves them only their session's "
+        "model socket; host or bridge let the agent reach out (logged as a warning): "
+        "only for images whose tests need the network",
+        choices=("host", "bridge", "none"),
+    )
+    sandbox_disk: str = opt(
+        "10g",
+        "what a rollout container may write (docker size syntax; 0 = no budget), measured "
+        "every few seconds: past it the container is killed and the sample dropped "
+        "(disk_limit); Docker's own size limit needs overlay2 on xfs",
+    )
     boot_concurrency: int = opt(4, "containers starting at once", minimum=1)
 
     def __post_init__(self) -> None:

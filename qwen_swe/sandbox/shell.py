@@ -13,8 +13,10 @@ EXEC_WRAPPER = (
     'read -r pg < "$0" 2>/dev/null && kill -KILL -- "-$pg" 2>/dev/null; rm -f "$0"; exit $rc'
 )
 # Builtins only once the pg file exists (the usual case at a timeout), so the kill needs no process but its own.
-KILL_GROUP = ('i=0; while [ ! -s "$0" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done; '
-              'read -r pg < "$0" && kill -KILL -- "-$pg"')
+KILL_GROUP = (
+    'i=0; while [ ! -s "$0" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done; '
+    'read -r pg < "$0" && kill -KILL -- "-$pg"'
+)
 
 # Select the task: a generated task's image holds one commit per task under refs/tasks/ (one image per repository,
 # as SWE-smith does); check out base_commit when it is one of them.  Any other image must already be at

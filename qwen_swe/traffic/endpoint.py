@@ -45,9 +45,16 @@ class SessionEndpoint:
     """``async with SessionEndpoint(chat, models, sid) as ep``: ``ep.folder`` is the folder to mount (removed at
     exit)."""
 
-    def __init__(self, chat: Handler, models: Handler, sid: str, *, parent: str | None = None,
-                 client_max_size: int = 256 * 1024 * 1024,
-                 on_stop: Callable[[SessionEndpoint], None] | None = None) -> None:
+    def __init__(
+        self,
+        chat: Handler,
+        models: Handler,
+        sid: str,
+        *,
+        parent: str | None = None,
+        client_max_size: int = 256 * 1024 * 1024,
+        on_stop: Callable[[SessionEndpoint], None] | None = None,
+    ) -> None:
         self.binding = Binding(sid)
         self._chat, self._models, self._parent, self._max = chat, models, parent, client_max_size
         self._on_stop = on_stop
@@ -70,8 +77,10 @@ class SessionEndpoint:
         if len(str(self.socket_path)) > MAX_SOCKET_PATH:
             path = self.socket_path
             await self.stop()
-            raise ProxyError(f"socket path {path} is longer than {MAX_SOCKET_PATH} bytes, more than a Unix socket "
-                             "can hold: point TMPDIR at a shorter folder (e.g. /tmp)")
+            raise ProxyError(
+                f"socket path {path} is longer than {MAX_SOCKET_PATH} bytes, more than a Unix socket "
+                "can hold: point TMPDIR at a shorter folder (e.g. /tmp)"
+            )
         app = web.Application(client_max_size=self._max)
         app[BINDING] = self.binding
         app.router.add_post("/v1/chat/completions", self._chat)

@@ -28,8 +28,7 @@ class Upstream(Protocol):
     async def read_json(self, resp: aiohttp.ClientResponse, path: str) -> dict[str, Any]: ...
 
 
-async def chat_forward(proxy: Upstream, request: web.Request, body: dict[str, Any],
-                       turn: Turn) -> web.StreamResponse:
+async def chat_forward(proxy: Upstream, request: web.Request, body: dict[str, Any], turn: Turn) -> web.StreamResponse:
     payload = dict(body, return_token_ids=True, logprobs=True)
     payload.pop("top_logprobs", None)
     if proxy.model:
@@ -115,8 +114,9 @@ class _StreamAccumulator:
             if r:
                 self.reasoning.append(r)
             for tc in d.get("tool_calls") or ():
-                slot = self.calls.setdefault(tc.get("index", 0), {"id": None, "type": "function",
-                                                                   "function": {"name": "", "arguments": ""}})
+                slot = self.calls.setdefault(
+                    tc.get("index", 0), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+                )
                 slot["id"] = tc.get("id") or slot["id"]
                 fn = tc.get("function") or {}
                 slot["function"]["name"] += fn.get("name") or ""

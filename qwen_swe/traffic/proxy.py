@@ -37,8 +37,17 @@ from qwen_swe.traffic.toolcalls import FORMATS, ParsedReply, parse_completion, s
 from qwen_swe.traffic.trajectory import Turn
 
 log = logging.getLogger("qwen_swe.proxy")
-SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty", "frequency_penalty",
-                 "repetition_penalty")
+SAMPLING_KEYS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+)
 
 
 # Below this request size, rendering + tokenising (~0.5 ms) is cheaper on the event loop than a thread hop;
@@ -54,10 +63,21 @@ class RecordingProxy:
     """``async with RecordingProxy(url, model=...) as proxy:``
     ``s = proxy.open_session(); ...; proxy.close_session(s.id)``."""
 
-    def __init__(self, upstream: str, *, model: str | None = None, tokenizer_path: str | None = None,
-                 mode: str | None = None, request_timeout: float = 600.0, tool_parser: str = "hermes",
-                 chat_template: str | None = None, tokenizer: Any = None, host: str = "127.0.0.1",
-                 port: int = 0, api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        model: str | None = None,
+        tokenizer_path: str | None = None,
+        mode: str | None = None,
+        request_timeout: float = 600.0,
+        tool_parser: str = "hermes",
+        chat_template: str | None = None,
+        tokenizer: Any = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+    ) -> None:
         mode = mode or ("tokens" if (tokenizer_path or tokenizer is not None) else "forward")
         if mode not in ("tokens", "forward"):
             raise ProxyError(f"mode={mode!r}: use 'tokens' or 'forward'")
@@ -96,8 +116,11 @@ class RecordingProxy:
                 tokenizer = await self._offload(AutoTokenizer.from_pretrained, self._tokenizer_path)
             self._builder = PromptBuilder(tokenizer, self._chat_template)
         auth = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else None
-        self._client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=512, force_close=False),
-                                             timeout=aiohttp.ClientTimeout(total=self.request_timeout), headers=auth)
+        self._client = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=512, force_close=False),
+            timeout=aiohttp.ClientTimeout(total=self.request_timeout),
+            headers=auth,
+        )
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_post("/s/{sid}/v1/chat/completions", self._chat)
         app.router.add_get("/s/{sid}/v1/models", self._models)
@@ -198,8 +221,12 @@ class RecordingProxy:
         if session is not None:
             return session
         status = 410 if sid in self._closed else 404
-        return web.json_response(_error_body(f"session {sid} is {'closed' if status == 410 else 'unknown'}",
-                                             "invalid_request_error", status), status=status)
+        return web.json_response(
+            _error_body(
+                f"session {sid} is {'closed' if status == 410 else 'unknown'}", "invalid_request_error", status
+            ),
+            status=status,
+        )
 
     async def _models(self, request: web.Request) -> web.Response:
         found = self._lookup(request)
@@ -221,11 +248,20 @@ class RecordingProxy:
             body = await request.json()
         except json.JSONDecodeError:
             return web.json_response(_error_body("request body is not JSON", "invalid_request_error"), status=400)
-        turn = Turn(index=session.take_index(), session_id=session.id, request_messages=body.get("messages") or [],
-                    tools=body.get("tools") or None, mode=self.mode, weight_version=self.weight_version,
-                    started_at=time.time(),
-                    params={k: body.get(k) for k in ("temperature", "top_p", "max_tokens", "max_completion_tokens",
-                                                     "tool_choice", "stream") if k in body})
+        turn = Turn(
+            index=session.take_index(),
+            session_id=session.id,
+            request_messages=body.get("messages") or [],
+            tools=body.get("tools") or None,
+            mode=self.mode,
+            weight_version=self.weight_version,
+            started_at=time.time(),
+            params={
+                k: body.get(k)
+                for k in ("temperature", "top_p", "max_tokens", "max_completion_tokens", "tool_choice", "stream")
+                if k in body
+            },
+        )
         if session.seed is not None and body.get("seed") is None:
             body["seed"] = session.turn_seed(turn.index)
         t0 = time.perf_counter()
@@ -254,11 +290,15 @@ class RecordingProxy:
         try:
             resp = await self._client.post(f"{self.upstream}{path}", json=payload)
         except TimeoutError:
-            raise UpstreamFailure(504, _error_body(f"upstream {path} timed out after {self.request_timeout}s",
-                                                   "timeout", 504), "timeout") from None
+            raise UpstreamFailure(
+                504, _error_body(f"upstream {path} timed out after {self.request_timeout}s", "timeout", 504), "timeout"
+            ) from None
         except aiohttp.ClientError as exc:
-            raise UpstreamFailure(502, _error_body(f"upstream {path} unreachable: {exc!r}", "upstream_error", 502),
-                                  f"unreachable: {exc!r}") from None
+            raise UpstreamFailure(
+                502,
+                _error_body(f"upstream {path} unreachable: {exc!r}", "upstream_error", 502),
+                f"unreachable: {exc!r}",
+            ) from None
         if resp.status >= 400:
             raw = await resp.read()
             resp.release()
@@ -273,8 +313,9 @@ class RecordingProxy:
         try:
             return await resp.json(content_type=None)
         except TimeoutError:
-            raise UpstreamFailure(504, _error_body(f"upstream {path} timed out after {self.request_timeout}s",
-                                                   "timeout", 504), "timeout") from None
+            raise UpstreamFailure(
+                504, _error_body(f"upstream {path} timed out after {self.request_timeout}s", "timeout", 504), "timeout"
+            ) from None
         finally:
             resp.release()
 
@@ -298,31 +339,46 @@ class RecordingProxy:
                 await self._fetch_max_model_len()
         room = self._max_model_len - prompt_len if self._max_model_len else None
         if room is not None and room <= 0:
-            raise UpstreamFailure(400, _error_body(
-                f"the prompt has {prompt_len} tokens, the server's context is {self._max_model_len}",
-                "invalid_request_error", 400), "context length exceeded")
+            raise UpstreamFailure(
+                400,
+                _error_body(
+                    f"the prompt has {prompt_len} tokens, the server's context is {self._max_model_len}",
+                    "invalid_request_error",
+                    400,
+                ),
+                "context length exceeded",
+            )
         if wanted is None:
             return room
         return min(int(wanted), room) if room is not None else int(wanted)
 
-    async def _chat_tokens(self, request: web.Request, body: dict[str, Any], session: Session,
-                           turn: Turn) -> web.StreamResponse:
+    async def _chat_tokens(
+        self, request: web.Request, body: dict[str, Any], session: Session, turn: Turn
+    ) -> web.StreamResponse:
         """Token mode: plan the prompt ids -> complete with ids -> parse the reply -> answer as a chat completion."""
         plan = await self._plan(request, body, session, turn)
         choice = await self._complete(body, turn, plan.prompt_ids)
         session.last_render = (turn.index, plan.text)
         message, finish = self._parse(body, turn, choice)
         assert turn.sampled_ids is not None  # _complete recorded them
-        turn.usage = {"prompt_tokens": len(plan.prompt_ids), "completion_tokens": len(turn.sampled_ids),
-                      "total_tokens": len(plan.prompt_ids) + len(turn.sampled_ids)}
+        turn.usage = {
+            "prompt_tokens": len(plan.prompt_ids),
+            "completion_tokens": len(turn.sampled_ids),
+            "total_tokens": len(plan.prompt_ids) + len(turn.sampled_ids),
+        }
         return await self._answer(request, body, turn, message, finish)
 
     async def _plan(self, request: web.Request, body: dict[str, Any], session: Session, turn: Turn) -> Any:
         """The prompt ids: earlier prompts and sampled ids kept, newly rendered messages appended."""
         builder = self._builder
         assert builder is not None  # token mode has one
-        args = (turn.request_messages, turn.tools, list(session.turns), body.get("chat_template_kwargs"),
-                session.last_render)
+        args = (
+            turn.request_messages,
+            turn.tools,
+            list(session.turns),
+            body.get("chat_template_kwargs"),
+            session.last_render,
+        )
         small = (request.content_length or 0) < INLINE_RENDER_BYTES
         plan = builder.plan(*args) if small else await self._offload(builder.plan, *args)
         turn.prompt_ids, turn.prompt_source, turn.drift = plan.prompt_ids, plan.source, plan.drift
@@ -330,9 +386,14 @@ class RecordingProxy:
 
     async def _complete(self, body: dict[str, Any], turn: Turn, prompt_ids: list[int]) -> dict[str, Any]:
         """``/v1/completions`` with token ids (a forced tool call constrained by a structural tag)."""
-        payload: dict[str, Any] = {"model": self.model or body.get("model"), "prompt": prompt_ids,
-                                   "max_tokens": await self._max_tokens(body, len(prompt_ids)),
-                                   "return_token_ids": True, "logprobs": 1, "skip_special_tokens": False}
+        payload: dict[str, Any] = {
+            "model": self.model or body.get("model"),
+            "prompt": prompt_ids,
+            "max_tokens": await self._max_tokens(body, len(prompt_ids)),
+            "return_token_ids": True,
+            "logprobs": 1,
+            "skip_special_tokens": False,
+        }
         payload.update({k: body[k] for k in SAMPLING_KEYS if body.get(k) is not None})
         forced = _forced_tools(turn.tools, body.get("tool_choice"))
         if forced:
@@ -344,16 +405,24 @@ class RecordingProxy:
             if not (forced and exc.status == 400):
                 raise
             # the grammar backend rejected a tool schema: keep the call envelope, free the arguments
-            payload["structured_outputs"] = {"structural_tag": json.dumps(
-                structural_tag(forced, self.tool_parser, strict_arguments=False))}
+            payload["structured_outputs"] = {
+                "structural_tag": json.dumps(structural_tag(forced, self.tool_parser, strict_arguments=False))
+            }
             resp = await self.post_upstream("/completions", payload)
         data = await self.read_json(resp, "/completions")
         turn.upstream_latency = time.perf_counter() - t0
         choice = (data.get("choices") or [{}])[0]
         ids = choice.get("token_ids")
         if ids is None:
-            raise UpstreamFailure(502, _error_body("upstream /completions returned no token_ids; the server must "
-                                                   "be vLLM >= 0.10.2", "upstream_error", 502), "no token ids")
+            raise UpstreamFailure(
+                502,
+                _error_body(
+                    "upstream /completions returned no token_ids; the server must be vLLM >= 0.10.2",
+                    "upstream_error",
+                    502,
+                ),
+                "no token ids",
+            )
         turn.sampled_ids = list(ids)
         lps = (choice.get("logprobs") or {}).get("token_logprobs")
         turn.logprobs = [float(x) if x is not None else 0.0 for x in lps] if lps is not None else None
@@ -375,15 +444,22 @@ class RecordingProxy:
         turn.message, turn.finish_reason = message, finish
         return message, finish
 
-    async def _answer(self, request: web.Request, body: dict[str, Any], turn: Turn, message: dict[str, Any],
-                      finish: str) -> web.StreamResponse:
+    async def _answer(
+        self, request: web.Request, body: dict[str, Any], turn: Turn, message: dict[str, Any], finish: str
+    ) -> web.StreamResponse:
         reply_id = f"chatcmpl-{uuid.uuid4().hex}"
         model = body.get("model") or self.model or ""
         if not body.get("stream"):
-            return web.json_response({"id": reply_id, "object": "chat.completion", "created": int(time.time()),
-                                      "model": model, "usage": turn.usage,
-                                      "choices": [{"index": 0, "message": message, "finish_reason": finish,
-                                                   "logprobs": None}]})
+            return web.json_response(
+                {
+                    "id": reply_id,
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": model,
+                    "usage": turn.usage,
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+                }
+            )
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await out.prepare(request)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -402,5 +478,6 @@ def _forced_tools(tools: list[dict] | None, tool_choice: Any) -> list[dict] | No
         chosen = [t for t in tools if t.get("function", t).get("name") == name]
         return chosen or None
     return None
+
 
 __all__ = ["RecordingProxy", "ProxyError", "Session", "Turn"]

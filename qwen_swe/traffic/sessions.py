@@ -60,9 +60,14 @@ def _key(msg: dict[str, Any]) -> tuple:
     """What identifies a message when the agent resends it (formatting of arguments and reasoning ignored)."""
     role = msg.get("role")
     if role == "assistant":
-        calls = tuple((c.get("id"), c.get("function", {}).get("name"),
-                       json.dumps(_arguments(c.get("function", {}).get("arguments")), sort_keys=True))
-                      for c in msg.get("tool_calls") or ())
+        calls = tuple(
+            (
+                c.get("id"),
+                c.get("function", {}).get("name"),
+                json.dumps(_arguments(c.get("function", {}).get("arguments")), sort_keys=True),
+            )
+            for c in msg.get("tool_calls") or ()
+        )
         return role, _text(msg.get("content")).strip(), calls
     return role, _text(msg.get("content")), msg.get("tool_call_id"), msg.get("name")
 
@@ -91,13 +96,23 @@ class PromptBuilder:
         self.end_id = vocab[self.end_text]
         self.stop_ids = {self.end_id} | {i for i in [tokenizer.eos_token_id] if i is not None}
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-               generation_prompt: bool = True, template_kwargs: dict[str, Any] | None = None) -> str:
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        generation_prompt: bool = True,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> str:
         kwargs = dict(template_kwargs or {})
         if self.chat_template:
             kwargs["chat_template"] = self.chat_template
-        return self.tokenizer.apply_chat_template(for_template(messages), tools=tools or None, tokenize=False,
-                                                  add_generation_prompt=generation_prompt, **kwargs)
+        return self.tokenizer.apply_chat_template(
+            for_template(messages),
+            tools=tools or None,
+            tokenize=False,
+            add_generation_prompt=generation_prompt,
+            **kwargs,
+        )
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -108,19 +123,34 @@ class PromptBuilder:
             ids = ids[:-1]
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
-    def plan(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, history: list[Turn],
-             template_kwargs: dict[str, Any] | None = None, last_render: tuple[int, str] | None = None) -> PromptPlan:
+    def plan(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        history: list[Turn],
+        template_kwargs: dict[str, Any] | None = None,
+        last_render: tuple[int, str] | None = None,
+    ) -> PromptPlan:
         """The prompt ids for ``messages``; ``last_render`` = (turn index, its rendered prompt) saves a render."""
         full = self.render(messages, tools, True, template_kwargs)
         plan = self._plan(full, messages, tools, history, template_kwargs, last_render)
         plan.text = full
         return plan
 
-    def _plan(self, full: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-              history: list[Turn], template_kwargs: dict[str, Any] | None,
-              last_render: tuple[int, str] | None) -> PromptPlan:
-        recorded = [t for t in history if t.ok and t.prompt_ids is not None and t.sampled_ids is not None
-                    and t.message is not None]
+    def _plan(
+        self,
+        full: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        history: list[Turn],
+        template_kwargs: dict[str, Any] | None,
+        last_render: tuple[int, str] | None,
+    ) -> PromptPlan:
+        recorded = [
+            t
+            for t in history
+            if t.ok and t.prompt_ids is not None and t.sampled_ids is not None and t.message is not None
+        ]
         if not recorded:
             return PromptPlan(self.encode(full), "render")
         keys = [_key(m) for m in messages]
@@ -132,26 +162,44 @@ class PromptBuilder:
             if keys[:n] != [_key(m) for m in turn.request_messages]:
                 continue
             if (turn.tools or None) != (tools or None):
-                return PromptPlan(self.encode(full), "render", None,
-                                  {"reason": "tools_changed", "turn": turn.index, "message_index": n})
+                return PromptPlan(
+                    self.encode(full),
+                    "render",
+                    None,
+                    {"reason": "tools_changed", "turn": turn.index, "message_index": n},
+                )
             before = last_render[1] if last_render and last_render[0] == turn.index else None
             if before is None or not full.startswith(before):
                 before = self.render(messages[:n], tools, True, template_kwargs)
             if not full.startswith(before):
-                return PromptPlan(self.encode(full), "render", None,
-                                  {"reason": "render_not_prefix", "turn": turn.index, "message_index": n})
-            tail = full[len(before):]
+                return PromptPlan(
+                    self.encode(full),
+                    "render",
+                    None,
+                    {"reason": "render_not_prefix", "turn": turn.index, "message_index": n},
+                )
+            tail = full[len(before) :]
             cut = tail.find(self.end_text)
             if cut < 0:
-                return PromptPlan(self.encode(full), "render", None,
-                                  {"reason": "no_end_of_turn", "turn": turn.index, "message_index": n})
-            delta = self.encode(tail[cut + len(self.end_text):])
+                return PromptPlan(
+                    self.encode(full),
+                    "render",
+                    None,
+                    {"reason": "no_end_of_turn", "turn": turn.index, "message_index": n},
+                )
+            delta = self.encode(tail[cut + len(self.end_text) :])
             closing = [] if turn.sampled_ids and turn.sampled_ids[-1] == self.end_id else [self.end_id]
             ids = list(turn.prompt_ids) + list(turn.sampled_ids) + closing + delta
             return PromptPlan(ids, "splice", turn.index)
         last = recorded[-1]
         n = len(last.request_messages)
-        differs = next((i for i, (a, b) in enumerate(zip(keys, (_key(m) for m in last.request_messages))) if a != b),
-                       min(n, len(messages)))
-        return PromptPlan(self.encode(full), "render", None,
-                          {"reason": "history_rewritten", "turn": last.index, "message_index": differs})
+        differs = next(
+            (i for i, (a, b) in enumerate(zip(keys, (_key(m) for m in last.request_messages))) if a != b),
+            min(n, len(messages)),
+        )
+        return PromptPlan(
+            self.encode(full),
+            "render",
+            None,
+            {"reason": "history_rewritten", "turn": last.index, "message_index": differs},
+        )

@@ -90,8 +90,11 @@ def parse_completion(text: str, fmt: str = "hermes", tools: list[dict] | None = 
 
 
 def _openai_call(name: str, arguments: Any) -> dict[str, Any]:
-    return {"id": new_call_id(), "type": "function",
-            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
+    return {
+        "id": new_call_id(),
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)},
+    }
 
 
 def _parse_hermes(body: str) -> list[dict[str, Any]]:
@@ -174,25 +177,43 @@ def structural_tag(tools: list[dict], fmt: str = "hermes", *, strict_arguments: 
         strict = fn.get("strict") is True if strict_arguments is None else strict_arguments
         schema = _arguments_schema(tool) if strict else {"type": "object"}
         if fmt == "hermes":
-            tags.append({"type": "tag", "begin": f'{CALL_OPEN}\n{{"name": {json.dumps(name)}, "arguments": ',
-                         "content": {"type": "json_schema", "json_schema": schema}, "end": f"}}\n{CALL_CLOSE}"})
+            tags.append(
+                {
+                    "type": "tag",
+                    "begin": f'{CALL_OPEN}\n{{"name": {json.dumps(name)}, "arguments": ',
+                    "content": {"type": "json_schema", "json_schema": schema},
+                    "end": f"}}\n{CALL_CLOSE}",
+                }
+            )
         elif fmt == "qwen3_coder":
-            tags.append({"type": "tag", "begin": f"{CALL_OPEN}\n<function={name}>\n",
-                         "content": {"type": "json_schema", "json_schema": schema, "style": "qwen_xml"},
-                         "end": f"\n</function>\n{CALL_CLOSE}"})
+            tags.append(
+                {
+                    "type": "tag",
+                    "begin": f"{CALL_OPEN}\n<function={name}>\n",
+                    "content": {"type": "json_schema", "json_schema": schema, "style": "qwen_xml"},
+                    "end": f"\n</function>\n{CALL_CLOSE}",
+                }
+            )
         else:
             raise ValueError(f"unknown tool-call format {fmt!r}; use one of {', '.join(FORMATS)}")
-    return {"type": "structural_tag",
-            "format": {"type": "tags_with_separator", "tags": tags, "separator": "\n", "at_least_one": True}}
+    return {
+        "type": "structural_tag",
+        "format": {"type": "tags_with_separator", "tags": tags, "separator": "\n", "at_least_one": True},
+    }
 
 
 # Model family -> vLLM tool-call parser; first match on the lower-cased model name or path wins. Qwen3-Coder writes
 # XML tool calls (<function=...><parameter=...>) that only qwen3_coder parses; Qwen2.5/Qwen3 and the embedded
 # SmolLM2 (with the compact Hermes template) write <tool_call>{json}</tool_call>, which hermes parses.
 TOOL_CALL_PARSERS: tuple[tuple[str, str], ...] = (
-    ("qwen3-coder", "qwen3_coder"), ("qwen3_coder", "qwen3_coder"), ("qwen3coder", "qwen3_coder"),
-    ("qwen2.5", "hermes"), ("qwen2_5", "hermes"), ("qwen3", "hermes"),
-    ("smollm2", "hermes"), ("embedded", "hermes"),
+    ("qwen3-coder", "qwen3_coder"),
+    ("qwen3_coder", "qwen3_coder"),
+    ("qwen3coder", "qwen3_coder"),
+    ("qwen2.5", "hermes"),
+    ("qwen2_5", "hermes"),
+    ("qwen3", "hermes"),
+    ("smollm2", "hermes"),
+    ("embedded", "hermes"),
 )
 
 
@@ -202,6 +223,8 @@ def tool_call_parser_for(model: str) -> str:
         if needle in name:
             return parser
     families = ", ".join(f"{needle} -> {parser}" for needle, parser in TOOL_CALL_PARSERS)
-    raise ConfigError(f"no tool-call parser known for model {model!r} (known families: {families}); pass "
-                      "--tool-call-parser NAME (e.g. hermes, qwen3_coder, llama3_json) matching the format "
-                      "the model writes tool calls in")
+    raise ConfigError(
+        f"no tool-call parser known for model {model!r} (known families: {families}); pass "
+        "--tool-call-parser NAME (e.g. hermes, qwen3_coder, llama3_json) matching the format "
+        "the model writes tool calls in"
+    )

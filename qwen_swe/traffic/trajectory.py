@@ -56,8 +56,15 @@ def for_template(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             m["content"] = _text(m.get("content"))
         if m.get("tool_calls"):
             m["tool_calls"] = [
-                {**c, "function": {**c.get("function", {}), "arguments": _arguments(c.get("function", {}).get("arguments"))}}
-                for c in m["tool_calls"]]
+                {
+                    **c,
+                    "function": {
+                        **c.get("function", {}),
+                        "arguments": _arguments(c.get("function", {}).get("arguments")),
+                    },
+                }
+                for c in m["tool_calls"]
+            ]
         out.append(m)
     return out
 
@@ -131,8 +138,9 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return lo
 
 
-def build_sample(turns: Iterable[Turn], *, max_response_len: int, mask_truncated: bool,
-                 tokenizer: Any = None) -> Trajectory:
+def build_sample(
+    turns: Iterable[Turn], *, max_response_len: int, mask_truncated: bool, tokenizer: Any = None
+) -> Trajectory:
     """Linearise a session's turns into one sample (see the module docstring for the drift rule)."""
     turns = list(turns)
     good = [t for t in turns if t.ok and t.prompt_ids is not None and t.sampled_ids is not None]
@@ -140,21 +148,30 @@ def build_sample(turns: Iterable[Turn], *, max_response_len: int, mask_truncated
     usable = [t for t in turns if t.ok]
     if usable and len(good) < len(usable):  # some successful turns carry no ids: the token path cannot be exact
         if tokenizer is None:
-            raise TrajectoryError(f"{len(usable) - len(good)} of {len(usable)} turns carry no token ids; pass the "
-                                  "model's tokenizer to fall back to chat-template masking")
+            raise TrajectoryError(
+                f"{len(usable) - len(good)} of {len(usable)} turns carry no token ids; pass the "
+                "model's tokenizer to fall back to chat-template masking"
+            )
         return _from_messages(usable, tokenizer, max_response_len, mask_truncated, failed)
     seq = _splice(good)
     tokens, mask, logps, prompt_len, drift = seq.tokens, seq.mask, seq.logps, seq.prompt_len, seq.drift
     sampled, missing_logprobs = seq.sampled, seq.missing_logprobs
     retained = sum(mask)
-    meta = {"source": "token_ids", "turns": len(turns), "model_turns": len(good), "error_turns": failed,
-            "sampled_tokens": sampled, "retained_sampled_tokens": retained,
-            "retained_fraction": retained / sampled if sampled else 1.0,
-            "drift_count": len(drift), "drift_events": drift,
-            "dropped_sampled_tokens": sum(d["dropped_sampled"] for d in drift),
-            "proxy_drift_count": sum(t.drift is not None for t in good),
-            "missing_logprobs": missing_logprobs,
-            "weight_versions": sorted({str(t.weight_version) for t in good if t.weight_version is not None})}
+    meta = {
+        "source": "token_ids",
+        "turns": len(turns),
+        "model_turns": len(good),
+        "error_turns": failed,
+        "sampled_tokens": sampled,
+        "retained_sampled_tokens": retained,
+        "retained_fraction": retained / sampled if sampled else 1.0,
+        "drift_count": len(drift),
+        "drift_events": drift,
+        "dropped_sampled_tokens": sum(d["dropped_sampled"] for d in drift),
+        "proxy_drift_count": sum(t.drift is not None for t in good),
+        "missing_logprobs": missing_logprobs,
+        "weight_versions": sorted({str(t.weight_version) for t in good if t.weight_version is not None}),
+    }
     return _finish(tokens, prompt_len, mask, logps, meta, max_response_len, mask_truncated)
 
 
@@ -176,8 +193,15 @@ class _Spliced:
         prompt = list(turn.prompt_ids)
         keep = 0 if first else _common_prefix(self.tokens, prompt)
         if not first and keep < len(self.tokens):
-            self.drift.append({"turn": turn.index, "at": keep, "held": len(self.tokens),
-                               "dropped_sampled": sum(self.mask[keep:]), "proxy_drift": turn.drift})
+            self.drift.append(
+                {
+                    "turn": turn.index,
+                    "at": keep,
+                    "held": len(self.tokens),
+                    "dropped_sampled": sum(self.mask[keep:]),
+                    "proxy_drift": turn.drift,
+                }
+            )
             del self.tokens[keep:], self.mask[keep:], self.logps[keep:]
             self.prompt_len = min(self.prompt_len, keep)
         self.tokens.extend(prompt[keep:])
@@ -206,14 +230,21 @@ def _splice(good: list[Turn]) -> _Spliced:
     return seq
 
 
-def _finish(tokens: list[int], prompt_len: int, mask: list[int], logps: list[float] | None,
-            meta: dict[str, Any], max_response_len: int, mask_truncated: bool) -> Trajectory:
+def _finish(
+    tokens: list[int],
+    prompt_len: int,
+    mask: list[int],
+    logps: list[float] | None,
+    meta: dict[str, Any],
+    max_response_len: int,
+    mask_truncated: bool,
+) -> Trajectory:
     response_mask = mask[prompt_len:]
     response_lp = logps[prompt_len:] if logps is not None else None
     excess = len(response_mask) - max_response_len
     truncated = excess > 0
     if truncated:
-        tokens = tokens[:prompt_len + max_response_len]
+        tokens = tokens[: prompt_len + max_response_len]
         response_mask = response_mask[:max_response_len]
         response_lp = response_lp[:max_response_len] if response_lp is not None else None
     if truncated and mask_truncated:
@@ -221,22 +252,38 @@ def _finish(tokens: list[int], prompt_len: int, mask: list[int], logps: list[flo
     meta.update(truncated=truncated, truncated_tokens=max(excess, 0), trained_tokens=sum(response_mask))
     if response_lp is not None:
         response_lp = [lp if m else 0.0 for lp, m in zip(response_lp, response_mask)]
-    return Trajectory(tokens=tokens, response_length=len(response_mask), loss_mask=response_mask,
-                      rollout_log_probs=response_lp, metadata=meta)
+    return Trajectory(
+        tokens=tokens,
+        response_length=len(response_mask),
+        loss_mask=response_mask,
+        rollout_log_probs=response_lp,
+        metadata=meta,
+    )
 
 
-def _from_messages(turns: list[Turn], tokenizer: Any, max_response_len: int, mask_truncated: bool,
-                   failed: int) -> Trajectory:
+def _from_messages(
+    turns: list[Turn], tokenizer: Any, max_response_len: int, mask_truncated: bool, failed: int
+) -> Trajectory:
     last = turns[-1]
     messages = list(last.request_messages) + ([last.message] if last.message else [])
     ids, mask = mask_from_messages(tokenizer, messages, last.tools)
     prompt_len = mask.index(1) if 1 in mask else len(mask)
     trained = sum(mask)
-    meta = {"source": "chat_template", "turns": len(turns) + failed, "model_turns": len(turns), "error_turns": failed,
-            "sampled_tokens": trained, "retained_sampled_tokens": trained, "retained_fraction": 1.0 if trained else 0.0,
-            "drift_count": 0, "drift_events": [], "dropped_sampled_tokens": 0, "proxy_drift_count": 0,
-            "missing_logprobs": trained,
-            "weight_versions": sorted({str(t.weight_version) for t in turns if t.weight_version is not None})}
+    meta = {
+        "source": "chat_template",
+        "turns": len(turns) + failed,
+        "model_turns": len(turns),
+        "error_turns": failed,
+        "sampled_tokens": trained,
+        "retained_sampled_tokens": trained,
+        "retained_fraction": 1.0 if trained else 0.0,
+        "drift_count": 0,
+        "drift_events": [],
+        "dropped_sampled_tokens": 0,
+        "proxy_drift_count": 0,
+        "missing_logprobs": trained,
+        "weight_versions": sorted({str(t.weight_version) for t in turns if t.weight_version is not None}),
+    }
     return _finish(ids, prompt_len, mask, None, meta, max_response_len, mask_truncated)
 
 
@@ -244,8 +291,9 @@ def _render(tokenizer: Any, messages: list[dict], tools: list[dict] | None, **kw
     return tokenizer.apply_chat_template(for_template(messages), tools=tools or None, tokenize=False, **kw)
 
 
-def mask_from_messages(tokenizer: Any, messages: list[dict[str, Any]],
-                       tools: list[dict[str, Any]] | None = None) -> tuple[list[int], list[int]]:
+def mask_from_messages(
+    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+) -> tuple[list[int], list[int]]:
     """Render the whole conversation once and mask assistant turns, like slime's ``qwen3_5`` generator.
 
     Trained (1): each assistant turn's body after ``<|im_start|>assistant\\n`` (reasoning, content, tool
@@ -275,8 +323,10 @@ def _assistant_char_spans(text: str, messages: list[dict[str, Any]]) -> list[tup
     for train in wanted:
         head = text.find(ASSISTANT_HEADER, pos)
         if head < 0:
-            raise TrajectoryError("the chat template did not render an assistant turn with ChatML markers "
-                                  f"('{ASSISTANT_HEADER!r}'); mask_from_messages supports Qwen/ChatML templates only")
+            raise TrajectoryError(
+                "the chat template did not render an assistant turn with ChatML markers "
+                f"('{ASSISTANT_HEADER!r}'); mask_from_messages supports Qwen/ChatML templates only"
+            )
         body = head + len(ASSISTANT_HEADER)
         close = text.find(IM_END, body)
         end = len(text) if close < 0 else close + len(IM_END)

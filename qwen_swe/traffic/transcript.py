@@ -17,10 +17,22 @@ def transcript(turns: Iterable[Turn], cap: int = OUTPUT_CAP) -> dict[str, Any]:
     last = turns[-1] if turns else None
     raw = list(last.request_messages) + ([last.message] if last and last.message else []) if last else []
     messages = [_capped(m, cap) for m in raw]
-    return {"messages": messages, "output_cap": cap,
-            "capped_messages": sum("truncated_chars" in m for m in messages),
-            "calls": [{"index": t.index, "status": t.status, "error": t.error, "finish_reason": t.finish_reason,
-                       "sampled_tokens": len(t.sampled_ids or []), "seconds": round(t.latency, 3)} for t in turns]}
+    return {
+        "messages": messages,
+        "output_cap": cap,
+        "capped_messages": sum("truncated_chars" in m for m in messages),
+        "calls": [
+            {
+                "index": t.index,
+                "status": t.status,
+                "error": t.error,
+                "finish_reason": t.finish_reason,
+                "sampled_tokens": len(t.sampled_ids or []),
+                "seconds": round(t.latency, 3),
+            }
+            for t in turns
+        ],
+    }
 
 
 def _capped(message: dict[str, Any], cap: int) -> dict[str, Any]:

@@ -65,8 +65,9 @@ def complete_checkpoints(output_dir: Path, warn: bool = True) -> list[tuple[int,
             continue
         if path.name.endswith(".tmp") or not (path / MARKER).exists():
             if warn:
-                log.warning("ignoring half-written checkpoint %s (no '%s' marker): a save was interrupted",
-                            path, MARKER)
+                log.warning(
+                    "ignoring half-written checkpoint %s (no '%s' marker): a save was interrupted", path, MARKER
+                )
             continue
         found.append((step, path))
     return sorted(found)
@@ -93,7 +94,8 @@ def check_disk(folder: Path, needed: int) -> None:
         raise CheckpointError(
             f"not enough disk for {folder}: need about {needed / 2**30:.2f} GiB ({needed} bytes), "
             f"{free / 2**30:.2f} GiB ({free} bytes) free; free space, lower KEEP_CHECKPOINTS, "
-            "or point OUTPUT_DIR at a larger disk")
+            "or point OUTPUT_DIR at a larger disk"
+        )
 
 
 def _agree(error: str | None) -> None:
@@ -128,8 +130,16 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def save_checkpoint(output_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, *,
-                    state: dict[str, Any], keep: int, needed_bytes: int | None = None) -> Path:
+def save_checkpoint(
+    output_dir: Path,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    *,
+    state: dict[str, Any],
+    keep: int,
+    needed_bytes: int | None = None,
+) -> Path:
     """Collective: write checkpoint ``step`` atomically and keep only the newest ``keep`` complete ones.
 
     ``state`` (rank 0's is saved) holds the trainer's step, weight version, the driver's state and the
@@ -158,8 +168,13 @@ def save_checkpoint(output_dir: Path, step: int, model: nn.Module, optimizer: to
     if rank == 0:
         with open(tmp / STATE_FILE, "wb") as fh:
             pickle.dump(state, fh)
-        meta = {"step": step, "weight_version": state.get("weight_version"), "world_size": dist.get_world_size(),
-                "saved_at": time.time(), "seconds": round(time.monotonic() - t0, 3)}
+        meta = {
+            "step": step,
+            "weight_version": state.get("weight_version"),
+            "world_size": dist.get_world_size(),
+            "saved_at": time.time(),
+            "seconds": round(time.monotonic() - t0, 3),
+        }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
         (tmp / MARKER).write_text("ok\n")
         shutil.rmtree(final, ignore_errors=True)
@@ -197,7 +212,8 @@ def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimiz
     if rng.exists():
         _set_rng_state(torch.load(rng, weights_only=False))
     else:
-        log.warning("%s has no RNG state for rank %d (saved with another world size); RNG not restored",
-                    path, dist.get_rank())
+        log.warning(
+            "%s has no RNG state for rank %d (saved with another world size); RNG not restored", path, dist.get_rank()
+        )
     with open(path / STATE_FILE, "rb") as fh:
         return pickle.load(fh)

@@ -77,13 +77,17 @@ class Colocation:
             raise TrainerError("to_rollouts() while the trainer is offloaded: call to_trainer() first")
         assert self.offload is not None, "attach() first"
         parked = self._timed("colocate/offload_seconds", self.offload.offload_optimizer)
-        self._timed("colocate/wake_seconds", lambda: on_rank0(lambda: rank0_only(self.server).wake_up((WEIGHTS,)),
-                                                               "POST /wake_up?tags=weights"))
+        self._timed(
+            "colocate/wake_seconds",
+            lambda: on_rank0(lambda: rank0_only(self.server).wake_up((WEIGHTS,)), "POST /wake_up?tags=weights"),
+        )
         if push is not None:
             push()
         parked += self._timed("colocate/offload_seconds", self.offload.offload_parameters)
-        self._timed("colocate/wake_seconds", lambda: on_rank0(lambda: rank0_only(self.server).wake_up((KV_CACHE,)),
-                                                               "POST /wake_up?tags=kv_cache"))
+        self._timed(
+            "colocate/wake_seconds",
+            lambda: on_rank0(lambda: rank0_only(self.server).wake_up((KV_CACHE,)), "POST /wake_up?tags=kv_cache"),
+        )
         self.trainer_resident = False
         log.info("COLOCATE: the trainer's %.2f GiB wait in host memory, the server serves", parked / 2**30)
 

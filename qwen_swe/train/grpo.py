@@ -99,8 +99,11 @@ def logprob_mismatch(logprobs: Tensor, rollout_logprobs: Tensor, mask: Tensor) -
         k3 = (torch.exp(d) - 1.0 - d) * m
         count = float(m.sum())
         safe = max(count, 1.0)
-        return {"logprob_diff_abs": float((d.abs() * m).sum()) / safe, "logprob_kl_k3": float(k3.sum()) / safe,
-                "tokens": count}
+        return {
+            "logprob_diff_abs": float((d.abs() * m).sum()) / safe,
+            "logprob_kl_k3": float(k3.sum()) / safe,
+            "tokens": count,
+        }
 
 
 def _reduce(per_token: Tensor, mask: Tensor, norm: str, denominator: float) -> Tensor:
@@ -111,11 +114,20 @@ def _reduce(per_token: Tensor, mask: Tensor, norm: str, denominator: float) -> T
     return total / max(denominator, 1.0)
 
 
-def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, loss_mask: Tensor,
-                clip_low: float = 0.2, clip_high: float = 0.2, norm: str = "token",
-                denominator: float | None = None, entropy: Tensor | None = None,
-                ref_logprobs: Tensor | None = None, kl_coef: float = 0.0,
-                kl_type: str = "low_var_kl") -> tuple[Tensor, dict[str, float]]:
+def policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    loss_mask: Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    norm: str = "token",
+    denominator: float | None = None,
+    entropy: Tensor | None = None,
+    ref_logprobs: Tensor | None = None,
+    kl_coef: float = 0.0,
+    kl_type: str = "low_var_kl",
+) -> tuple[Tensor, dict[str, float]]:
     """PPO-clip loss over masked response tokens, and its metrics.
 
     Shapes: ``logprobs``, ``old_logprobs``, ``loss_mask`` are ``[samples, T]`` (padding masked out);

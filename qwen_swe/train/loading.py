@@ -30,8 +30,16 @@ from torch import Tensor, nn
 
 from qwen_swe.errors import TrainerError
 
-_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "F64": torch.float64,
-           "I64": torch.int64, "I32": torch.int32, "U8": torch.uint8, "BOOL": torch.bool}
+_DTYPES = {
+    "F32": torch.float32,
+    "BF16": torch.bfloat16,
+    "F16": torch.float16,
+    "F64": torch.float64,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
 _EXPERTS = re.compile(r"^(?P<prefix>.*\.mlp\.experts)\.(?P<kind>gate_up_proj|down_proj)$")
 
 
@@ -49,8 +57,10 @@ class SafetensorsIndex:
     def __init__(self, folder: Path) -> None:
         files = sorted(folder.glob("*.safetensors"))
         if not files:
-            raise TrainerError(f"WEIGHT_LOADING=meta reads safetensors files, and {folder} has none; convert the "
-                               "model to safetensors or use WEIGHT_LOADING=full")
+            raise TrainerError(
+                f"WEIGHT_LOADING=meta reads safetensors files, and {folder} has none; convert the "
+                "model to safetensors or use WEIGHT_LOADING=full"
+            )
         self.tensors: dict[str, TensorInfo] = {}
         for file in files:
             with file.open("rb") as fh:
@@ -60,10 +70,13 @@ class SafetensorsIndex:
                 if name == "__metadata__":
                     continue
                 if meta["dtype"] not in _DTYPES:
-                    raise TrainerError(f"{file}: tensor {name} has dtype {meta['dtype']}, which sharded loading "
-                                       "does not read; use WEIGHT_LOADING=full")
-                self.tensors[name] = TensorInfo(file, _DTYPES[meta["dtype"]], tuple(meta["shape"]),
-                                                8 + length + int(meta["data_offsets"][0]))
+                    raise TrainerError(
+                        f"{file}: tensor {name} has dtype {meta['dtype']}, which sharded loading "
+                        "does not read; use WEIGHT_LOADING=full"
+                    )
+                self.tensors[name] = TensorInfo(
+                    file, _DTYPES[meta["dtype"]], tuple(meta["shape"]), 8 + length + int(meta["data_offsets"][0])
+                )
 
     def read_rows(self, name: str, rows: range, out: Tensor) -> None:
         """Rows ``rows`` of tensor ``name`` (dim 0) into ``out`` (any dtype, same element count)."""
@@ -72,8 +85,10 @@ class SafetensorsIndex:
         for d in info.shape[1:]:
             row_elems *= d
         if out.numel() != len(rows) * row_elems:
-            raise TrainerError(f"{name}: the checkpoint's shape {info.shape} does not fit the model's shard of "
-                               f"{tuple(out.shape)}; MODEL's config.json and weights disagree")
+            raise TrainerError(
+                f"{name}: the checkpoint's shape {info.shape} does not fit the model's shard of "
+                f"{tuple(out.shape)}; MODEL's config.json and weights disagree"
+            )
         if not len(rows):
             return
         itemsize = torch.empty((), dtype=info.dtype).element_size()
@@ -138,9 +153,13 @@ def recording_adapters(lm_holder: dict[str, nn.Module], values: dict[str, Tensor
     seen: list[tuple[BaseTunerLayer, str, dict[str, Tensor]]] = []
 
     def move(layer: BaseTunerLayer, adapter_name: str, device: torch.device | None = None) -> None:
-        params = {f"{part}.{adapter_name}.{n}": p.detach().clone()
-                  for part in ("lora_A", "lora_B") if adapter_name in getattr(layer, part, {})
-                  for n, p in getattr(layer, part)[adapter_name].named_parameters() if p.device.type != "meta"}
+        params = {
+            f"{part}.{adapter_name}.{n}": p.detach().clone()
+            for part in ("lora_A", "lora_B")
+            if adapter_name in getattr(layer, part, {})
+            for n, p in getattr(layer, part)[adapter_name].named_parameters()
+            if p.device.type != "meta"
+        }
         seen.append((layer, adapter_name, params))
         original(layer, adapter_name, device)
 
@@ -179,7 +198,7 @@ def load_local_shards(policy: nn.Module, index: SafetensorsIndex, extra: dict[st
             name = checkpoint_name(pname)
             inner = pname.removeprefix("lm.")
             if inner in extra:
-                local.copy_(extra[inner][rows.start:rows.stop].view(local.shape))
+                local.copy_(extra[inner][rows.start : rows.stop].view(local.shape))
             elif name in index.tensors:
                 index.read_rows(name, rows, local)
             elif _EXPERTS.match(name):
@@ -187,8 +206,10 @@ def load_local_shards(policy: nn.Module, index: SafetensorsIndex, extra: dict[st
             else:
                 missing.append(name)
     if missing:
-        raise TrainerError(f"the checkpoint has no tensors for {missing[:5]} ({len(missing)} in all); the model "
-                           "class does not match its files, use WEIGHT_LOADING=full")
+        raise TrainerError(
+            f"the checkpoint has no tensors for {missing[:5]} ({len(missing)} in all); the model "
+            "class does not match its files, use WEIGHT_LOADING=full"
+        )
 
 
 def _read_experts(index: SafetensorsIndex, name: str, rows: range, local: Tensor, missing: list[str]) -> None:

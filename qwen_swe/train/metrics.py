@@ -22,16 +22,24 @@ log = logging.getLogger("qwen_swe.train_log")
 
 
 class MetricsLog:
-    def __init__(self, output_dir: Path, resume_step: int = 0, report_to: Sequence[str] = ("tensorboard",),
-                 config: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        output_dir: Path,
+        resume_step: int = 0,
+        report_to: Sequence[str] = ("tensorboard",),
+        config: dict[str, Any] | None = None,
+    ) -> None:
         """``report_to``: the sinks besides ``metrics.jsonl`` (REPORT_TO); ``config``: the run's settings, which
         wandb shows beside its curves."""
         self.dir = Path(output_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "metrics.jsonl"
         if self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", -1) < resume_step]
+            kept = [
+                line
+                for line in self.path.read_text().splitlines()
+                if line.strip() and json.loads(line).get("step", -1) < resume_step
+            ]
             self.path.write_text("".join(line + "\n" for line in kept))
         self.sinks = make_sinks(report_to, self.dir, resume_step, config)
 
@@ -39,8 +47,9 @@ class MetricsLog:
         with self.path.open("a") as fh:
             fh.write(json.dumps(metrics, sort_keys=True, default=str) + "\n")
         step = int(metrics["step"])
-        scalars = {key: float(value) for key, value in metrics.items()
-                   if isinstance(value, (int, float)) and key != "step"}
+        scalars = {
+            key: float(value) for key, value in metrics.items() if isinstance(value, (int, float)) and key != "step"
+        }
         for sink in self.sinks:
             sink.log(scalars, step)
         print(format_line(metrics, total_steps), flush=True)
@@ -62,17 +71,22 @@ class MetricsLog:
 
 
 def format_line(m: dict[str, Any], total_steps: int) -> str:
-    update = "skipped" if m.get("skipped_update") else (f"loss {m.get('loss', 0.0):+.4f} nll {m.get('nll', 0.0):.3f} "
-                                                         f"grad {m.get('grad_norm', 0.0):.3f}")
+    update = (
+        "skipped"
+        if m.get("skipped_update")
+        else (f"loss {m.get('loss', 0.0):+.4f} nll {m.get('nll', 0.0):.3f} grad {m.get('grad_norm', 0.0):.3f}")
+    )
     kl_ref = f" kl to start {m['kl_ref']:.2e}" if "kl_ref" in m else ""
-    return (f"{step_label(int(m['step']), total_steps, 'v' + str(m.get('weight_version')))} | "
-            f"reward {m.get('reward_mean', 0.0):+.3f} "
-            f"resolved {m.get('resolve_rate', 0.0):.2f} | samples {m.get('samples', 0)} "
-            f"dropped {m.get('dropped_samples', 0):g} zero-var groups {m.get('zero_variance_groups', 0)} "
-            f"resp len {m.get('response_length_mean', 0.0):.0f} | {update} clip {m.get('clip_fraction', 0.0):.3f} "
-            f"kl {m.get('approx_kl', 0.0):.2e}{kl_ref} | rollout {m.get('time/rollout', 0.0):.1f}s "
-            f"train {m.get('time/train', 0.0):.1f}s sync {m.get('time/sync', 0.0):.1f}s "
-            f"save {m.get('time/save', 0.0):.1f}s")
+    return (
+        f"{step_label(int(m['step']), total_steps, 'v' + str(m.get('weight_version')))} | "
+        f"reward {m.get('reward_mean', 0.0):+.3f} "
+        f"resolved {m.get('resolve_rate', 0.0):.2f} | samples {m.get('samples', 0)} "
+        f"dropped {m.get('dropped_samples', 0):g} zero-var groups {m.get('zero_variance_groups', 0)} "
+        f"resp len {m.get('response_length_mean', 0.0):.0f} | {update} clip {m.get('clip_fraction', 0.0):.3f} "
+        f"kl {m.get('approx_kl', 0.0):.2e}{kl_ref} | rollout {m.get('time/rollout', 0.0):.1f}s "
+        f"train {m.get('time/train', 0.0):.1f}s sync {m.get('time/sync', 0.0):.1f}s "
+        f"save {m.get('time/save', 0.0):.1f}s"
+    )
 
 
 def plot_rewards(metrics_path: Path, png: Path) -> Path:

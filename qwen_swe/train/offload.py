@@ -46,8 +46,9 @@ class StateOffload:
         for storage in _unique_storages(self.tensors):
             host = self.hosts.get(storage._cdata)
             if host is None or host.nbytes() != storage.nbytes():
-                host = torch.empty(storage.nbytes(), dtype=torch.uint8, device="cpu",
-                                   pin_memory=storage.device.type == "cuda").untyped_storage()
+                host = torch.empty(
+                    storage.nbytes(), dtype=torch.uint8, device="cpu", pin_memory=storage.device.type == "cuda"
+                ).untyped_storage()
                 self.hosts[storage._cdata] = host
             host.copy_(storage)
             released += storage.nbytes()
@@ -120,4 +121,3 @@ def _returned(released: int) -> int:
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return released
-

@@ -24,8 +24,10 @@ class Prefetch:
 
     def __init__(self, driver: RolloutSource, depth: int, first_step: int, last_step: int) -> None:
         if not isinstance(driver, AsyncRolloutSource):
-            raise TrainerError(f"MAX_STALENESS={depth} needs a driver with submit/collect; "
-                               f"{type(driver).__name__} has none: set MAX_STALENESS=0")
+            raise TrainerError(
+                f"MAX_STALENESS={depth} needs a driver with submit/collect; "
+                f"{type(driver).__name__} has none: set MAX_STALENESS=0"
+            )
         self.driver, self.depth, self.next, self.last = driver, depth, first_step, last_step
 
     def batch(self, step: int, version: int) -> tuple[list[Sample], dict]:
@@ -59,8 +61,10 @@ def drop_stale(samples: Sequence[Sample], version: int, max_staleness: int) -> t
     values = [staleness[id(s)] for s in kept]
     metrics: dict[str, float] = {
         "async/staleness_mean": sum(values) / len(values) if values else 0.0,
-        "async/staleness_max": max(values, default=0), f"dropped/{DropReason.STALE.value}": dropped,
-        "async/uncorrected_stale_samples": sum(staleness[id(s)] > 0 and s.rollout_log_probs is None for s in kept)}
+        "async/staleness_max": max(values, default=0),
+        f"dropped/{DropReason.STALE.value}": dropped,
+        "async/uncorrected_stale_samples": sum(staleness[id(s)] > 0 and s.rollout_log_probs is None for s in kept),
+    }
     for lag in sorted(set(values)):
         metrics[f"async/staleness_{lag}"] = values.count(lag)
     return kept, metrics

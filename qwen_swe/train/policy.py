@@ -55,8 +55,9 @@ class PolicyModel(nn.Module):
     def base(self) -> nn.Module:
         return self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None, positions: Tensor,
-                targets: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None, positions: Tensor, targets: Tensor
+    ) -> tuple[Tensor, Tensor]:
         """Log-probs ``[N]`` of ``targets`` predicted at flat ``positions`` of ``input_ids`` (``[B, T]``) at the
         sampling temperature, and the entropy ``[N]`` of the model's predictive distributions (detached)."""
         base: Any = self.base()  # a transformers model: get_decoder() is not in nn.Module's types
@@ -68,7 +69,7 @@ class PolicyModel(nn.Module):
         picked = hidden.index_select(0, positions)
         lps, ents = [], []
         for start in range(0, picked.shape[0], self.chunk_size):
-            h, t = picked[start:start + self.chunk_size], targets[start:start + self.chunk_size]
+            h, t = picked[start : start + self.chunk_size], targets[start : start + self.chunk_size]
             if torch.is_grad_enabled():
                 lp, ent = checkpoint(_chunk_logprobs, head, h, t, self.temperature, use_reentrant=False)
             else:
@@ -103,12 +104,13 @@ class MicroBatch:
     def unpack(self, packed: Tensor) -> Tensor:
         """Packed ``[N]`` values -> ``[B, R]`` with zeros where ``valid`` is False (differentiable)."""
         return torch.zeros(self.valid.shape, dtype=packed.dtype, device=packed.device).masked_scatter(
-            self.valid, packed)
+            self.valid, packed
+        )
 
     def pad(self, rows: Sequence[Sequence[float]], dtype: torch.dtype = torch.float32) -> Tensor:
         out = torch.zeros(self.valid.shape, dtype=dtype, device=self.valid.device)
         for b, row in enumerate(rows):
-            out[b, :len(row)] = torch.tensor(row, dtype=dtype)
+            out[b, : len(row)] = torch.tensor(row, dtype=dtype)
         return out
 
 
@@ -125,17 +127,30 @@ def make_micro_batch(samples: Sequence[dict[str, Any]], device: torch.device, pa
         ids[b, :n] = torch.tensor(s["tokens"], dtype=torch.long)
         mask[b, :n] = 1
         positions.append(torch.arange(n - r - 1, n - 1) + b * width)
-        targets.append(ids[b, n - r:n])
+        targets.append(ids[b, n - r : n])
     valid = torch.arange(rmax).unsqueeze(0) < torch.tensor(resp).unsqueeze(1)
     needs_mask = len(set(lengths)) > 1
-    return MicroBatch(ids.to(device), mask.to(device) if needs_mask else None, torch.cat(positions).to(device),
-                      torch.cat(targets).to(device), valid.to(device))
+    return MicroBatch(
+        ids.to(device),
+        mask.to(device) if needs_mask else None,
+        torch.cat(positions).to(device),
+        torch.cat(targets).to(device),
+        valid.to(device),
+    )
 
 
-def build_policy(model_path: str, *, device: torch.device, lora_rank: int = 0, lora_alpha: int = 16,
-                 activation_checkpointing: bool = False, mixed_precision: bool = False,
-                 chunk_size: int = DEFAULT_CHUNK, weight_loading: str = "full",
-                 temperature: float = 1.0) -> PolicyModel:
+def build_policy(
+    model_path: str,
+    *,
+    device: torch.device,
+    lora_rank: int = 0,
+    lora_alpha: int = 16,
+    activation_checkpointing: bool = False,
+    mixed_precision: bool = False,
+    chunk_size: int = DEFAULT_CHUNK,
+    weight_loading: str = "full",
+    temperature: float = 1.0,
+) -> PolicyModel:
     """fp32 master weights, LoRA if asked, sharded with FSDP2: each decoder layer, then the root; log-probs at
     the sampling ``temperature``.
 
@@ -165,8 +180,12 @@ def build_policy(model_path: str, *, device: torch.device, lora_rank: int = 0, l
 
         holder: dict[str, nn.Module] = {}
         with loading.recording_adapters(holder, adapters) if meta else contextlib.nullcontext():
-            lm = holder["lm"] = get_peft_model(lm, LoraConfig(r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0,
-                                                              target_modules="all-linear", bias="none"))
+            lm = holder["lm"] = get_peft_model(
+                lm,
+                LoraConfig(
+                    r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules="all-linear", bias="none"
+                ),
+            )
     lm.train()
     policy = PolicyModel(lm, chunk_size=chunk_size, temperature=temperature)
     _shard(policy, device, layer_names, mixed_precision, model_path)
@@ -185,12 +204,25 @@ class Reference:
         self.policy, self.copy = policy, copy
 
     @classmethod
-    def build(cls, policy: PolicyModel, model_path: str, *, device: torch.device, lora: bool, mixed_precision: bool,
-              weight_loading: str) -> Reference:
+    def build(
+        cls,
+        policy: PolicyModel,
+        model_path: str,
+        *,
+        device: torch.device,
+        lora: bool,
+        mixed_precision: bool,
+        weight_loading: str,
+    ) -> Reference:
         if lora:
             return cls(policy, None)
-        copy = build_policy(model_path, device=device, mixed_precision=mixed_precision, weight_loading=weight_loading,
-                            temperature=policy.temperature)
+        copy = build_policy(
+            model_path,
+            device=device,
+            mixed_precision=mixed_precision,
+            weight_loading=weight_loading,
+            temperature=policy.temperature,
+        )
         copy.requires_grad_(False)
         copy.eval()
         return cls(policy, copy)
@@ -222,8 +254,9 @@ def _adapters_off(lm: nn.Module):
             m._disable_adapters = flag
 
 
-def _shard(policy: PolicyModel, device: torch.device, layer_names: set[str], mixed_precision: bool,
-           model_path: str) -> None:
+def _shard(
+    policy: PolicyModel, device: torch.device, layer_names: set[str], mixed_precision: bool, model_path: str
+) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -297,12 +330,12 @@ def save_hf_folder(sd: dict[str, Tensor], folder: Path, model_path: str, tokeniz
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
-    missing, unexpected = model.load_state_dict({k: v.to(dtype) for k, v in sd.items()}, strict=False,
-                                                assign=True)
+    missing, unexpected = model.load_state_dict({k: v.to(dtype) for k, v in sd.items()}, strict=False, assign=True)
     tied = {k for k in missing if k.endswith("lm_head.weight")}
     if set(missing) - tied or unexpected:
-        raise RuntimeError(f"weights do not fit {model_path}: missing {sorted(missing)[:5]}, "
-                           f"unexpected {sorted(unexpected)[:5]}")
+        raise RuntimeError(
+            f"weights do not fit {model_path}: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
+        )
     model.tie_weights()
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -49,7 +49,7 @@ class Trajectory:
 
     @property
     def response(self) -> list[int]:
-        return self.tokens[len(self.tokens) - self.response_length:]
+        return self.tokens[len(self.tokens) - self.response_length :]
 
     def trained_sum(self, name: str) -> float:
         return sum(lp for lp, m in zip(self.logp[name], self.loss_mask) if m)
@@ -59,15 +59,17 @@ def load(*data: Path) -> list[Trajectory]:
     """Every sample of these ``step_*.jsonl.gz`` files, or of every one in these folders."""
     files = [f for d in data for f in ([d] if d.is_file() else sorted(d.glob("step_*.jsonl.gz")))]
     if not files:
-        raise ConfigError(f"--data {' '.join(map(str, data))}: no step_*.jsonl.gz files; the run needs "
-                          "SAVE_ROLLOUT_DATA=true")
+        raise ConfigError(
+            f"--data {' '.join(map(str, data))}: no step_*.jsonl.gz files; the run needs SAVE_ROLLOUT_DATA=true"
+        )
     out = []
     for f in files:
         with gzip.open(f, "rt") as fh:
             for r in read_records(fh, f, FIELDS, "it was not written by SAVE_ROLLOUT_DATA"):
                 group = (f.name, int(r["group_index"]), str(r.get("instance_id")))
-                out.append(Trajectory(group, float(r["reward"]), r["tokens"], int(r["response_length"]),
-                                      r["loss_mask"]))
+                out.append(
+                    Trajectory(group, float(r["reward"]), r["tokens"], int(r["response_length"]), r["loss_mask"])
+                )
     return out
 
 
@@ -84,8 +86,9 @@ def groups_of(trajectories: Sequence[Trajectory]) -> list[list[Trajectory]]:
 
 
 @torch.no_grad()
-def score(trajectories: Sequence[Trajectory], weights: str, name: str, temperature: float,
-          dtype: torch.dtype = torch.float32) -> None:
+def score(
+    trajectories: Sequence[Trajectory], weights: str, name: str, temperature: float, dtype: torch.dtype = torch.float32
+) -> None:
     """Fill ``t.logp[name]``: each response token's log-prob under ``weights`` at ``temperature`` (the head's
     log-softmax in fp32 whatever ``dtype`` the model computes in)."""
     from transformers import AutoModelForCausalLM
@@ -99,8 +102,10 @@ def score(trajectories: Sequence[Trajectory], weights: str, name: str, temperatu
 
 def fork(success: Trajectory, failure: Trajectory) -> int | None:
     """The first response position where ``failure`` leaves ``success`` (same prompt and tokens before it)."""
-    if success.tokens[:len(success.tokens) - success.response_length] != \
-            failure.tokens[:len(failure.tokens) - failure.response_length]:
+    if (
+        success.tokens[: len(success.tokens) - success.response_length]
+        != failure.tokens[: len(failure.tokens) - failure.response_length]
+    ):
         return None
     for j, (a, b) in enumerate(zip(success.response, failure.response)):
         if a != b:
@@ -134,44 +139,68 @@ def summarise(groups: Sequence[list[Trajectory]], before: str = "before", after:
     def mean(xs: Sequence[float]) -> float | None:
         return statistics.fmean(xs) if xs else None
 
-    return {"mixed_groups": len(mixed), "equal_groups": len(equal),
-            "success_delta": mean(up), "failure_delta": mean(down), "margin_delta": mean(margins),
-            "margins_up": sum(m > 0 for m in margins),
-            "forks": len(forks),
-            "fork_p_before": mean([math.exp(f["before"]) for f in forks]),
-            "fork_p_after": mean([math.exp(f["after"]) for f in forks]),
-            "equal_delta": mean(drift)}
+    return {
+        "mixed_groups": len(mixed),
+        "equal_groups": len(equal),
+        "success_delta": mean(up),
+        "failure_delta": mean(down),
+        "margin_delta": mean(margins),
+        "margins_up": sum(m > 0 for m in margins),
+        "forks": len(forks),
+        "fork_p_before": mean([math.exp(f["before"]) for f in forks]),
+        "fork_p_after": mean([math.exp(f["after"]) for f in forks]),
+        "equal_delta": mean(drift),
+    }
 
 
 def report(s: dict[str, Any]) -> str:
     def f(x: float | None, spec: str = "+.3f") -> str:
         return "-" if x is None else format(x, spec)
 
-    return "\n".join([
-        f"groups with both outcomes: {s['mixed_groups']} (the kind GRPO trains on); "
-        f"with equal rewards: {s['equal_groups']}",
-        f"  log-prob of a trajectory's trained tokens, after - before: successes {f(s['success_delta'])}, "
-        f"failures {f(s['failure_delta'])}; margin {f(s['margin_delta'])} nats a group "
-        f"({s['margins_up']} of {s['mixed_groups']} groups moved toward their successes)",
-        f"  at the {s['forks']} forks (where a failure leaves a success): the success's token "
-        f"p {f(s['fork_p_before'], '.3f')} -> {f(s['fork_p_after'], '.3f')}",
-        f"  groups with equal rewards (no GRPO signal): {f(s['equal_delta'])} nats a trajectory"])
+    return "\n".join(
+        [
+            f"groups with both outcomes: {s['mixed_groups']} (the kind GRPO trains on); "
+            f"with equal rewards: {s['equal_groups']}",
+            f"  log-prob of a trajectory's trained tokens, after - before: successes {f(s['success_delta'])}, "
+            f"failures {f(s['failure_delta'])}; margin {f(s['margin_delta'])} nats a group "
+            f"({s['margins_up']} of {s['mixed_groups']} groups moved toward their successes)",
+            f"  at the {s['forks']} forks (where a failure leaves a success): the success's token "
+            f"p {f(s['fork_p_before'], '.3f')} -> {f(s['fork_p_after'], '.3f')}",
+            f"  groups with equal rewards (no GRPO signal): {f(s['equal_delta'])} nats a trajectory",
+        ]
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m qwen_swe.train.probe", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, nargs="+", required=True,
-                    help="a run's rollout_data folder, or step files of it (say, steps a replay did not train on)")
+    ap.add_argument(
+        "--data",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="a run's rollout_data folder, or step files of it (say, steps a replay did not train on)",
+    )
     ap.add_argument("--before", required=True, help="the weights the run started from (an HF folder)")
     ap.add_argument("--after", required=True, help="the weights to compare (an HF folder)")
     ap.add_argument("--temperature", type=float, default=1.0, help="the run's sampling temperature")
-    ap.add_argument("--bf16", action="store_true",
-                    help="compute in bf16, as the trainer does with MIXED_PRECISION (faster on most CPUs)")
-    ap.add_argument("--skip-equal", action="store_true",
-                    help="score only the groups with both outcomes (most groups have equal rewards)")
-    ap.add_argument("--exclude", type=Path, nargs="+", default=[],
-                    help="leave out the groups of tasks these step files or folders hold (the tasks the weights "
-                         "were trained on), so what is left measures transfer")
+    ap.add_argument(
+        "--bf16",
+        action="store_true",
+        help="compute in bf16, as the trainer does with MIXED_PRECISION (faster on most CPUs)",
+    )
+    ap.add_argument(
+        "--skip-equal",
+        action="store_true",
+        help="score only the groups with both outcomes (most groups have equal rewards)",
+    )
+    ap.add_argument(
+        "--exclude",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="leave out the groups of tasks these step files or folders hold (the tasks the weights "
+        "were trained on), so what is left measures transfer",
+    )
     ap.add_argument("--out", type=Path, help="write the summary here as JSON")
     args = ap.parse_args(argv)
     for name in ("before", "after"):

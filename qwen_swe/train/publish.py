@@ -72,15 +72,16 @@ class WeightExporter:
             save_hf_folder(sd, folder, self.model_path, self.tokenizer)
             # never the folder just written: after a resume from an older checkpoint, newer folders may exist
             versions = sorted(p for p in self.root.glob("v*") if p.is_dir() and p.name[1:].isdigit() and p != folder)
-            for old in versions[:max(len(versions) - (KEEP_WEIGHT_VERSIONS - 1), 0)]:
+            for old in versions[: max(len(versions) - (KEEP_WEIGHT_VERSIONS - 1), 0)]:
                 shutil.rmtree(old, ignore_errors=True)
             return folder
 
         return on_rank0(write, f"weight export to {folder}")
 
 
-def publish(settings: Settings, source: RolloutSource | None, policy: PolicyModel, exporter: WeightExporter,
-            version: int) -> None:
+def publish(
+    settings: Settings, source: RolloutSource | None, policy: PolicyModel, exporter: WeightExporter, version: int
+) -> None:
     """Collective: make the server serve weight ``version``. By default through an HF folder (path reload, Modal);
     with WEIGHT_SYNC=broadcast streamed into the server's workers bucket by bucket, nothing written (with LoRA,
     only the adapters; the workers merge them into their base weights)."""

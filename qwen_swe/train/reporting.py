@@ -36,16 +36,21 @@ def parse_report_to(value: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(n.strip().lower() for n in value.split(",") if n.strip()))
     unknown = [n for n in names if n not in REPORTERS]
     if unknown:
-        raise ConfigError(f"REPORT_TO={value!r}: {', '.join(unknown)} is not one of {', '.join(REPORTERS)} "
-                          "(comma-separated; empty = metrics.jsonl only)")
+        raise ConfigError(
+            f"REPORT_TO={value!r}: {', '.join(unknown)} is not one of {', '.join(REPORTERS)} "
+            "(comma-separated; empty = metrics.jsonl only)"
+        )
     return names
 
 
 def make_sinks(names: Sequence[str], run_dir: Path, resume_step: int, config: dict[str, Any] | None) -> list[Sink]:
     sinks: list[Sink] = []
     for name in names:
-        sinks.append(TensorBoardSink(run_dir, resume_step) if name == "tensorboard"
-                     else WandbSink(run_dir, resume_step, config or {}))
+        sinks.append(
+            TensorBoardSink(run_dir, resume_step)
+            if name == "tensorboard"
+            else WandbSink(run_dir, resume_step, config or {})
+        )
     return sinks
 
 
@@ -73,25 +78,34 @@ class WandbSink:
         try:
             import wandb  # late: only REPORT_TO=wandb needs it
         except ImportError:
-            raise ConfigError("REPORT_TO names wandb, which is not installed: pip install -r requirements.txt "
-                              "(it pins wandb), or drop wandb from REPORT_TO") from None
+            raise ConfigError(
+                "REPORT_TO names wandb, which is not installed: pip install -r requirements.txt "
+                "(it pins wandb), or drop wandb from REPORT_TO"
+            ) from None
         self.wandb, self.run_dir, self.last_step = wandb, run_dir, -1
         folder = run_dir / "wandb"
         folder.mkdir(parents=True, exist_ok=True)
         id_file = folder / "run_id"
         if not id_file.is_file():
             id_file.write_text(uuid.uuid4().hex[:12] + "\n")
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT, dir=str(run_dir),
-                              id=id_file.read_text().strip(), resume="allow", name=run_dir.resolve().name,
-                              config=config, settings=wandb.Settings(console="off"))
+        self.run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT,
+            dir=str(run_dir),
+            id=id_file.read_text().strip(),
+            resume="allow",
+            name=run_dir.resolve().name,
+            config=config,
+            settings=wandb.Settings(console="off"),
+        )
         self.run.define_metric("eval/*", summary="max")
 
     def log(self, scalars: dict[str, float], step: int) -> None:
         data: dict[str, Any] = dict(scalars)
         rows = trajectory_rows(self.run_dir / "rollouts" / f"step_{step:06d}.jsonl", step)
         if rows:
-            data["trajectories"] = self.wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows],
-                                                      allow_mixed_types=True)
+            data["trajectories"] = self.wandb.Table(
+                columns=list(rows[0]), data=[list(r.values()) for r in rows], allow_mixed_types=True
+            )
         self.run.log(data, step=step)
         self.last_step = step
 
@@ -113,9 +127,21 @@ def trajectory_rows(path: Path, step: int, limit: int = TABLE_ROWS) -> list[dict
     except (OSError, ValueError):
         return []
     stride = max(1, math.ceil(len(records) / limit))
-    return [{"step": step, "instance_id": r.get("instance_id"), "group": r.get("group_index"),
-             "sample": r.get("index"), "status": r.get("status"), "reward": r.get("reward"),
-             "resolved": r.get("resolved"), "outcome": r.get("outcome"), "turns": r.get("turns"),
-             "response_length": r.get("response_length"), "weight_version": r.get("weight_version"),
-             "drop_reason": r.get("drop_reason"), "patch": (r.get("patch") or "")[:PATCH_CHARS]}
-            for r in records[::stride][:limit]]
+    return [
+        {
+            "step": step,
+            "instance_id": r.get("instance_id"),
+            "group": r.get("group_index"),
+            "sample": r.get("index"),
+            "status": r.get("status"),
+            "reward": r.get("reward"),
+            "resolved": r.get("resolved"),
+            "outcome": r.get("outcome"),
+            "turns": r.get("turns"),
+            "response_length": r.get("response_length"),
+            "weight_version": r.get("weight_version"),
+            "drop_reason": r.get("drop_reason"),
+            "patch": (r.get("patch") or "")[:PATCH_CHARS],
+        }
+        for r in records[::stride][:limit]
+    ]

@@ -32,8 +32,11 @@ def hf_tensors(name: str, full: Tensor) -> list[tuple[str, Tensor]]:
     if m["kind"] == "down_proj":
         return [(f"{m['prefix']}.{e}.down_proj.weight", full[e]) for e in range(full.shape[0])]
     gate, up = full.chunk(2, dim=1)
-    return [item for e in range(full.shape[0]) for item in
-            ((f"{m['prefix']}.{e}.gate_proj.weight", gate[e]), (f"{m['prefix']}.{e}.up_proj.weight", up[e]))]
+    return [
+        item
+        for e in range(full.shape[0])
+        for item in ((f"{m['prefix']}.{e}.gate_proj.weight", gate[e]), (f"{m['prefix']}.{e}.up_proj.weight", up[e]))
+    ]
 
 
 def weight_buckets(policy: nn.Module, bucket_bytes: int, dtype: torch.dtype) -> Iterator[Bucket]:
@@ -53,15 +56,28 @@ def weight_buckets(policy: nn.Module, bucket_bytes: int, dtype: torch.dtype) -> 
     for pname, param in params.items():
         if scaling is None:
             full = _gather(param).detach()
-            items: list[Entry] = [(name, t.to(dtype).contiguous())
-                                  for name, t in hf_tensors(checkpoint_name(pname), full)] if rank0 else []
+            items: list[Entry] = (
+                [(name, t.to(dtype).contiguous()) for name, t in hf_tensors(checkpoint_name(pname), full)]
+                if rank0
+                else []
+            )
         else:
             if ".lora_A." not in pname:
                 continue  # frozen and unchanged, or the B of an A handled here
             prefix = pname.split(".lora_A.")[0]
             fa, fb = _gather(param), _gather(params[pname.replace(".lora_A.", ".lora_B.")])
-            items = [LoraAdapter(checkpoint_name(prefix), fa.detach().float().contiguous(),
-                                 fb.detach().float().contiguous(), scaling)] if rank0 else []
+            items = (
+                [
+                    LoraAdapter(
+                        checkpoint_name(prefix),
+                        fa.detach().float().contiguous(),
+                        fb.detach().float().contiguous(),
+                        scaling,
+                    )
+                ]
+                if rank0
+                else []
+            )
         for item in items:
             bucket.append(item)
             size += _nbytes(item)

@@ -92,20 +92,38 @@ class Learner:
     @classmethod
     def build(cls, settings: Settings, model_path: str, device: torch.device) -> Learner:
         tr = settings.train
-        policy = build_policy(model_path, device=device, lora_rank=tr.lora_rank, lora_alpha=tr.lora_alpha,
-                              activation_checkpointing=tr.activation_checkpointing,
-                              mixed_precision=tr.mixed_precision, weight_loading=tr.weight_loading,
-                              temperature=settings.logprob_temperature)
+        policy = build_policy(
+            model_path,
+            device=device,
+            lora_rank=tr.lora_rank,
+            lora_alpha=tr.lora_alpha,
+            activation_checkpointing=tr.activation_checkpointing,
+            mixed_precision=tr.mixed_precision,
+            weight_loading=tr.weight_loading,
+            temperature=settings.logprob_temperature,
+        )
         optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=tr.lr, weight_decay=0.0)
         reference = None
         if tr.kl_loss_coef > 0:
-            reference = Reference.build(policy, model_path, device=device, lora=tr.lora_rank > 0,
-                                        mixed_precision=tr.mixed_precision, weight_loading=tr.weight_loading)
-        return cls(policy, optimizer, reference, WeightExporter(Path(settings.output_dir), model_path, policy),
-                   ckpt.expected_bytes(*parameter_bytes(policy)))
+            reference = Reference.build(
+                policy,
+                model_path,
+                device=device,
+                lora=tr.lora_rank > 0,
+                mixed_precision=tr.mixed_precision,
+                weight_loading=tr.weight_loading,
+            )
+        return cls(
+            policy,
+            optimizer,
+            reference,
+            WeightExporter(Path(settings.output_dir), model_path, policy),
+            ckpt.expected_bytes(*parameter_bytes(policy)),
+        )
 
 
 # --- the loop ---------------------------------------------------------------------------------------------
+
 
 def _init_distributed(settings: Settings) -> tuple[bool, torch.device]:
     cuda = torch.cuda.is_available()
@@ -150,19 +168,30 @@ def _train(settings: Settings, source: RolloutSource | None, model_path: str, de
     turns = _colocation(settings)
     turns.start()  # COLOCATE: the server sleeps before the trainer allocates
     learner = Learner.build(settings, model_path, device)
-    turns.attach(TrainerOffload(learner.optimizer, learner.policy, learner.reference.copy if learner.reference else None))
+    turns.attach(
+        TrainerOffload(learner.optimizer, learner.policy, learner.reference.copy if learner.reference else None)
+    )
     step, version = _resume(settings, source, learner, turns)
     rollouts = on_rank0(lambda: Rollouts(settings, rank0_only(source), step), "the rollout pipeline", share=False)
-    metrics_log = MetricsLog(settings.output_dir, resume_step=step, report_to=settings.train.reporters,
-                             config=settings.to_dict()) if dist.get_rank() == 0 else None
+    metrics_log = (
+        MetricsLog(settings.output_dir, resume_step=step, report_to=settings.train.reporters, config=settings.to_dict())
+        if dist.get_rank() == 0
+        else None
+    )
     last: dict = {}
     try:
         while step < settings.num_rollouts:
             timer = PhaseTimer()
             with timer("rollout"):
                 items, metrics = on_rank0(lambda: rollouts.batch(step, version), f"rollout of step {step}")  # noqa: B023 - called at once
-            metrics.update(step=step, weight_version=version, skipped_update=True, grad_norm=0.0, loss=0.0,
-                           dropped_samples=_dropped(metrics))
+            metrics.update(
+                step=step,
+                weight_version=version,
+                skipped_update=True,
+                grad_norm=0.0,
+                loss=0.0,
+                dropped_samples=_dropped(metrics),
+            )
             trained = _trainable(items)
             save = (step + 1) % settings.train.save_interval == 0 or step + 1 == settings.num_rollouts
             if trained or save:
@@ -174,8 +203,11 @@ def _train(settings: Settings, source: RolloutSource | None, model_path: str, de
                 version += 1
                 metrics.update(skipped_update=False, weight_version=version)
             else:
-                log.warning("step %d: no trainable samples (%d zero-variance groups); optimizer step skipped",
-                            step, metrics["zero_variance_groups"])
+                log.warning(
+                    "step %d: no trainable samples (%d zero-variance groups); optimizer step skipped",
+                    step,
+                    metrics["zero_variance_groups"],
+                )
             step += 1
             if save:  # before the push: under COLOCATE the optimizer state leaves the GPUs with it
                 with timer("save"):
@@ -196,14 +228,16 @@ def _train(settings: Settings, source: RolloutSource | None, model_path: str, de
 
 # --- the loop's stages ------------------------------------------------------------------------------------
 
+
 def _colocation(settings: Settings) -> Colocation:
     """COLOCATE's turns (nothing to do without it); rank 0 talks to the server's sleep routes."""
     server = None
     if settings.placement.colocate and dist.get_rank() == 0:
         inf = settings.inference
         assert inf.url is not None  # the run started or was given its server
-        server = ServerSleep(InferenceClient(inf.url, timeout=inf.request_timeout, api_key=inf.api_key),
-                             timeout=inf.request_timeout)
+        server = ServerSleep(
+            InferenceClient(inf.url, timeout=inf.request_timeout, api_key=inf.api_key), timeout=inf.request_timeout
+        )
     return Colocation(settings.placement.colocate, server)
 
 
@@ -211,8 +245,7 @@ def _push(settings: Settings, source: RolloutSource | None, learner: Learner, ve
     return lambda: publish(settings, source, learner.policy, learner.exporter, version)
 
 
-def _resume(settings: Settings, source: RolloutSource | None, learner: Learner,
-            turns: Colocation) -> tuple[int, int]:
+def _resume(settings: Settings, source: RolloutSource | None, learner: Learner, turns: Colocation) -> tuple[int, int]:
     """(step, weight version) to start from: the newest checkpoint's, whose weights the server gets first; then the
     GPUs go to the rollouts (COLOCATE)."""
     out = Path(settings.output_dir)
@@ -247,16 +280,20 @@ class Rollouts:
             samples, rollout_metrics = self.prefetch.batch(step, version)
             samples, lag = drop_stale(samples, version, s.train.max_staleness)
         items, metrics = prepare_batch(samples, s, version)
-        numeric = {k: float(v) for k, v in {**(rollout_metrics or {}), **lag}.items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        numeric = {
+            k: float(v)
+            for k, v in {**(rollout_metrics or {}), **lag}.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
         if s.rollout.dynamic_sampling:  # the policy's rates: every complete group, also those not trained on
             metrics.update({k: numeric.get(f"rollout/{k}", metrics[k]) for k in ("reward_mean", "resolve_rate")})
         return items, {**numeric, **metrics}
 
 
 def _dropped(metrics: dict) -> float:
-    return (metrics.get("rollout/dropped_samples", metrics.get("dropped", 0))
-            + metrics.get(f"dropped/{DropReason.STALE.value}", 0))
+    return metrics.get("rollout/dropped_samples", metrics.get("dropped", 0)) + metrics.get(
+        f"dropped/{DropReason.STALE.value}", 0
+    )
 
 
 def _trainable(items: list[dict]) -> bool:
@@ -275,13 +312,25 @@ def _update(settings: Settings, learner: Learner, items: list[dict], version: in
 
 
 def _save(settings: Settings, source: RolloutSource | None, learner: Learner, step: int, version: int) -> None:
-    state = {"step": step, "weight_version": version, "settings": settings.to_dict(),
-             "driver": source.state_dict() if source is not None else None}
-    ckpt.save_checkpoint(Path(settings.output_dir), step, learner.policy, learner.optimizer, state=state,
-                         keep=settings.train.keep_checkpoints, needed_bytes=learner.checkpoint_bytes)
+    state = {
+        "step": step,
+        "weight_version": version,
+        "settings": settings.to_dict(),
+        "driver": source.state_dict() if source is not None else None,
+    }
+    ckpt.save_checkpoint(
+        Path(settings.output_dir),
+        step,
+        learner.policy,
+        learner.optimizer,
+        state=state,
+        keep=settings.train.keep_checkpoints,
+        needed_bytes=learner.checkpoint_bytes,
+    )
 
 
 # --- the entry point --------------------------------------------------------------------------------------
+
 
 def main(argv: Sequence[str] | None = None, *, factory: SourceFactory = make_driver) -> int:
     """torchrun entry: every rank reads the run's settings.json (written by the run's entry point, the only place
@@ -291,8 +340,10 @@ def main(argv: Sequence[str] | None = None, *, factory: SourceFactory = make_dri
     own = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     die_with_parent()  # a rank whose torchrun is gone has nobody to report to
     rank = int(os.environ.get("RANK", 0))
-    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
-                        format=f"%(asctime)s [rank {rank}] %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if rank == 0 else logging.WARNING,
+        format=f"%(asctime)s [rank {rank}] %(name)s %(levelname)s %(message)s",
+    )
     settings = Settings.from_json(own.settings)
     owns_pg, _ = _init_distributed(settings)
     source: RolloutSource | None = None

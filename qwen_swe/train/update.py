@@ -37,9 +37,16 @@ def prepare_batch(samples: Sequence[Sample], settings: Settings, version: int) -
     sft = settings.train.train_mode == "sft"
     for members in groups.values():
         if sft:  # advantage 1 at ratio 1 (no rollout log-probs): the negative log-likelihood's gradient
-            items.extend({"tokens": list(s.tokens), "response_length": int(s.response_length),
-                          "loss_mask": list(s.loss_mask), "advantage": 1.0, "rollout_log_probs": None}
-                         for s in members)
+            items.extend(
+                {
+                    "tokens": list(s.tokens),
+                    "response_length": int(s.response_length),
+                    "loss_mask": list(s.loss_mask),
+                    "advantage": 1.0,
+                    "rollout_log_probs": None,
+                }
+                for s in members
+            )
             continue
         rewards = torch.tensor([[float(s.reward) for s in members]])
         flat = bool(zero_variance_mask(rewards)[0])
@@ -47,12 +54,20 @@ def prepare_batch(samples: Sequence[Sample], settings: Settings, version: int) -
         if flat and settings.train.drop_zero_variance:
             continue
         for s, adv in zip(members, group_advantages(rewards, settings.train.advantage_mode)[0].tolist()):
-            items.append({"tokens": list(s.tokens), "response_length": int(s.response_length),
-                          "loss_mask": list(s.loss_mask), "advantage": adv,
-                          "rollout_log_probs": list(s.rollout_log_probs) if s.rollout_log_probs is not None else None})
+            items.append(
+                {
+                    "tokens": list(s.tokens),
+                    "response_length": int(s.response_length),
+                    "loss_mask": list(s.loss_mask),
+                    "advantage": adv,
+                    "rollout_log_probs": list(s.rollout_log_probs) if s.rollout_log_probs is not None else None,
+                }
+            )
     n = max(len(samples), 1)
     metrics = {
-        "samples": len(samples), "groups": len(groups), "zero_variance_groups": zero_var,
+        "samples": len(samples),
+        "groups": len(groups),
+        "zero_variance_groups": zero_var,
         "trainable_samples": len(items),
         "reward_mean": sum(float(s.reward) for s in samples) / n,
         "resolve_rate": sum(bool(run_of(s).resolved) for s in samples) / n,
@@ -65,9 +80,11 @@ def _validate(s: Sample, version: int, max_staleness: int = 0) -> None:
     who = f"sample {s.metadata.get('instance_id', '?')} (group {s.group_index}, index {s.index})"
     got = run_of(s).weight_version
     if got is None or not 0 <= version - int(got) <= max_staleness:
-        raise TrainerError(f"{who} was sampled with weight version {got}, the trainer is at {version} "
-                           f"(MAX_STALENESS={max_staleness}): the driver must stamp the sample's weight_version "
-                           "and serve the synced weights")
+        raise TrainerError(
+            f"{who} was sampled with weight version {got}, the trainer is at {version} "
+            f"(MAX_STALENESS={max_staleness}): the driver must stamp the sample's weight_version "
+            "and serve the synced weights"
+        )
     if s.group_index is None or s.reward is None or isinstance(s.reward, dict):
         raise TrainerError(f"{who} needs group_index and a float reward, got {s.group_index!r}, {s.reward!r}")
     r = s.response_length
@@ -86,11 +103,17 @@ def shard_batch(items: Sequence[dict], rank: int, world: int, micro: int) -> lis
     mine = [items[i] for i in order[rank::world]]
     count = math.ceil(math.ceil(len(items) / world) / micro)
     dummy = {**items[order[0]], "loss_mask": [0] * items[order[0]]["response_length"], "advantage": 0.0}
-    return [mine[k * micro:(k + 1) * micro] or [dummy] for k in range(count)]
+    return [mine[k * micro : (k + 1) * micro] or [dummy] for k in range(count)]
 
 
-def train_on_batch(policy: PolicyModel, items: Sequence[dict], settings: Settings, device: torch.device,
-                   pad_id: int = 0, reference: Reference | None = None) -> dict[str, float]:
+def train_on_batch(
+    policy: PolicyModel,
+    items: Sequence[dict],
+    settings: Settings,
+    device: torch.device,
+    pad_id: int = 0,
+    reference: Reference | None = None,
+) -> dict[str, float]:
     """Forward/backward of this rank's share with the global normaliser; returns globally reduced metrics.
 
     With a ``reference`` (KL_LOSS_COEF > 0) each micro-batch first gets its reference log-probs, without grad."""
@@ -111,16 +134,41 @@ def train_on_batch(policy: PolicyModel, items: Sequence[dict], settings: Setting
         rollout = mb.pad([x["rollout_log_probs"] or [] for x in mb_items])
         old = torch.where(known.unsqueeze(1), rollout, logp.detach())  # unknown: on-policy, ratio 1
         adv = torch.tensor([x["advantage"] for x in mb_items], dtype=torch.float32, device=device)
-        loss, m = policy_loss(logp, old, adv, mask, tr.clip_eps, tr.upper_clip, tr.loss_norm, denominator=denom,
-                              entropy=ent, ref_logprobs=ref, kl_coef=tr.kl_loss_coef, kl_type=tr.kl_loss_type)
+        loss, m = policy_loss(
+            logp,
+            old,
+            adv,
+            mask,
+            tr.clip_eps,
+            tr.upper_clip,
+            tr.loss_norm,
+            denominator=denom,
+            entropy=ent,
+            ref_logprobs=ref,
+            kl_coef=tr.kl_loss_coef,
+            kl_type=tr.kl_loss_type,
+        )
         (loss * world).backward()  # FSDP averages gradients over ranks; the loss is already a global mean
         t = m["tokens"]
         nll = float(-(logp.detach() * mask).sum())  # the supervised loss of the trained tokens, for both modes
         gap = logprob_mismatch(logp, rollout, mask * known.unsqueeze(1))  # logp: this step's weights, not yet updated
         g = gap["tokens"]
-        sums += torch.tensor([loss.item(), t, m["clip_fraction"] * t, m["approx_kl"] * t, m["ratio_mean"] * t,
-                              m["entropy"] * t, nll, m.get("kl_ref", 0.0) * t, gap["logprob_diff_abs"] * g,
-                              gap["logprob_kl_k3"] * g, g], dtype=torch.float64)
+        sums += torch.tensor(
+            [
+                loss.item(),
+                t,
+                m["clip_fraction"] * t,
+                m["approx_kl"] * t,
+                m["ratio_mean"] * t,
+                m["entropy"] * t,
+                nll,
+                m.get("kl_ref", 0.0) * t,
+                gap["logprob_diff_abs"] * g,
+                gap["logprob_kl_k3"] * g,
+                g,
+            ],
+            dtype=torch.float64,
+        )
     return _global_means(sums, device, reference is not None)
 
 
@@ -130,9 +178,15 @@ def _global_means(sums: torch.Tensor, device: torch.device, with_reference: bool
     dist.all_reduce(sums)
     sums = sums.cpu()
     tokens = max(float(sums[1]), 1.0)
-    out = {"loss": float(sums[0]), "loss_tokens": float(sums[1]), "clip_fraction": float(sums[2]) / tokens,
-           "approx_kl": float(sums[3]) / tokens, "ratio_mean": float(sums[4]) / tokens,
-           "entropy": float(sums[5]) / tokens, "nll": float(sums[6]) / tokens}
+    out = {
+        "loss": float(sums[0]),
+        "loss_tokens": float(sums[1]),
+        "clip_fraction": float(sums[2]) / tokens,
+        "approx_kl": float(sums[3]) / tokens,
+        "ratio_mean": float(sums[4]) / tokens,
+        "entropy": float(sums[5]) / tokens,
+        "nll": float(sums[6]) / tokens,
+    }
     if with_reference:
         out["kl_ref"] = float(sums[7]) / tokens  # before this step's update: how far the policy has moved so far
     if sums[10] > 0:  # absent, not 0, when no sample carries rollout log-probs (SFT)

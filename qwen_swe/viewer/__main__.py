@@ -12,8 +12,11 @@ from qwen_swe.viewer.build import write_viewer
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or not Path(args[0]).is_dir():
-        print("usage: python -m qwen_swe.viewer FOLDER  (a run folder: metrics.jsonl, rollouts/; or an evaluation "
-              "folder: report.json, rollouts.jsonl or results.jsonl)", file=sys.stderr)
+        print(
+            "usage: python -m qwen_swe.viewer FOLDER  (a run folder: metrics.jsonl, rollouts/; or an evaluation "
+            "folder: report.json, rollouts.jsonl or results.jsonl)",
+            file=sys.stderr,
+        )
         return 2
     print(write_viewer(Path(args[0])))
     return 0

@@ -40,7 +40,7 @@ def _previous_parts(index: Path) -> dict[str, dict[str, Any]]:
     """The parts the last refresh wrote, by key; none (so all are rebuilt) when there is no readable index."""
     try:
         text = index.read_text()
-        return {p["key"]: p for p in json.loads(text[len(PREFIX):-len(SUFFIX)])["parts"]}
+        return {p["key"]: p for p in json.loads(text[len(PREFIX) : -len(SUFFIX)])["parts"]}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
 
@@ -53,8 +53,15 @@ def _entry(part: Part, data: Path, before: dict[str, dict[str, Any]]) -> dict[st
         rows = samples(part)
         _write(data / f"{part.key}.js", _script({"key": part.key, "samples": rows}))
         summary = summarize(rows)
-    return {"key": part.key, "kind": part.kind, "label": part.label, "step": part.step, "stamp": stamp,
-            "summary": summary, "report": report(part)}
+    return {
+        "key": part.key,
+        "kind": part.kind,
+        "label": part.label,
+        "step": part.step,
+        "stamp": stamp,
+        "summary": summary,
+        "report": report(part),
+    }
 
 
 def write_viewer(run_dir: str | Path) -> Path:
@@ -65,8 +72,10 @@ def write_viewer(run_dir: str | Path) -> Path:
     index = data / f"{INDEX}.js"
     before = _previous_parts(index)
     parts = [_entry(part, data, before) for part in find_parts(run_dir)]
-    _write(index, _script({"key": INDEX, "run": run_dir.name, "written": time.time(), "curves": curves(run_dir),
-                           "parts": parts}))
+    _write(
+        index,
+        _script({"key": INDEX, "run": run_dir.name, "written": time.time(), "curves": curves(run_dir), "parts": parts}),
+    )
     page, text = run_dir / "viewer.html", PAGE.read_text()
     if not page.is_file() or page.read_text() != text:
         _write(page, text)

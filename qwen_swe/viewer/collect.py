@@ -11,12 +11,40 @@ from typing import Any
 
 STEP_FILE = re.compile(r"step_(\d+)\.jsonl$")
 EVAL_STEP = re.compile(r"eval_step_(\d+)$")
-SAMPLE_KEYS = ("instance_id", "group_index", "index", "status", "reward", "resolved", "drop_reason", "drop_detail",
-               "filtered", "outcome", "patch", "turns", "response_length", "sampled_tokens", "trained_tokens",
-               "weight_version", "agent_seconds", "grade_seconds", "reward_components", "reward_hack_suspected",
-               "conversation")
-CURVE_KEYS = ("reward_mean", "resolve_rate", "response_length_mean", "dropped_samples", "eval/resolve_rate",
-              "clip_fraction", "approx_kl", "logprob_diff_abs", "logprob_kl_k3")
+SAMPLE_KEYS = (
+    "instance_id",
+    "group_index",
+    "index",
+    "status",
+    "reward",
+    "resolved",
+    "drop_reason",
+    "drop_detail",
+    "filtered",
+    "outcome",
+    "patch",
+    "turns",
+    "response_length",
+    "sampled_tokens",
+    "trained_tokens",
+    "weight_version",
+    "agent_seconds",
+    "grade_seconds",
+    "reward_components",
+    "reward_hack_suspected",
+    "conversation",
+)
+CURVE_KEYS = (
+    "reward_mean",
+    "resolve_rate",
+    "response_length_mean",
+    "dropped_samples",
+    "eval/resolve_rate",
+    "clip_fraction",
+    "approx_kl",
+    "logprob_diff_abs",
+    "logprob_kl_k3",
+)
 ROLLOUTS, RESULTS, REPORT = "rollouts.jsonl", "results.jsonl", "report.json"  # an evaluation folder's files
 
 
@@ -71,10 +99,15 @@ def find_parts(run_dir: Path) -> list[Part]:
 
 def _from_result(row: dict[str, Any]) -> dict[str, Any]:
     """A grade-only evaluation's attempt (``results.jsonl``) in the shape of a rollout's row."""
-    return {"instance_id": row.get("instance_id"), "index": row.get("attempt"), "outcome": row.get("outcome"),
-            "resolved": row.get("outcome") == "resolved", "drop_detail": row.get("reason"),
-            "status": "aborted" if row.get("outcome") == "error" else "completed",
-            "grade_seconds": row.get("seconds")}
+    return {
+        "instance_id": row.get("instance_id"),
+        "index": row.get("attempt"),
+        "outcome": row.get("outcome"),
+        "resolved": row.get("outcome") == "resolved",
+        "drop_detail": row.get("reason"),
+        "status": "aborted" if row.get("outcome") == "error" else "completed",
+        "grade_seconds": row.get("seconds"),
+    }
 
 
 def samples(part: Part) -> list[dict[str, Any]]:
@@ -87,10 +120,13 @@ def samples(part: Part) -> list[dict[str, Any]]:
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     kept = [r for r in rows if r.get("status") != "aborted"]
     rewards = [r["reward"] for r in kept if isinstance(r.get("reward"), (int, float))]
-    return {"samples": len(rows), "dropped": len(rows) - len(kept),
-            "resolved": sum(bool(r.get("resolved")) for r in kept),
-            "not_trained": sum(bool(r.get("filtered")) for r in kept),
-            "reward_mean": sum(rewards) / len(rewards) if rewards else None}
+    return {
+        "samples": len(rows),
+        "dropped": len(rows) - len(kept),
+        "resolved": sum(bool(r.get("resolved")) for r in kept),
+        "not_trained": sum(bool(r.get("filtered")) for r in kept),
+        "reward_mean": sum(rewards) / len(rewards) if rewards else None,
+    }
 
 
 def report(part: Part) -> dict[str, Any] | None:
@@ -98,9 +134,13 @@ def report(part: Part) -> dict[str, Any] | None:
     if part.kind != "eval" or not path.is_file():
         return None
     data = json.loads(path.read_text())
-    return {"resolve_rate": data.get("resolve_rate"), "ci95": data.get("resolve_rate_ci95"),
-            "pass_at_k": data.get("pass_at_k"), "resolved": data.get("resolved_instances"),
-            "submitted": data.get("submitted_instances")}
+    return {
+        "resolve_rate": data.get("resolve_rate"),
+        "ci95": data.get("resolve_rate_ci95"),
+        "pass_at_k": data.get("pass_at_k"),
+        "resolved": data.get("resolved_instances"),
+        "submitted": data.get("submitted_instances"),
+    }
 
 
 def curves(run_dir: Path) -> list[dict[str, Any]]:

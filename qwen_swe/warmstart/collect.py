@@ -40,12 +40,12 @@ def usable(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     return keep, len(rows) - len(keep)
 
 
-async def _play(expert: ExpertServer, rows: list[dict[str, Any]], settings: Settings,
-                label: str) -> list[Sample]:
+async def _play(expert: ExpertServer, rows: list[dict[str, Any]], settings: Settings, label: str) -> list[Sample]:
     """One expert rollout per row through the real agent, proxy and grader."""
     engine = RolloutEngine(settings, upstream=await expert.start(), model=settings.model_name, served_model="expert")
-    samples = [Sample(group_index=i, index=0, prompt=build_prompt(row), metadata=dict(row))
-               for i, row in enumerate(rows)]
+    samples = [
+        Sample(group_index=i, index=0, prompt=build_prompt(row), metadata=dict(row)) for i, row in enumerate(rows)
+    ]
     try:
         await engine.start()
         stats = BatchStats(groups=len(samples), planned=len(samples))
@@ -83,18 +83,33 @@ async def collect(rows: list[dict[str, Any]], settings: Settings, out: Path, rec
                 stumbles[stumble] += 1
             f.write(json.dumps(demo_line(sample, stumble)) + "\n")
     dropped = drops(samples)
-    report = {"tasks": len(rows), "skipped": skipped, "attempts": len(samples), "demonstrations": len(resolved),
-              "dropped": len(dropped), "drop_reasons": dict(Counter(d["reason"] for d in dropped)), "drops": dropped,
-              "unresolved": sum(s.status != Status.ABORTED and not run_of(s).resolved for s in samples),
-              "tokens": sum(len(s.tokens) for s in resolved),
-              "trained_tokens": sum(sum(s.loss_mask or []) for s in resolved), "recover": recover,
-              "stumbles": dict(stumbles), "gave_up": expert.gave_up + stumbler.gave_up}
+    report = {
+        "tasks": len(rows),
+        "skipped": skipped,
+        "attempts": len(samples),
+        "demonstrations": len(resolved),
+        "dropped": len(dropped),
+        "drop_reasons": dict(Counter(d["reason"] for d in dropped)),
+        "drops": dropped,
+        "unresolved": sum(s.status != Status.ABORTED and not run_of(s).resolved for s in samples),
+        "tokens": sum(len(s.tokens) for s in resolved),
+        "trained_tokens": sum(sum(s.loss_mask or []) for s in resolved),
+        "recover": recover,
+        "stumbles": dict(stumbles),
+        "gave_up": expert.gave_up + stumbler.gave_up,
+    }
     (out / "demos_report.json").write_text(json.dumps(report, indent=1) + "\n")
     return report
 
 
 def drops(samples: list[Sample]) -> list[dict[str, str]]:
     """The rollouts an infrastructure failure dropped, each with its task, reason and detail, so none is lost."""
-    return [{"instance_id": str(s.metadata.get("instance_id")), "reason": str(run_of(s).drop_reason),
-             "detail": str(run_of(s).drop_detail or "")[:500]}
-            for s in samples if s.status == Status.ABORTED]
+    return [
+        {
+            "instance_id": str(s.metadata.get("instance_id")),
+            "reason": str(run_of(s).drop_reason),
+            "detail": str(run_of(s).drop_detail or "")[:500],
+        }
+        for s in samples
+        if s.status == Status.ABORTED
+    ]

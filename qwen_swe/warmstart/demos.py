@@ -24,26 +24,35 @@ FIELDS = ("instance_id", "tokens", "response_length", "loss_mask")
 
 def demo_line(sample: Sample, stumble: str | None = None) -> dict[str, Any]:
     meta = sample.metadata
-    return {"instance_id": meta["instance_id"], "tokens": list(sample.tokens),
-            "response_length": sample.response_length, "loss_mask": list(sample.loss_mask or []),
-            "turns": meta.get("turns"), "tool_calls": meta.get("tool_calls"), "stumble": stumble}
+    return {
+        "instance_id": meta["instance_id"],
+        "tokens": list(sample.tokens),
+        "response_length": sample.response_length,
+        "loss_mask": list(sample.loss_mask or []),
+        "turns": meta.get("turns"),
+        "tool_calls": meta.get("tool_calls"),
+        "stumble": stumble,
+    }
 
 
 def mask_out(tokens: list[int], response_length: int, loss_mask: list[int], span: list[int]) -> list[int]:
     """``loss_mask`` with the first trained occurrence of ``span`` (a completion's ids) in the response set to 0:
     a stumble stays in the context the policy learns from, out of what it learns to write."""
-    response = tokens[len(tokens) - response_length:]
+    response = tokens[len(tokens) - response_length :]
     for start in range(len(response) - len(span) + 1):
-        if response[start:start + len(span)] == span and all(loss_mask[start:start + len(span)]):
-            return loss_mask[:start] + [0] * len(span) + loss_mask[start + len(span):]
-    raise DataError("the stumble's completion is not among the demonstration's trained tokens; the expert and the "
-                    "proxy disagree on its token ids")
+        if response[start : start + len(span)] == span and all(loss_mask[start : start + len(span)]):
+            return loss_mask[:start] + [0] * len(span) + loss_mask[start + len(span) :]
+    raise DataError(
+        "the stumble's completion is not among the demonstration's trained tokens; the expert and the "
+        "proxy disagree on its token ids"
+    )
 
 
 def load_demos(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
-        raise DataError(f"SFT_DATA={path} does not exist: collect demonstrations with "
-                        "`python -m qwen_swe.warmstart collect`")
+        raise DataError(
+            f"SFT_DATA={path} does not exist: collect demonstrations with `python -m qwen_swe.warmstart collect`"
+        )
     demos = list(read_records(path.read_text().splitlines(), path, FIELDS, "re-collect the demonstrations"))
     if not demos:
         raise DataError(f"{path} holds no demonstrations")
@@ -72,10 +81,18 @@ class DemoDriver:
         for k in range(self.batch):
             epoch, index = divmod(self.position + k, len(self.demos))
             demo = self.demos[self._order(epoch)[index]]
-            samples.append(Sample(group_index=k, index=0, tokens=demo["tokens"], response_length=demo["response_length"],
-                                  loss_mask=demo["loss_mask"], reward=1.0, status=Status.COMPLETED,
-                                  metadata={"instance_id": demo["instance_id"], "weight_version": weight_version,
-                                            "resolved": True}))
+            samples.append(
+                Sample(
+                    group_index=k,
+                    index=0,
+                    tokens=demo["tokens"],
+                    response_length=demo["response_length"],
+                    loss_mask=demo["loss_mask"],
+                    reward=1.0,
+                    status=Status.COMPLETED,
+                    metadata={"instance_id": demo["instance_id"], "weight_version": weight_version, "resolved": True},
+                )
+            )
         self.position += self.batch
         return samples, {"sft/epoch": self.position / len(self.demos)}
 

@@ -92,7 +92,7 @@ def stumble_for(statement: str, recover: float) -> str | None:
     """The stumble a task gets (None for most when ``recover`` is small): a fixed choice from the statement's digest,
     the same on every machine and every run."""
     digest = hashlib.sha256(statement.strip().encode()).digest()
-    if int.from_bytes(digest[:8], "big") / 2 ** 64 >= recover:
+    if int.from_bytes(digest[:8], "big") / 2**64 >= recover:
         return None
     return (NOOP, SWAP)[digest[8] % 2]
 
@@ -105,8 +105,9 @@ def mistake(fix: Fix, stumble: str) -> str:
     return tool_call("edit", file_path=target, old_string=fix.fixed.strip(), new_string=fix.buggy.strip())
 
 
-def expert_turn(fix: Fix, turn: int, names: Sequence[str] | None = None, last_output: str = "",
-                stumble: str | None = None) -> str:
+def expert_turn(
+    fix: Fix, turn: int, names: Sequence[str] | None = None, last_output: str = "", stumble: str | None = None
+) -> str:
     """The completion for ``turn``; ``names`` (the statement's imports) turns on the search step, an empty list
     means there is nothing to search for; ``names=None`` reads the file at once (the traceback shows it);
     ``stumble`` puts a mistaken edit and the recovery from it before the fix."""
@@ -137,8 +138,14 @@ def expert_turn(fix: Fix, turn: int, names: Sequence[str] | None = None, last_ou
 class ExpertServer:
     """An OpenAI-compatible ``/v1/completions`` upstream that plays the expert for the given rows."""
 
-    def __init__(self, rows: Sequence[dict[str, Any]], tokenizer: Any, model: str = "expert",
-                 search: bool = True, recover: float = 0.0) -> None:
+    def __init__(
+        self,
+        rows: Sequence[dict[str, Any]],
+        tokenizer: Any,
+        model: str = "expert",
+        search: bool = True,
+        recover: float = 0.0,
+    ) -> None:
         if not 0.0 <= recover <= 1.0:
             raise DataError(f"recover={recover}: the fraction of tasks with a stumble must be in [0, 1]")
         self.tokenizer, self.model, self.search, self.recover = tokenizer, model, search, recover
@@ -152,8 +159,10 @@ class ExpertServer:
                 raise DataError(f"{row.get('instance_id')}: the expert needs a gold patch that changes one line")
             statement = row["problem_statement"].strip()
             if statement in self.fixes and self.fixes[statement] != fix:
-                raise DataError(f"{row['instance_id']}: another task has the same problem statement and a different "
-                                "fix; give the expert tasks with distinct statements")
+                raise DataError(
+                    f"{row['instance_id']}: another task has the same problem statement and a different "
+                    "fix; give the expert tasks with distinct statements"
+                )
             self.fixes[statement] = fix
             self.ids[statement] = str(row.get("instance_id"))
         self.end_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
@@ -194,15 +203,34 @@ class ExpertServer:
         ids = self.completion_ids(out)
         prompt_ids = prompt if isinstance(prompt, list) else self.tokenizer.encode(prompt, add_special_tokens=False)
         pieces = [self.tokenizer.decode([t], skip_special_tokens=False) for t in ids]
-        return web.json_response({
-            "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-            "model": self.model,
-            "choices": [{"index": 0, "text": out, "finish_reason": "stop", "token_ids": ids,
-                         "prompt_token_ids": prompt_ids,
-                         "logprobs": {"tokens": pieces, "token_logprobs": [0.0] * len(ids), "top_logprobs": None,
-                                      "text_offset": []}}],
-            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids),
-                      "total_tokens": len(prompt_ids) + len(ids)}})
+        return web.json_response(
+            {
+                "id": f"cmpl-{uuid.uuid4().hex}",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": self.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": out,
+                        "finish_reason": "stop",
+                        "token_ids": ids,
+                        "prompt_token_ids": prompt_ids,
+                        "logprobs": {
+                            "tokens": pieces,
+                            "token_logprobs": [0.0] * len(ids),
+                            "top_logprobs": None,
+                            "text_offset": [],
+                        },
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": len(prompt_ids),
+                    "completion_tokens": len(ids),
+                    "total_tokens": len(prompt_ids) + len(ids),
+                },
+            }
+        )
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})

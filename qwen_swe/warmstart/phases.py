@@ -35,10 +35,27 @@ STOP_GRACE = 60.0  # seconds a stopped phase has to remove its containers and it
 # Settings that say where and with what a phase runs, not what it computes: the user's values pass through.
 # Every other setting in the caller's environment is removed, so a phase computes what its command says and
 # nothing an exported LORA_RANK or MAX_TURNS adds; a setting added later is removed until it is listed here.
-RESOURCE_SETTINGS = frozenset({
-    "SANDBOX_CPUS", "SANDBOX_MEMORY", "SANDBOX_NETWORK", "BOOT_CONCURRENCY", "ROLLOUT_CONCURRENCY", "ROLLOUT_TIMEOUT",
-    "EVAL_TIMEOUT", "REQUEST_TIMEOUT", "STOP_TIMEOUT", "IMAGE_NAMESPACE", "ROLLOUT_BACKEND", "RAY_ADDRESS",
-    "RAY_WORKERS_PER_NODE", "TRAIN_PROCS", "MICRO_BATCH_SIZE", "ACTIVATION_CHECKPOINTING", "WEIGHT_LOADING"})
+RESOURCE_SETTINGS = frozenset(
+    {
+        "SANDBOX_CPUS",
+        "SANDBOX_MEMORY",
+        "SANDBOX_NETWORK",
+        "BOOT_CONCURRENCY",
+        "ROLLOUT_CONCURRENCY",
+        "ROLLOUT_TIMEOUT",
+        "EVAL_TIMEOUT",
+        "REQUEST_TIMEOUT",
+        "STOP_TIMEOUT",
+        "IMAGE_NAMESPACE",
+        "ROLLOUT_BACKEND",
+        "RAY_ADDRESS",
+        "RAY_WORKERS_PER_NODE",
+        "TRAIN_PROCS",
+        "MICRO_BATCH_SIZE",
+        "ACTIVATION_CHECKPOINTING",
+        "WEIGHT_LOADING",
+    }
+)
 
 Command = tuple[list[str], dict[str, str]]  # argv, and the settings it runs with (over the caller's environment)
 
@@ -47,24 +64,44 @@ def _common(model: str, seed: int, mixed_precision: bool) -> dict[str, str]:
     return {**AGENT_PROFILE, "MODEL": model, "SEED": str(seed), "MIXED_PRECISION": str(mixed_precision).lower()}
 
 
-def collect_command(out: Path, dataset: Path, model: str, recover: float, seed: int, mixed_precision: bool,
-                    run_id: str) -> Command:
+def collect_command(
+    out: Path, dataset: Path, model: str, recover: float, seed: int, mixed_precision: bool, run_id: str
+) -> Command:
     """Demonstrations of the tasks in ``dataset`` into ``out`` (``demos.jsonl``, ``demos_report.json``).
     ``model``'s tokenizer and chat template shape the demonstrations' token ids, so it is the model SFT trains;
     ``run_id`` labels the containers, which the phase removes by that label when it ends."""
-    return ([sys.executable, "-m", "qwen_swe.warmstart", "collect", "--out", str(out), "--recover", str(recover)],
-            {**_common(model, seed, mixed_precision), "DATASET": str(dataset), "OUTPUT_DIR": str(out),
-             "REWARD_MODE": "binary", "RUN_ID": run_id})
+    return (
+        [sys.executable, "-m", "qwen_swe.warmstart", "collect", "--out", str(out), "--recover", str(recover)],
+        {
+            **_common(model, seed, mixed_precision),
+            "DATASET": str(dataset),
+            "OUTPUT_DIR": str(out),
+            "REWARD_MODE": "binary",
+            "RUN_ID": run_id,
+        },
+    )
 
 
-def sft_command(demos: Path, out: Path, model: str, steps: int, batch: int, lr: float, seed: int,
-                mixed_precision: bool, run_id: str) -> Command:
+def sft_command(
+    demos: Path, out: Path, model: str, steps: int, batch: int, lr: float, seed: int, mixed_precision: bool, run_id: str
+) -> Command:
     """``steps`` supervised steps of ``batch`` demonstrations from ``demos`` on ``model``, in the run folder ``out``;
     one checkpoint, at the end, so the run's last ``weights/v*`` folder is the result (``latest_weights``)."""
-    return (["bash", str(REPO_ROOT / "examples" / "qwen_swe" / "run_grpo.sh")],
-            {**_common(model, seed, mixed_precision), "TRAIN_MODE": "sft", "SFT_DATA": str(demos),
-             "NUM_ROLLOUTS": str(steps), "ROLLOUT_BATCH_SIZE": str(batch), "LR": str(lr), "OUTPUT_DIR": str(out),
-             "KEEP_CHECKPOINTS": "1", "SAVE_INTERVAL": str(steps), "RUN_ID": run_id})
+    return (
+        ["bash", str(REPO_ROOT / "examples" / "qwen_swe" / "run_grpo.sh")],
+        {
+            **_common(model, seed, mixed_precision),
+            "TRAIN_MODE": "sft",
+            "SFT_DATA": str(demos),
+            "NUM_ROLLOUTS": str(steps),
+            "ROLLOUT_BATCH_SIZE": str(batch),
+            "LR": str(lr),
+            "OUTPUT_DIR": str(out),
+            "KEEP_CHECKPOINTS": "1",
+            "SAVE_INTERVAL": str(steps),
+            "RUN_ID": run_id,
+        },
+    )
 
 
 def latest_weights(run: Path) -> Path:
@@ -144,5 +181,7 @@ class Progress:
     def __exit__(self, *exc: Any) -> None:
         if self.view is not None:
             self.view.__exit__(*exc)
-        print(f"{self.label} {'done' if exc[0] is None else 'failed'} in "
-              f"{format_seconds(time.monotonic() - self.start)}", flush=True)
+        print(
+            f"{self.label} {'done' if exc[0] is None else 'failed'} in {format_seconds(time.monotonic() - self.start)}",
+            flush=True,
+        )

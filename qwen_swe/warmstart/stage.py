@@ -47,8 +47,15 @@ from qwen_swe.warmstart.phases import (
 STAGE_VERSION = 1
 HELDOUT_NAME = "heldout.jsonl"  # the split python -m qwen_swe.data.generate writes beside train.jsonl
 COMPLETE, MANIFEST, DIGESTS = "complete", "warmstart.json", "file_digests.json"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
-                   "chat_template.jinja", "generation_config.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "generation_config.json",
+)
 
 Runner = Callable[[list[str], dict[str, str], Path], None]
 
@@ -74,9 +81,11 @@ class WarmStartSpec:
         object.__setattr__(self, "model", Path(self.model).expanduser())
         object.__setattr__(self, "tasks", Path(self.tasks).expanduser())
         if self.demos < 0 or self.steps < 1 or self.batch < 1 or not self.lr > 0 or not 0 <= self.recover <= 1:
-            raise ConfigError(f"warm start: demos >= 0, steps >= 1, batch >= 1, lr > 0 and recover in [0, 1] "
-                              f"(got demos {self.demos}, steps {self.steps}, batch {self.batch}, lr {self.lr}, "
-                              f"recover {self.recover})")
+            raise ConfigError(
+                f"warm start: demos >= 0, steps >= 1, batch >= 1, lr > 0 and recover in [0, 1] "
+                f"(got demos {self.demos}, steps {self.steps}, batch {self.batch}, lr {self.lr}, "
+                f"recover {self.recover})"
+            )
 
 
 def model_digest(folder: Path, digests: Path) -> str:
@@ -85,8 +94,10 @@ def model_digest(folder: Path, digests: Path) -> str:
     folder: the hash of every file's name and content, each file's hash kept in ``digests`` under its size, mtime
     and inode (as git's index does), so only a changed file is read again."""
     if not (folder / "config.json").is_file():
-        raise DataError(f"{folder}: not a Hugging Face model folder (no config.json); the warm start's base model "
-                        "is a local folder (scripts/setup.sh builds the embedded one)")
+        raise DataError(
+            f"{folder}: not a Hugging Face model folder (no config.json); the warm start's base model "
+            "is a local folder (scripts/setup.sh builds the embedded one)"
+        )
     if (folder / STAMP_NAME).is_file():
         stamp = json.loads((folder / STAMP_NAME).read_text())
         return "stamp:" + hashlib.sha256(json.dumps(stamp, sort_keys=True).encode()).hexdigest()
@@ -120,10 +131,15 @@ def key_inputs(spec: WarmStartSpec, digests: Path | None = None) -> dict[str, An
     schemas are in every demonstration; the profile), the SFT settings and the seed; not paths, mtimes or the order
     anything was given in."""
     digests = digests or cache_home() / "warmstart" / DIGESTS
-    return {"stage": STAGE_VERSION, "expert": EXPERT_VERSION, "qwen_code": QWEN_CODE_VERSION,
-            "agent": dict(AGENT_PROFILE),
-            "model": model_digest(spec.model, digests), "tasks": _tasks_sha256(spec.tasks),
-            **{k: v for k, v in asdict(spec).items() if k not in ("model", "tasks")}}
+    return {
+        "stage": STAGE_VERSION,
+        "expert": EXPERT_VERSION,
+        "qwen_code": QWEN_CODE_VERSION,
+        "agent": dict(AGENT_PROFILE),
+        "model": model_digest(spec.model, digests),
+        "tasks": _tasks_sha256(spec.tasks),
+        **{k: v for k, v in asdict(spec).items() if k not in ("model", "tasks")},
+    }
 
 
 def key(spec: WarmStartSpec, digests: Path | None = None) -> str:
@@ -137,8 +153,10 @@ def _digest(inputs: dict[str, Any]) -> str:
 
 def _tasks_sha256(tasks: Path) -> str:
     if not tasks.is_file():
-        raise DataError(f"{tasks}: no such tasks file; scripts/setup.sh generates the embedded default's "
-                        "(python -m qwen_swe.data.generate --seed 0)")
+        raise DataError(
+            f"{tasks}: no such tasks file; scripts/setup.sh generates the embedded default's "
+            "(python -m qwen_swe.data.generate --seed 0)"
+        )
     return file_sha256(tasks)
 
 
@@ -156,22 +174,38 @@ def check_train_only(tasks: Path) -> dict[str, Any]:
     _tasks_sha256(tasks)
     heldout = tasks.with_name(HELDOUT_NAME)
     if tasks.name.startswith("heldout") or (heldout.is_file() and tasks.samefile(heldout)):
-        raise DataError(f"{tasks} is a held-out split: the warm start trains on the train split beside it, never on "
-                        "the tasks its results are measured on")
+        raise DataError(
+            f"{tasks} is a held-out split: the warm start trains on the train split beside it, never on "
+            "the tasks its results are measured on"
+        )
     if not heldout.is_file():
-        raise DataError(f"{tasks}: no held-out split beside it ({heldout}), so nothing shows that none of its tasks "
-                        "is held out; give the train.jsonl that python -m qwen_swe.data.generate wrote")
+        raise DataError(
+            f"{tasks}: no held-out split beside it ({heldout}), so nothing shows that none of its tasks "
+            "is held out; give the train.jsonl that python -m qwen_swe.data.generate wrote"
+        )
     rows, held = _read_rows(tasks), _read_rows(heldout)
     held_ids = {r.get("instance_id") for r in held}
     held_sites = {(r.get("repo"), r["bug_site"]) for r in held if r.get("bug_site")}
-    bad = sorted(str(r.get("instance_id")) for r in rows
-                 if r.get("instance_id") in held_ids or (r.get("repo"), r.get("bug_site")) in held_sites)
+    bad = sorted(
+        str(r.get("instance_id"))
+        for r in rows
+        if r.get("instance_id") in held_ids or (r.get("repo"), r.get("bug_site")) in held_sites
+    )
     if bad:
         more = f" and {len(bad) - 20} more" if len(bad) > 20 else ""
-        raise DataError(f"{tasks}: {len(bad)} tasks are held out in {heldout} (the same instance id or bug site): "
-                        f"{', '.join(bad[:20])}{more}; the warm start never trains on a held-out task")
-    return {"heldout_file": str(heldout), "heldout_sha256": file_sha256(heldout), "heldout_tasks": len(held),
-            "heldout_sites": len(held_sites), "train_tasks": len(rows), "shared_tasks": 0, "shared_sites": 0}
+        raise DataError(
+            f"{tasks}: {len(bad)} tasks are held out in {heldout} (the same instance id or bug site): "
+            f"{', '.join(bad[:20])}{more}; the warm start never trains on a held-out task"
+        )
+    return {
+        "heldout_file": str(heldout),
+        "heldout_sha256": file_sha256(heldout),
+        "heldout_tasks": len(held),
+        "heldout_sites": len(held_sites),
+        "train_tasks": len(rows),
+        "shared_tasks": 0,
+        "shared_sites": 0,
+    }
 
 
 def select_tasks(rows: list[dict[str, Any]], count: int, seed: int) -> list[dict[str, Any]]:
@@ -181,8 +215,9 @@ def select_tasks(rows: list[dict[str, Any]], count: int, seed: int) -> list[dict
     return playable[: count or None]
 
 
-def _build(spec: WarmStartSpec, inputs: dict[str, Any], build: Path, run: Runner, guarantee: dict[str, Any],
-           interval: float) -> dict[str, Any]:
+def _build(
+    spec: WarmStartSpec, inputs: dict[str, Any], build: Path, run: Runner, guarantee: dict[str, Any], interval: float
+) -> dict[str, Any]:
     """Demonstrations, then SFT, into ``build``; returns the manifest. ``build/model`` is the result."""
     name = _digest(inputs)
     times: dict[str, float] = {}
@@ -194,21 +229,32 @@ def _build(spec: WarmStartSpec, inputs: dict[str, Any], build: Path, run: Runner
     demos, sft = build / "demos", build / "sft"
     start = time.monotonic()
     with Progress(f"demonstrations of {len(chosen)} train tasks", interval):
-        cmd, env = collect_command(demos, dataset, str(spec.model), spec.recover, spec.seed, spec.mixed_precision,
-                                   f"qwen-swe-warmstart-{name}")
+        cmd, env = collect_command(
+            demos, dataset, str(spec.model), spec.recover, spec.seed, spec.mixed_precision, f"qwen-swe-warmstart-{name}"
+        )
         run(cmd, env, build / "logs" / "collect.log")
     times["collect"] = round(time.monotonic() - start, 1)
     try:
         report = json.loads((demos / "demos_report.json").read_text())
     except (OSError, ValueError):
-        raise SetupError(f"the demonstrations left no report in {demos}; see {build / 'logs' / 'collect.log'}") \
-            from None
+        raise SetupError(
+            f"the demonstrations left no report in {demos}; see {build / 'logs' / 'collect.log'}"
+        ) from None
     if not report.get("demonstrations"):
         raise SetupError(f"no demonstration of {len(chosen)} tasks was resolved; see {build / 'logs' / 'collect.log'}")
     start = time.monotonic()
     with Progress(f"SFT, {spec.steps} steps of {spec.batch}", interval, sft / "metrics.jsonl", spec.steps):
-        cmd, env = sft_command(demos / DEMOS, sft, str(spec.model), spec.steps, spec.batch, spec.lr, spec.seed,
-                               spec.mixed_precision, f"qwen-swe-warmstart-sft-{name}")
+        cmd, env = sft_command(
+            demos / DEMOS,
+            sft,
+            str(spec.model),
+            spec.steps,
+            spec.batch,
+            spec.lr,
+            spec.seed,
+            spec.mixed_precision,
+            f"qwen-swe-warmstart-sft-{name}",
+        )
         run(cmd, env, build / "logs" / "sft.log")
     times["sft"] = round(time.monotonic() - start, 1)
     model = build / "model"
@@ -220,9 +266,15 @@ def _build(spec: WarmStartSpec, inputs: dict[str, Any], build: Path, run: Runner
         shutil.copy2(sft / "metrics.jsonl", build / "logs" / "sft_metrics.jsonl")
     shutil.rmtree(sft)  # checkpoints with optimizer state: gigabytes nothing reads again
     report.pop("drops", None)  # the per-task detail stays in demos/demos_report.json
-    return {"key": name, "spec": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(spec).items()},
-            "key_inputs": inputs, "demo_tasks": [row["instance_id"] for row in chosen], "demos": report,
-            "heldout_check": guarantee, "seconds": times}
+    return {
+        "key": name,
+        "spec": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(spec).items()},
+        "key_inputs": inputs,
+        "demo_tasks": [row["instance_id"] for row in chosen],
+        "demos": report,
+        "heldout_check": guarantee,
+        "seconds": times,
+    }
 
 
 def complete(folder: Path) -> bool:
@@ -247,8 +299,9 @@ def _leftovers(root: Path, name: str) -> Iterator[Path]:
         yield root / name  # a folder at the place without its marker was not built by this stage: never used
 
 
-def ensure_warm_start(spec: WarmStartSpec, home: Path, run: Runner = run_logged,
-                      interval: float = PROGRESS_INTERVAL) -> Path:
+def ensure_warm_start(
+    spec: WarmStartSpec, home: Path, run: Runner = run_logged, interval: float = PROGRESS_INTERVAL
+) -> Path:
     """The warm-started model folder ``home/warmstart/<key>/model``, built first if it is not there (one build at a
     time per key, across processes). ``run(argv, env, log)`` runs a phase; tests pass a fake."""
     guarantee = check_train_only(spec.tasks)  # also when cached: the held-out split beside the tasks may be new
@@ -264,8 +317,11 @@ def ensure_warm_start(spec: WarmStartSpec, home: Path, run: Runner = run_logged,
         for leftover in list(_leftovers(root, name)):
             print(f"warm start: removing the unfinished build {leftover}", flush=True)
             shutil.rmtree(leftover)
-        print(f"warm start: building {name} from {spec.model} on {spec.demos or 'all'} tasks of {spec.tasks}, "
-              f"{spec.steps} SFT steps of {spec.batch} at lr {spec.lr:g}; once, then cached in {target}", flush=True)
+        print(
+            f"warm start: building {name} from {spec.model} on {spec.demos or 'all'} tasks of {spec.tasks}, "
+            f"{spec.steps} SFT steps of {spec.batch} at lr {spec.lr:g}; once, then cached in {target}",
+            flush=True,
+        )
         start = time.monotonic()
         build = Path(tempfile.mkdtemp(prefix=f".{name}.build-", dir=root))
         try:

@@ -15,10 +15,16 @@ from pathlib import Path
 import pytest
 
 # ours, re-imported once slime is importable so they take slime's Sample and DataSource (restored after)
-OURS = {"sample": "qwen_swe.data.sample", "data_source": "qwen_swe.data.source",
-        "trajectory": "qwen_swe.traffic.trajectory", "rollout": "qwen_swe.rollout.engine",
-        "slime_rollout": "qwen_swe.backends.slime.rollout", "slime_backend": "qwen_swe.backends.slime.launcher",
-        "entry_data_source": "examples.qwen_swe.data_source", "entry_rollout": "examples.qwen_swe.rollout"}
+OURS = {
+    "sample": "qwen_swe.data.sample",
+    "data_source": "qwen_swe.data.source",
+    "trajectory": "qwen_swe.traffic.trajectory",
+    "rollout": "qwen_swe.rollout.engine",
+    "slime_rollout": "qwen_swe.backends.slime.rollout",
+    "slime_backend": "qwen_swe.backends.slime.launcher",
+    "entry_data_source": "examples.qwen_swe.data_source",
+    "entry_rollout": "examples.qwen_swe.rollout",
+}
 
 
 @pytest.fixture(scope="session")
@@ -26,9 +32,12 @@ def slime():
     """The slime checkout on SLIME_PATH importable, its light modules loaded, and our modules re-imported. Once per
     process: v0.3.1's ``load_function`` caches what it loaded, so a second import of ours would not be seen."""
     if int(importlib.metadata.version("transformers").split(".")[0]) >= 5 or not all(
-            importlib.util.find_spec(m) for m in ("ray", "httpx")):
-        pytest.skip("slime's light modules need transformers<5, ray and httpx in this interpreter: run "
-                    "tests/contracts/test_run_in_slime_venv.py, which runs these in .venv-slime (scripts/setup.sh)")
+        importlib.util.find_spec(m) for m in ("ray", "httpx")
+    ):
+        pytest.skip(
+            "slime's light modules need transformers<5, ray and httpx in this interpreter: run "
+            "tests/contracts/test_run_in_slime_venv.py, which runs these in .venv-slime (scripts/setup.sh)"
+        )
     root = Path(os.environ["SLIME_PATH"]).expanduser().resolve()
     if not (root / "slime" / "utils" / "types.py").is_file():
         pytest.fail(f"SLIME_PATH={root} is not a slime checkout (no slime/utils/types.py)")
@@ -36,11 +45,14 @@ def slime():
     sys.path.append(str(root))
     saved = {name: sys.modules.pop(name) for name in OURS.values() if name in sys.modules}
     try:
-        ns = types.SimpleNamespace(root=root, types=importlib.import_module("slime.utils.types"),
-                                   mask_utils=importlib.import_module("slime.utils.mask_utils"),
-                                   slime_data_source=importlib.import_module("slime.rollout.data_source"),
-                                   base_types=importlib.import_module("slime.rollout.base_types"),
-                                   load_function=importlib.import_module("slime.utils.misc").load_function)
+        ns = types.SimpleNamespace(
+            root=root,
+            types=importlib.import_module("slime.utils.types"),
+            mask_utils=importlib.import_module("slime.utils.mask_utils"),
+            slime_data_source=importlib.import_module("slime.rollout.data_source"),
+            base_types=importlib.import_module("slime.rollout.base_types"),
+            load_function=importlib.import_module("slime.utils.misc").load_function,
+        )
         for attr, name in OURS.items():
             setattr(ns, attr, importlib.import_module(name))
         ns.release = ns.slime_backend.slime_version(root)
@@ -55,8 +67,10 @@ def slime():
 def _release(slime: types.SimpleNamespace, release: str) -> types.SimpleNamespace:
     """A module written for one release fails (not skips) when SLIME_PATH names another."""
     if slime.release != release:
-        pytest.fail(f"{slime.root} is slime {slime.release}; these checks are v{release}'s: set SLIME_PATH to "
-                    f"slime-v{release} (test_run_in_slime_venv.py picks the files for each release)")
+        pytest.fail(
+            f"{slime.root} is slime {slime.release}; these checks are v{release}'s: set SLIME_PATH to "
+            f"slime-v{release} (test_run_in_slime_venv.py picks the files for each release)"
+        )
     return slime
 
 

@@ -18,26 +18,43 @@ import pytest
 from qwen_swe.config.settings import Settings
 from qwen_swe.errors import SandboxError
 
-TOOLS = [{"type": "function", "function": {
-    "name": "run_shell_command", "description": "Run a shell command in the repository",
-    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "run_shell_command",
+            "description": "Run a shell command in the repository",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+        },
+    }
+]
 DROPPED_INDEX = 1  # the sample whose container fails to start (its whole group is dropped, never scored -1)
 
 
 def tool_call(cmd: str, n: int) -> dict:
-    return {"id": f"call_{n}", "type": "function", "function": {"name": "run_shell_command",
-                                                                 "arguments": {"command": cmd}}}
+    return {
+        "id": f"call_{n}",
+        "type": "function",
+        "function": {"name": "run_shell_command", "arguments": {"command": cmd}},
+    }
 
 
 def session(tokenizer: Any, sample_index: int, final_token: str = "<|im_end|>", weight_version: int = 1) -> list:
     """The recorded turns of one agent session: a tool call, its result, a final answer."""
     from qwen_swe.traffic.trajectory import Turn
 
-    history = [{"role": "system", "content": "You are a coding agent."},
-               {"role": "user", "content": f"Fix the failing test ({sample_index})."}]
-    outputs = [("<think>\nLook first.\n</think>\n\n<tool_call>\n{\"name\": \"run_shell_command\", \"arguments\": "
-                "{\"command\": \"cat utils.py\"}}\n</tool_call>", tool_call("cat utils.py", 1)),
-               ("<think>\nDone.\n</think>\n\nFixed" + ("!" if final_token != "<|im_end|>" else "."), None)]
+    history = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": f"Fix the failing test ({sample_index})."},
+    ]
+    outputs = [
+        (
+            '<think>\nLook first.\n</think>\n\n<tool_call>\n{"name": "run_shell_command", "arguments": '
+            '{"command": "cat utils.py"}}\n</tool_call>',
+            tool_call("cat utils.py", 1),
+        ),
+        ("<think>\nDone.\n</think>\n\nFixed" + ("!" if final_token != "<|im_end|>" else "."), None),
+    ]
     turns = []
     for n, (text, call) in enumerate(outputs):
         prompt = tokenizer.apply_chat_template(history, tools=TOOLS, add_generation_prompt=True, tokenize=False)
@@ -45,16 +62,32 @@ def session(tokenizer: Any, sample_index: int, final_token: str = "<|im_end|>", 
         sampled = tokenizer(text, add_special_tokens=False)["input_ids"]
         if n == 0 or final_token == "<|im_end|>":
             sampled = sampled + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
-        message = {"role": "assistant", "content": text.split("</think>\n\n")[-1] if call is None else "",
-                   "reasoning_content": text.split("\n</think>")[0].removeprefix("<think>\n")}
+        message = {
+            "role": "assistant",
+            "content": text.split("</think>\n\n")[-1] if call is None else "",
+            "reasoning_content": text.split("\n</think>")[0].removeprefix("<think>\n"),
+        }
         if call:
             message["tool_calls"] = [call]
-        turns.append(Turn(index=n, session_id=f"s{sample_index}", request_messages=list(history), tools=TOOLS,
-                          prompt_ids=prompt_ids, sampled_ids=sampled, logprobs=[-0.5] * len(sampled),
-                          message=message, finish_reason="stop" if final_token == "<|im_end|>" else "length",
-                          weight_version=weight_version))
-        history = history + [message] + ([{"role": "tool", "tool_call_id": "call_1", "content": "def f(): ..."}]
-                                         if call else [])
+        turns.append(
+            Turn(
+                index=n,
+                session_id=f"s{sample_index}",
+                request_messages=list(history),
+                tools=TOOLS,
+                prompt_ids=prompt_ids,
+                sampled_ids=sampled,
+                logprobs=[-0.5] * len(sampled),
+                message=message,
+                finish_reason="stop" if final_token == "<|im_end|>" else "length",
+                weight_version=weight_version,
+            )
+        )
+        history = (
+            history
+            + [message]
+            + ([{"role": "tool", "tool_call_id": "call_1", "content": "def f(): ..."}] if call else [])
+        )
     return turns
 
 
@@ -66,8 +99,14 @@ async def _scripted_stage(engine: Any, sample: Any) -> Any:
         raise SandboxError("scripted: the container did not start")
     turns = session(engine.tokenizer, sample.index, weight_version=engine.weight_version)
     resolved = sample.index % 2 == 0
-    grade = Grade(reward=1.0 if resolved else -1.0, resolved=resolved, status=GradeStatus.GRADED, reason=None,
-                  f2p_passed=float(resolved), p2p_passed=1.0)
+    grade = Grade(
+        reward=1.0 if resolved else -1.0,
+        resolved=resolved,
+        status=GradeStatus.GRADED,
+        reason=None,
+        f2p_passed=float(resolved),
+        p2p_passed=1.0,
+    )
     return engine._fill(sample, engine._build_trajectory(turns), grade, turns, grade_seconds=0.0)
 
 
@@ -77,11 +116,26 @@ def rollout_args(slime_dir: Path, tokenizer_dir: Path, dataset: Path, folder: Pa
     if not model.exists():
         model.symlink_to(tokenizer_dir, target_is_directory=True)
     # nothing listens on the server's URL: rollout 0 serves the base weights, so the weight sync asks nothing of it
-    settings = Settings.build(backend="slime", slime_dir=slime_dir, vllm_url="http://127.0.0.1:9/v1",
-                              model=str(model), dataset=str(dataset), output_dir=run_dir, n_samples=2)
-    return argparse.Namespace(qwen_swe_settings=settings.to_dict(), n_samples_per_prompt=2, rollout_batch_size=2,
-                              prompt_data=str(dataset), rollout_shuffle=False, rollout_seed=1, save=str(run_dir),
-                              load=None, hf_checkpoint=None)
+    settings = Settings.build(
+        backend="slime",
+        slime_dir=slime_dir,
+        vllm_url="http://127.0.0.1:9/v1",
+        model=str(model),
+        dataset=str(dataset),
+        output_dir=run_dir,
+        n_samples=2,
+    )
+    return argparse.Namespace(
+        qwen_swe_settings=settings.to_dict(),
+        n_samples_per_prompt=2,
+        rollout_batch_size=2,
+        prompt_data=str(dataset),
+        rollout_shuffle=False,
+        rollout_seed=1,
+        save=str(run_dir),
+        load=None,
+        hf_checkpoint=None,
+    )
 
 
 def run_generate_rollout(slime: Any, args: argparse.Namespace, evaluation: bool) -> tuple[Any, Any]:

@@ -35,6 +35,7 @@ def _v022_only(slime_v022):
 def _stub_sglang_argument_surface(monkeypatch) -> None:
     """slime.utils.arguments imports sglang's and sglang-router's CLI classes; give it their argument surface
     only (the four sglang settings its validator reads), nothing that runs."""
+
     class ServerArgs:
         @staticmethod
         def add_cli_args(parser):
@@ -48,9 +49,14 @@ def _stub_sglang_argument_surface(monkeypatch) -> None:
         def add_cli_args(parser, **_):
             return parser
 
-    modules = {"sglang": {}, "sglang.srt": {}, "sglang.srt.server_args": {"ServerArgs": ServerArgs},
-               "sglang_router": {}, "sglang_router.launch_router": {"RouterArgs": RouterArgs},
-               "wandb": {}}
+    modules = {
+        "sglang": {},
+        "sglang.srt": {},
+        "sglang.srt.server_args": {"ServerArgs": ServerArgs},
+        "sglang_router": {},
+        "sglang_router.launch_router": {"RouterArgs": RouterArgs},
+        "wandb": {},
+    }
     missing = {top for top in ("sglang", "sglang_router", "wandb") if importlib.util.find_spec(top) is None}
     for name, attrs in modules.items():
         if name.split(".")[0] in missing:
@@ -63,11 +69,19 @@ def _parse_launcher_argv(slime, tmp_path, monkeypatch, shared_data):
         _stub_sglang_argument_surface(monkeypatch)
     instances = tmp_path / "ids.txt"
     instances.write_text("psf__requests-1142\n")
-    s = Settings.build(backend="slime", slime_dir=slime.root, vllm_url="http://127.0.0.1:8000/v1",
-                       model=str(tmp_path / "model"), dataset=str(shared_data / "verified_50.jsonl"),
-                       instance_list=instances, output_dir=tmp_path / "run", num_rollouts=3)
-    plan = slime.slime_backend.build_plan(s, python="python", env_report={"problems": [], "cuda_devices": 8},
-                                          check_server_routes=False)
+    s = Settings.build(
+        backend="slime",
+        slime_dir=slime.root,
+        vllm_url="http://127.0.0.1:8000/v1",
+        model=str(tmp_path / "model"),
+        dataset=str(shared_data / "verified_50.jsonl"),
+        instance_list=instances,
+        output_dir=tmp_path / "run",
+        num_rollouts=3,
+    )
+    plan = slime.slime_backend.build_plan(
+        s, python="python", env_report={"problems": [], "cuda_devices": 8}, check_server_routes=False
+    )
     for path, text in plan.files.items():
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(text)
@@ -105,8 +119,10 @@ def test_our_settings_come_back_from_slimes_custom_config_loader(slime, tmp_path
     the file with yaml.safe_load; written as JSON, YAML 1.1 read lr 1e-06 back as a string)."""
     s, args = _parse_launcher_argv(slime, tmp_path, monkeypatch, shared_data)
     again = slime.slime_backend.settings_from_slime_args(args)
-    assert again.to_dict() == s.replace(n_samples=args.n_samples_per_prompt,
-                                        rollout_batch_size=args.rollout_batch_size).to_dict()
+    assert (
+        again.to_dict()
+        == s.replace(n_samples=args.n_samples_per_prompt, rollout_batch_size=args.rollout_batch_size).to_dict()
+    )
 
 
 def _unpack_sequences(slime):
@@ -118,8 +134,7 @@ def _unpack_sequences(slime):
     return module.unpack_sequences
 
 
-def test_a_trailing_token_0_shifts_slimes_logprob_slices_and_trim_trailing_pad_prevents_it(slime,
-                                                                                            qwen3_tokenizer):
+def test_a_trailing_token_0_shifts_slimes_logprob_slices_and_trim_trailing_pad_prevents_it(slime, qwen3_tokenizer):
     """slime's FSDP unpacking counts trailing id-0 tokens as padding; id 0 is '!' in Qwen's vocabulary."""
     import torch
 
@@ -136,18 +151,25 @@ def test_a_trailing_token_0_shifts_slimes_logprob_slices_and_trim_trailing_pad_p
         for x in samples:
             cu.append(cu[-1] + len(x.tokens))
         # log_probs[p] stands for the prediction of token p + 1: each sample must get its response positions
-        packed = {"tokens": torch.tensor(tokens), "cu_seqlens": torch.tensor(cu),
-                  "response_lengths": [x.response_length for x in samples],
-                  "log_probs": torch.arange(len(tokens) - 1, dtype=torch.float32)}
+        packed = {
+            "tokens": torch.tensor(tokens),
+            "cu_seqlens": torch.tensor(cu),
+            "response_lengths": [x.response_length for x in samples],
+            "log_probs": torch.arange(len(tokens) - 1, dtype=torch.float32),
+        }
         got = _unpack_sequences(slime)(packed)
-        return all(g["log_probs"].tolist() == [float(p) for p in range(end - 1 - x.response_length, end - 1)]
-                   for g, x, end in zip(got, samples, cu[1:]))
+        return all(
+            g["log_probs"].tolist() == [float(p) for p in range(end - 1 - x.response_length, end - 1)]
+            for g, x, end in zip(got, samples, cu[1:])
+        )
 
     good = sample_from(session(qwen3_tokenizer, 1))
     bad = sample_from(session(qwen3_tokenizer, 2, final_token="!"))
     assert bad.tokens[-1] == 0 and slices_ok([good, good]) and not slices_ok([good, bad])
-    assert any("last token is id 0" in p for p in
-               slime.slime_backend.batch_problems([[good, bad]], n_samples_per_prompt=2, rollout_batch_size=1))
+    assert any(
+        "last token is id 0" in p
+        for p in slime.slime_backend.batch_problems([[good, bad]], n_samples_per_prompt=2, rollout_batch_size=1)
+    )
     assert slime.slime_backend.trim_trailing_pad(bad) and bad.tokens[-1] != 0
     assert len(bad.loss_mask) == bad.response_length == len(bad.rollout_log_probs)
     assert slices_ok([good, bad])

@@ -81,7 +81,8 @@ def contracts(slime_v031):
     try:
         yield types.SimpleNamespace(
             rollout=importlib.import_module("plugin_contracts.test_plugin_rollout_contracts"),
-            path_loading=importlib.import_module("plugin_contracts.test_plugin_path_loading_contracts"))
+            path_loading=importlib.import_module("plugin_contracts.test_plugin_path_loading_contracts"),
+        )
     finally:
         sys.path[:] = saved
 
@@ -119,8 +120,9 @@ def test_masks_equal_slimes_qwen3_5_type_where_it_renders_the_template(slime, qw
     messages = CONVERSATIONS_SLIME_RENDERS_EXACTLY[name]
     gen = slime.mask_utils.MultiTurnLossMaskGenerator(qwen3_tokenizer, tokenizer_type="qwen3_5")
     slime_ids, slime_mask = gen.get_loss_mask(messages, tools=TOOLS)
-    assert qwen3_tokenizer.decode(slime_ids) == qwen3_tokenizer.apply_chat_template(messages, tools=TOOLS,
-                                                                                    tokenize=False)
+    assert qwen3_tokenizer.decode(slime_ids) == qwen3_tokenizer.apply_chat_template(
+        messages, tools=TOOLS, tokenize=False
+    )
     assert slime.trajectory.mask_from_messages(qwen3_tokenizer, messages, TOOLS) == (slime_ids, slime_mask)
 
 
@@ -129,37 +131,50 @@ def test_an_answer_without_reasoning_differs_from_qwen3_5_in_one_merged_token(sl
     which ``\\n\\n`` after ``<think>`` is one token: the opener's newline merged with the empty body. ``qwen3_5``
     trains that token, ours does not (it holds the opener's newline, which neither trains anywhere else). Both
     train ``</think>\\n\\n`` and the answer; nothing else differs."""
-    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "go"},
-                {"role": "assistant", "content": "", "tool_calls": [tool_call("ls", 1)]},
-                {"role": "tool", "tool_call_id": "call_1", "content": "a.py"}, {"role": "assistant", "content": "ok"}]
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "", "tool_calls": [tool_call("ls", 1)]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "a.py"},
+        {"role": "assistant", "content": "ok"},
+    ]
     gen = slime.mask_utils.MultiTurnLossMaskGenerator(qwen3_tokenizer, tokenizer_type="qwen3_5")
     slime_ids, slime_mask = gen.get_loss_mask(messages, tools=TOOLS)
     ids, mask = slime.trajectory.mask_from_messages(qwen3_tokenizer, messages, TOOLS)
     assert ids == slime_ids
     differ = [i for i, (a, b) in enumerate(zip(mask, slime_mask)) if a != b]
     assert len(differ) == 1 and slime_mask[differ[0]] == 1 and mask[differ[0]] == 0
-    assert qwen3_tokenizer.decode(ids[differ[0] - 1:differ[0] + 2]) == "<think>\n\n</think>"
+    assert qwen3_tokenizer.decode(ids[differ[0] - 1 : differ[0] + 2]) == "<think>\n\n</think>"
 
 
 # ------------------------------------------------------------------------------------------------
 # the launcher's Megatron plan through v0.3.1's own parser and HF-config validator
 # ------------------------------------------------------------------------------------------------
 
+
 def _stub_argument_surfaces(monkeypatch) -> None:
     """slime.utils.arguments imports sglang's, sglang-router's and wandb's modules, and the Megatron argument
     module imports Megatron-LM: none of them runs here (absent from ``.venv-slime``), so each gets its import
     surface only. Phase 1 (sglang's parser) and Megatron's own parser are never called."""
+
     class CliArgs:
         @staticmethod
         def add_cli_args(parser, **_):
             return parser
 
-    modules = {"sglang": {}, "sglang.srt": {}, "sglang.srt.server_args": {"ServerArgs": CliArgs},
-               "sglang_router": {}, "sglang_router.launch_router": {"RouterArgs": CliArgs}, "wandb": {},
-               "megatron": {}, "megatron.training": {},
-               "megatron.training.arguments": {"parse_args": None, "validate_args": None},
-               "megatron.training.tokenizer": {}, "megatron.training.tokenizer.tokenizer": {
-                   "_vocab_size_with_padding": None}}
+    modules = {
+        "sglang": {},
+        "sglang.srt": {},
+        "sglang.srt.server_args": {"ServerArgs": CliArgs},
+        "sglang_router": {},
+        "sglang_router.launch_router": {"RouterArgs": CliArgs},
+        "wandb": {},
+        "megatron": {},
+        "megatron.training": {},
+        "megatron.training.arguments": {"parse_args": None, "validate_args": None},
+        "megatron.training.tokenizer": {},
+        "megatron.training.tokenizer.tokenizer": {"_vocab_size_with_padding": None},
+    }
     missing = {name.split(".")[0] for name in modules if _absent(name.split(".")[0])}
     for name, attrs in modules.items():
         if name.split(".")[0] in missing:
@@ -202,8 +217,7 @@ def _model_folder(tmp_path, config: dict) -> str:
     return str(tmp_path)
 
 
-def test_megatron_plan_goes_through_slime_v031s_own_parser_and_hf_validator(slime, tmp_path, monkeypatch,
-                                                                            shared_data):
+def test_megatron_plan_goes_through_slime_v031s_own_parser_and_hf_validator(slime, tmp_path, monkeypatch, shared_data):
     """The exact train.py argv of the Megatron plan: slime's pre-parser takes the backend, slime's own argument
     provider takes every slime flag (values typed and checked by its parser) and leaves exactly the flags the
     launcher means for Megatron; ``slime_validate_args`` accepts the whole namespace; ``_hf_validate_args`` finds
@@ -225,12 +239,23 @@ def test_megatron_plan_goes_through_slime_v031s_own_parser_and_hf_validator(slim
     coder = json.loads(megatron.BUILT_IN["qwen3-coder-30b-a3b"].read_text())
     smol = json.loads((embedded_model_dir() / "config.json").read_text())
     for name, config, tp, ep in (("coder", coder, 4, 8), ("smollm2", smol, 1, 1)):
-        s = Settings.build(backend="slime", slime_dir=slime.root, vllm_url="http://127.0.0.1:8000/v1",
-                           model=_model_folder(tmp_path / name, config), output_dir=tmp_path / "run",
-                           dataset=str(shared_data / "verified_50.jsonl"), slime_gpus=8, slime_tp=tp, slime_ep=ep,
-                           lr_warmup_steps=3, kl_loss_coef=0.01, activation_checkpointing=True)
-        plan = slime.slime_backend.build_plan(s, python="python", env_report={"problems": [], "cuda_devices": 8},
-                                              check_server_routes=False)
+        s = Settings.build(
+            backend="slime",
+            slime_dir=slime.root,
+            vllm_url="http://127.0.0.1:8000/v1",
+            model=_model_folder(tmp_path / name, config),
+            output_dir=tmp_path / "run",
+            dataset=str(shared_data / "verified_50.jsonl"),
+            slime_gpus=8,
+            slime_tp=tp,
+            slime_ep=ep,
+            lr_warmup_steps=3,
+            kl_loss_coef=0.01,
+            activation_checkpointing=True,
+        )
+        plan = slime.slime_backend.build_plan(
+            s, python="python", env_report={"problems": [], "cuda_devices": 8}, check_server_routes=False
+        )
         assert plan.backend == "megatron" and not plan.problems, plan.problems
         monkeypatch.setattr(sys, "argv", plan.argv[1:])
         pre = arguments._pre_parse_mode()
@@ -242,9 +267,20 @@ def test_megatron_plan_goes_through_slime_v031s_own_parser_and_hf_validator(slim
         assert args.ref_load == str(tmp_path / "run" / "ref_torch_dist") and args.use_kl_loss
         assert args.rollout_function_path == "examples.qwen_swe.rollout.generate_rollout"
         parallel, _ = megatron.parallel_args(s, config, 8)
-        meant = megatron.model_args(config) + parallel + [
-            "--train-backend", "--debug-train-only", "--lr-decay-style", "--lr-warmup-iters", "--lr-warmup-init",
-            "--recompute-granularity", "--recompute-method", "--recompute-num-layers"]
+        meant = (
+            megatron.model_args(config)
+            + parallel
+            + [
+                "--train-backend",
+                "--debug-train-only",
+                "--lr-decay-style",
+                "--lr-warmup-iters",
+                "--lr-warmup-init",
+                "--recompute-granularity",
+                "--recompute-method",
+                "--recompute-num-layers",
+            ]
+        )
         assert {a for a in rest if a.startswith("--")} == {a for a in meant if a.startswith("--")}, name
         megatron_args = _megatron_namespace(rest)
         # slime's own validation of the whole namespace, as parse_args runs it (the converted start exists)

@@ -56,13 +56,14 @@ def test_contract_suite_passes_in_slime_venv(run, slime_env, tmp_path):
     # no bytecode: the vendored trees stay as shipped (and are read-only in CI)
     env.update(SLIME_PATH=str(root), PYTHONDONTWRITEBYTECODE="1")
     command = [str(python), "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", f"--junitxml={report}"]
-    proc = subprocess.run(command, cwd=root if own else REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=TIMEOUT, check=False)
+    proc = subprocess.run(
+        command, cwd=root if own else REPO_ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False
+    )
     inner = f"{python} -m pytest {' '.join(files)} (SLIME_PATH={root}):\n{proc.stdout[-12000:]}\n{proc.stderr[-4000:]}"
     assert proc.returncode == 0 and report.is_file(), inner
     outcomes = _outcomes(report)
     assert set(outcomes) <= {"passed", "xfailed"}, inner
     assert {name for _, name in outcomes.get("xfailed", [])} == EXPECTED_XFAIL.get(run, set()), inner
     per_file = Counter(module for module, _ in outcomes["passed"])
-    want = ({p.stem for p in (root / files[0]).glob("test_*.py")} if own else {Path(f).stem for f in files})
+    want = {p.stem for p in (root / files[0]).glob("test_*.py")} if own else {Path(f).stem for f in files}
     assert set(per_file) == want and all(per_file.values()), f"passed per file: {dict(per_file)}\n{inner}"

@@ -28,8 +28,14 @@ STEPS = 3
 
 def _env(out) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("VLLM_URL", "MODEL", "DATASET")}
-    env.update(OUTPUT_DIR=str(out), NUM_ROLLOUTS=str(STEPS), RUN_ID=RUN_ID, MAX_STALENESS="1", STOP_TIMEOUT="20",
-               **small_run_env())
+    env.update(
+        OUTPUT_DIR=str(out),
+        NUM_ROLLOUTS=str(STEPS),
+        RUN_ID=RUN_ID,
+        MAX_STALENESS="1",
+        STOP_TIMEOUT="20",
+        **small_run_env(),
+    )
     return env
 
 
@@ -44,8 +50,14 @@ def _dumped(out) -> dict[str, list[dict]]:
 
 def _stop_after_first_checkpoint(out) -> int:
     log = (out / "run1.log").open("w")
-    proc = subprocess.Popen(["bash", "examples/qwen_swe/run_grpo.sh"], cwd=REPO_ROOT, env=_env(out), text=True,
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        ["bash", "examples/qwen_swe/run_grpo.sh"],
+        cwd=REPO_ROOT,
+        env=_env(out),
+        text=True,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 1500
     try:
         while not (out / "checkpoints" / "step_000001" / "complete").exists():
@@ -68,20 +80,28 @@ def test_off_policy_run_records_versions_and_resumes_exactly_after_sigterm(tmp_p
     assert not (out / "checkpoints" / "step_000002").exists(), "stopped too late to leave a batch in flight"
     before = {name: len(rows) for name, rows in _dumped(out).items()}
 
-    proc = subprocess.run(["bash", "examples/qwen_swe/run_grpo.sh"], cwd=REPO_ROOT, env=_env(out), text=True,
-                          capture_output=True, timeout=2700)
+    proc = subprocess.run(
+        ["bash", "examples/qwen_swe/run_grpo.sh"],
+        cwd=REPO_ROOT,
+        env=_env(out),
+        text=True,
+        capture_output=True,
+        timeout=2700,
+    )
     (out / "run2.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, f"the resumed run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     assert "resuming from" in proc.stdout + proc.stderr
 
     settings = Settings.from_json(out / "settings.json")  # what the run used: the small warm start's sizes
     ds = SWEBenchDataSource.from_settings(settings)
-    expected = [sorted(x.metadata["instance_id"] for g in ds.get_samples(settings.rollout_batch_size) for x in g)
-                for _ in range(STEPS)]
+    expected = [
+        sorted(x.metadata["instance_id"] for g in ds.get_samples(settings.rollout_batch_size) for x in g)
+        for _ in range(STEPS)
+    ]
     dumps = _dumped(out)
-    assert sorted(r["instance_id"] for r in dumps["step_000000.jsonl"][:before["step_000000.jsonl"]]) == expected[0]
+    assert sorted(r["instance_id"] for r in dumps["step_000000.jsonl"][: before["step_000000.jsonl"]]) == expected[0]
     # the resumed run: step 1's batch (in flight at the stop, never trained on) served again, then step 2's
-    served = {name: sorted(r["instance_id"] for r in rows[before.get(name, 0):]) for name, rows in dumps.items()}
+    served = {name: sorted(r["instance_id"] for r in rows[before.get(name, 0) :]) for name, rows in dumps.items()}
     assert served == {"step_000000.jsonl": [], "step_000001.jsonl": expected[1], "step_000002.jsonl": expected[2]}
 
     metrics = _jsonl(out / "metrics.jsonl")

@@ -29,8 +29,9 @@ RUN_ID = "qwen-swe-e2e"
 def _run(out, num_rollouts: int) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("VLLM_URL", "MODEL", "DATASET")}
     env.update(OUTPUT_DIR=str(out), NUM_ROLLOUTS=str(num_rollouts), RUN_ID=RUN_ID, **small_run_env())
-    proc = subprocess.run(["bash", "examples/qwen_swe/run_grpo.sh"], cwd=REPO_ROOT, env=env, text=True,
-                          capture_output=True, timeout=2700)
+    proc = subprocess.run(
+        ["bash", "examples/qwen_swe/run_grpo.sh"], cwd=REPO_ROOT, env=env, text=True, capture_output=True, timeout=2700
+    )
     (out / f"run{num_rollouts}.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, f"run_grpo.sh failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     return proc
@@ -67,8 +68,9 @@ def test_embedded_default_trains_syncs_and_resumes(tmp_path):
     # The data source order a fresh run would serve: step 1 = the first groups, step 2 = exactly the next ones.
     settings = Settings.from_json(out / "settings.json")  # what the run used, its warm-started model included
     ds = SWEBenchDataSource.from_settings(settings)
-    expected = [[x.metadata["instance_id"] for g in ds.get_samples(settings.rollout_batch_size) for x in g]
-                for _ in range(2)]
+    expected = [
+        [x.metadata["instance_id"] for g in ds.get_samples(settings.rollout_batch_size) for x in g] for _ in range(2)
+    ]
     steps = sorted(p.name for p in (out / "rollouts").iterdir())
     assert len(steps) == 2
     assert sorted(_served_ids(out, steps[0])) == sorted(expected[0])

@@ -21,12 +21,46 @@ pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.vllm, pytest.mar
 
 @pytest.mark.timeout(2700)
 def test_small_protocol(tmp_path):
-    args = parser().parse_args(["--seed", "5", "--demos", "8", "--demo-recover", "0.5", "--sft-steps", "1",
-                                "--sft-batch", "2", "--sft-lr", "1e-4", "--heldout-tasks", "1", "--k", "1",
-                                "--rl-steps", "1", "--rl-batch", "1", "--n-samples", "2", "--dynamic-sampling",
-                                "--sampling-rounds", "2", "--rl-temperature", "0.9",
-                                "--fit-tasks", "1", "--fit-k", "1",
-                                "--model", str(embedded_model_dir()), "--eval-base", "--work", str(tmp_path)])
+    args = parser().parse_args(
+        [
+            "--seed",
+            "5",
+            "--demos",
+            "8",
+            "--demo-recover",
+            "0.5",
+            "--sft-steps",
+            "1",
+            "--sft-batch",
+            "2",
+            "--sft-lr",
+            "1e-4",
+            "--heldout-tasks",
+            "1",
+            "--k",
+            "1",
+            "--rl-steps",
+            "1",
+            "--rl-batch",
+            "1",
+            "--n-samples",
+            "2",
+            "--dynamic-sampling",
+            "--sampling-rounds",
+            "2",
+            "--rl-temperature",
+            "0.9",
+            "--fit-tasks",
+            "1",
+            "--fit-k",
+            "1",
+            "--model",
+            str(embedded_model_dir()),
+            "--eval-base",
+            "--work",
+            str(tmp_path),
+        ]
+    )
     result = run_protocol(args)
 
     tasks = tmp_path / "tasks"
@@ -90,8 +124,11 @@ def test_small_protocol(tmp_path):
     fit = result["fit"]
     for phase in ("before", "after"):
         assert fit[phase]["attempts"] == 1 and set(fit[phase]["per_task"]) == fit_ids, fit
-    grpo = {r["instance_id"] for f in (tmp_path / "rl" / "rollouts").glob("step_*.jsonl")
-            for r in map(json.loads, f.read_text().splitlines())}
+    grpo = {
+        r["instance_id"]
+        for f in (tmp_path / "rl" / "rollouts").glob("step_*.jsonl")
+        for r in map(json.loads, f.read_text().splitlines())
+    }
     assert grpo == fit_ids, grpo
     assert json.loads((tmp_path / "rl" / "settings.json").read_text())["dataset"].endswith("fit_tasks.jsonl")
     every = result["times_all_invocations"]  # one invocation: the sums are its own phases

@@ -23,9 +23,17 @@ pytestmark = pytest.mark.vllm
 
 
 def _probe(client: InferenceClient) -> tuple[list[int], list[float]]:
-    body = client.post("/v1/completions", {"model": EMBEDDED_SERVED_NAME, "prompt": "The capital of France is",
-                                           "max_tokens": 8, "temperature": 0.0, "return_token_ids": True,
-                                           "logprobs": 0})
+    body = client.post(
+        "/v1/completions",
+        {
+            "model": EMBEDDED_SERVED_NAME,
+            "prompt": "The capital of France is",
+            "max_tokens": 8,
+            "temperature": 0.0,
+            "return_token_ids": True,
+            "logprobs": 0,
+        },
+    )
     choice = body["choices"][0]
     return choice["token_ids"], choice["logprobs"]["token_logprobs"]
 

@@ -22,11 +22,13 @@ pytestmark = pytest.mark.docker
 def test_grade_only_report_and_resume(tmp_path, monkeypatch, capsys):
     rows = [json.loads(line) for line in TASK_PACK.read_text().splitlines()][:2]
     a, b = rows[0]["instance_id"], rows[1]["instance_id"]
-    lines = [json.dumps({"instance_id": a, "model_name_or_path": "gold", "model_patch": rows[0]["patch"]}),
-             json.dumps({"instance_id": a, "model_name_or_path": "gold", "model_patch": noop_patch(rows[0]["patch"])}),
-             json.dumps({"instance_id": b, "model_name_or_path": "gold", "model_patch": ""}),
-             "this line is not json",
-             json.dumps({"instance_id": "nope__missing-1", "model_name_or_path": "m", "model_patch": "x"})]
+    lines = [
+        json.dumps({"instance_id": a, "model_name_or_path": "gold", "model_patch": rows[0]["patch"]}),
+        json.dumps({"instance_id": a, "model_name_or_path": "gold", "model_patch": noop_patch(rows[0]["patch"])}),
+        json.dumps({"instance_id": b, "model_name_or_path": "gold", "model_patch": ""}),
+        "this line is not json",
+        json.dumps({"instance_id": "nope__missing-1", "model_name_or_path": "m", "model_patch": "x"}),
+    ]
     preds = tmp_path / "predictions.jsonl"
     preds.write_text("\n".join(lines) + "\n")
     ids = tmp_path / "ids.txt"
@@ -35,8 +37,18 @@ def test_grade_only_report_and_resume(tmp_path, monkeypatch, capsys):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("RUN_ID", f"eval-{uuid.uuid4().hex[:8]}")
     out = tmp_path / "eval"
-    argv = ["--predictions", str(preds), "--out", str(out), "--instance-list", str(ids), "--output-dir",
-            str(tmp_path / "run"), "--dataset", str(TASK_PACK)]  # the embedded default trains on generated tasks
+    argv = [
+        "--predictions",
+        str(preds),
+        "--out",
+        str(out),
+        "--instance-list",
+        str(ids),
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--dataset",
+        str(TASK_PACK),
+    ]  # the embedded default trains on generated tasks
     assert main(argv) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["resolved_ids"] == [a] and report["empty_patch_ids"] == [b] and report["error_ids"] == []
@@ -50,13 +62,20 @@ def test_grade_only_report_and_resume(tmp_path, monkeypatch, capsys):
 
     # swebench's own get_eval_report reads the same logs to the same verdicts (the pack's repos use pytest's parser)
     monkeypatch.setitem(grading_module.MAP_REPO_TO_PARSER, rows[0]["repo"], parse_log_pytest)
-    monkeypatch.setitem(grading_module.MAP_REPO_VERSION_TO_SPECS, rows[0]["repo"],
-                        {str(rows[0].get("version", "")): {"test_cmd": "python3 -m pytest -rA"}})
+    monkeypatch.setitem(
+        grading_module.MAP_REPO_VERSION_TO_SPECS,
+        rows[0]["repo"],
+        {str(rows[0].get("version", "")): {"test_cmd": "python3 -m pytest -rA"}},
+    )
     verdicts = []
     for log in sorted((out / "grades" / a).glob("*/test_output.txt")):
         patch = (log.parent / "patch.diff").read_text()
-        official = get_eval_report(scoring.test_spec_for(rows[0], rows[0]["eval_script"]),
-                                   {"instance_id": a, "model_name_or_path": "m", "model_patch": patch}, str(log), False)
+        official = get_eval_report(
+            scoring.test_spec_for(rows[0], rows[0]["eval_script"]),
+            {"instance_id": a, "model_name_or_path": "m", "model_patch": patch},
+            str(log),
+            False,
+        )
         verdicts.append((patch == rows[0]["patch"], official[a]["resolved"]))
     assert sorted(verdicts) == [(False, False), (True, True)], verdicts
 

@@ -25,14 +25,28 @@ def test_agent_evaluation_writes_predictions_and_a_report_and_resumes(tmp_path, 
     broken = dict(row, instance_id="qwenswe__missing-image-1", image="qwen-swe-test-missing-image:none")
     dataset = tmp_path / "rows.jsonl"
     dataset.write_text(json.dumps(row) + "\n" + json.dumps(broken) + "\n")
-    server = ServerThread([hermes_call("read_file", file_path=f"/testbed/{path}"),
-                           hermes_call("edit", file_path=f"/testbed/{path}", old_string=old, new_string=new),
-                           "Fixed the bug."])
+    server = ServerThread(
+        [
+            hermes_call("read_file", file_path=f"/testbed/{path}"),
+            hermes_call("edit", file_path=f"/testbed/{path}", old_string=old, new_string=new),
+            "Fixed the bug.",
+        ]
+    )
     try:
-        for key, value in {"VLLM_URL": server.url, "MODEL": str(embedded_model_dir()), "SERVED_MODEL_NAME": "scripted",
-                           "DATASET": str(dataset), "IMAGE_NAMESPACE": "", "MAX_TURNS": "6", "AGENT_TIMEOUT": "300",
-                           "TOOL_CHOICE": "auto", "EVAL_SAMPLES": "1", "ROLLOUT_CONCURRENCY": "1",
-                           "RUN_ID": f"eval-agent-{uuid.uuid4().hex[:8]}", "OUTPUT_DIR": str(tmp_path / "run")}.items():
+        for key, value in {
+            "VLLM_URL": server.url,
+            "MODEL": str(embedded_model_dir()),
+            "SERVED_MODEL_NAME": "scripted",
+            "DATASET": str(dataset),
+            "IMAGE_NAMESPACE": "",
+            "MAX_TURNS": "6",
+            "AGENT_TIMEOUT": "300",
+            "TOOL_CHOICE": "auto",
+            "EVAL_SAMPLES": "1",
+            "ROLLOUT_CONCURRENCY": "1",
+            "RUN_ID": f"eval-agent-{uuid.uuid4().hex[:8]}",
+            "OUTPUT_DIR": str(tmp_path / "run"),
+        }.items():
             monkeypatch.setenv(key, value)
         out = tmp_path / "eval"
         assert main(["--agent", "--out", str(out)]) == 0
@@ -48,8 +62,12 @@ def test_agent_evaluation_writes_predictions_and_a_report_and_resumes(tmp_path, 
     assert f"+{new}" in solved["model_patch"]
     rollouts = {r["instance_id"]: r for r in map(json.loads, (out / "rollouts.jsonl").read_text().splitlines())}
     assert rollouts[row["instance_id"]]["patch"] == solved["model_patch"] and rollouts[row["instance_id"]]["resolved"]
-    calls = [c["function"]["name"] for m in rollouts[row["instance_id"]]["conversation"]["messages"]
-             if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
+    calls = [
+        c["function"]["name"]
+        for m in rollouts[row["instance_id"]]["conversation"]["messages"]
+        if m.get("role") == "assistant"
+        for c in m.get("tool_calls") or []
+    ]
     assert calls == ["read_file", "edit"]  # the whole attempt is kept, as a training step keeps its rollouts
     assert rollouts[broken["instance_id"]]["status"] == "aborted"
     before = (out / "results.jsonl").read_text()
@@ -68,15 +86,27 @@ def test_periodic_evaluation_through_the_trainers_driver(tmp_path):
     path, old, new = gold_edit(row["patch"])
     dataset = tmp_path / "eval.jsonl"
     dataset.write_text(json.dumps(row) + "\n")
-    server = ServerThread([hermes_call("read_file", file_path=f"/testbed/{path}"),
-                           hermes_call("edit", file_path=f"/testbed/{path}", old_string=old, new_string=new),
-                           "Fixed the bug."])
+    server = ServerThread(
+        [
+            hermes_call("read_file", file_path=f"/testbed/{path}"),
+            hermes_call("edit", file_path=f"/testbed/{path}", old_string=old, new_string=new),
+            "Fixed the bug.",
+        ]
+    )
     driver = None
     try:
-        settings = Settings.build(vllm_url=server.url, model=str(embedded_model_dir()), served_model_name="scripted",
-                                  dataset=str(dataset), eval_interval=2, image_namespace="", max_turns=6,
-                                  agent_timeout=300.0, output_dir=tmp_path / "run",
-                                  run_id=f"eval-periodic-{uuid.uuid4().hex[:8]}")
+        settings = Settings.build(
+            vllm_url=server.url,
+            model=str(embedded_model_dir()),
+            served_model_name="scripted",
+            dataset=str(dataset),
+            eval_interval=2,
+            image_namespace="",
+            max_turns=6,
+            agent_timeout=300.0,
+            output_dir=tmp_path / "run",
+            run_id=f"eval-periodic-{uuid.uuid4().hex[:8]}",
+        )
         driver = RolloutDriver(settings, upstream=server.url, model=settings.model_name, served_model="scripted")
         metrics = driver.evaluate(4)
     finally:

@@ -35,13 +35,30 @@ def test_pip_install_e_gives_the_qwen_swe_command(tmp_path):
 
 
 def test_the_wheel_carries_the_data_files(tmp_path):
-    run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps", "-w",
-         str(tmp_path), str(REPO_ROOT)])
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "-w",
+            str(tmp_path),
+            str(REPO_ROOT),
+        ]
+    )
     (wheel,) = tmp_path.glob("qwen_swe-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for asset in ("qwen_swe/data/taskpack/tasks.jsonl", "qwen_swe/viewer/page.html",
-                  "qwen_swe/data/taskpack/repos/semver/semver/__init__.py", "qwen_swe/data/taskpack/repos/semver/.gitignore",
-                  "qwen_swe/plan/models/qwen3-coder-30b-a3b-instruct.json", "qwen_swe/cli/main.py"):
+    for asset in (
+        "qwen_swe/data/taskpack/tasks.jsonl",
+        "qwen_swe/viewer/page.html",
+        "qwen_swe/data/taskpack/repos/semver/semver/__init__.py",
+        "qwen_swe/data/taskpack/repos/semver/.gitignore",
+        "qwen_swe/plan/models/qwen3-coder-30b-a3b-instruct.json",
+        "qwen_swe/cli/main.py",
+    ):
         assert asset in names, asset
     assert not any("__pycache__" in n for n in names)
     assert any(n.endswith("licenses/LICENSE") for n in names)

@@ -61,9 +61,16 @@ def task() -> dict[str, Any]:
 
 def _box(task: dict, run_id: str, endpoint_dir: Any, network: str = "none") -> DockerSandbox:
     """A rollout container as the engine makes it (``RolloutEngine._start_sandbox``)."""
-    return DockerSandbox(task["image"], run_id=run_id, cpus=1.0, memory="2g", network=network,
-                         mounts={str(agent_bundle_dir()): AGENT_MOUNT, str(endpoint_dir): SOCKET_DIR_IN_CONTAINER},
-                         base_commit=task.get("base_commit"), hide_future=False)
+    return DockerSandbox(
+        task["image"],
+        run_id=run_id,
+        cpus=1.0,
+        memory="2g",
+        network=network,
+        mounts={str(agent_bundle_dir()): AGENT_MOUNT, str(endpoint_dir): SOCKET_DIR_IN_CONTAINER},
+        base_commit=task.get("base_commit"),
+        hide_future=False,
+    )
 
 
 def _host_addresses() -> list[str]:
@@ -87,8 +94,10 @@ async def _probe(box: DockerSandbox, socket_path: str, probes: list[str]) -> dic
 
 async def _host_service() -> asyncio.AbstractServer:
     """A TCP service of the host on every address (as vLLM, the trainer or Ray bind): it answers and hangs up."""
+
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.close()
+
     return await asyncio.start_server(answer, "0.0.0.0", 0)
 
 
@@ -104,8 +113,12 @@ def test_a_rollout_container_reaches_only_its_own_session(task, run_id, record_p
                 probes = [f"tcp 127.0.0.1 {port}", f"tcp 127.0.0.1 {proxy_port}", f"tcp 127.0.0.1 {model_port}"]
                 probes += [f"tcp {ip} {port}" for ip in _host_addresses()]
                 probes += [f"tcp {host} {p}" for host, p in EXTERNAL]
-                probes += ["http /v1/models", f"http /s/{other.id}/v1/models", f"http /s/{mine.id}/v1/models",
-                           "http /health"]
+                probes += [
+                    "http /v1/models",
+                    f"http /s/{other.id}/v1/models",
+                    f"http /s/{mine.id}/v1/models",
+                    "http /health",
+                ]
                 async with proxy.endpoint(mine.id) as ep, proxy.endpoint(other.id):
                     async with _box(task, run_id, ep.folder) as box:
                         listing = (await box.exec(f"ls -A {SOCKET_DIR_IN_CONTAINER}", timeout=60)).output.split()
@@ -119,8 +132,9 @@ def test_a_rollout_container_reaches_only_its_own_session(task, run_id, record_p
 
     inside, control, listing, port = asyncio.run(scenario())
     record_property("routes", json.dumps(inside))
-    print("\n".join(f"{r['probe']}: {'reachable' if r['ok'] else 'unreachable'} ({r['detail']})"
-                    for r in inside.values()))
+    print(
+        "\n".join(f"{r['probe']}: {'reachable' if r['ok'] else 'unreachable'} ({r['detail']})" for r in inside.values())
+    )
     assert listing == ["model.sock"]  # only its own session's socket is in the container
     assert control[f"tcp 127.0.0.1 {port}"]["ok"], f"the probe fails even from a host-network container: {control}"
     reachable = [p for p, r in inside.items() if r["ok"]]
@@ -134,17 +148,23 @@ def test_the_agent_completes_a_rollout_through_its_socket(task, run_id):
     async def scenario():
         service = await _host_service()
         port = service.sockets[0].getsockname()[1]
-        reach = (f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo HOST-REACHED || echo HOST-BLOCKED; "
-                 "(exec 3<>/dev/tcp/1.1.1.1/443) 2>/dev/null && echo NET-REACHED || echo NET-BLOCKED")
-        script = [hermes_call("run_shell_command", command=reach),
-                  hermes_call("read_file", file_path=target),
-                  hermes_call("edit", file_path=target, old_string=old, new_string=new),
-                  "Fixed the bug."]
+        reach = (
+            f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo HOST-REACHED || echo HOST-BLOCKED; "
+            "(exec 3<>/dev/tcp/1.1.1.1/443) 2>/dev/null && echo NET-REACHED || echo NET-BLOCKED"
+        )
+        script = [
+            hermes_call("run_shell_command", command=reach),
+            hermes_call("read_file", file_path=target),
+            hermes_call("edit", file_path=target, old_string=old, new_string=new),
+            "Fixed the bug.",
+        ]
         settings = load_settings([], env={}).replace(max_turns=8, agent_timeout=300.0, tool_choice="required")
         tokenizer = smollm2_tokenizer()
         try:
-            async with ScriptedServer(script, tokenizer=tokenizer, max_model_len=8192) as model, \
-                    RecordingProxy(model.url, model="scripted", tokenizer=tokenizer, mode="tokens") as proxy:
+            async with (
+                ScriptedServer(script, tokenizer=tokenizer, max_model_len=8192) as model,
+                RecordingProxy(model.url, model="scripted", tokenizer=tokenizer, mode="tokens") as proxy,
+            ):
                 session = proxy.open_session({"test": run_id})
 
                 def fresh_session() -> str:  # as the rollout engine does
@@ -153,10 +173,17 @@ def test_the_agent_completes_a_rollout_through_its_socket(task, run_id):
                     return session.base_url
 
                 async with proxy.endpoint(session.id) as ep, _box(task, run_id, ep.folder) as box:
-                    result = await qa.run_agent(box, base_url="", model="smollm2-135m", prompt=build_prompt(task),
-                                                agent=settings.agent, inference=settings.inference,
-                                                profile="compact", fresh_session=fresh_session,
-                                                model_socket=ep.socket_in_container)
+                    result = await qa.run_agent(
+                        box,
+                        base_url="",
+                        model="smollm2-135m",
+                        prompt=build_prompt(task),
+                        agent=settings.agent,
+                        inference=settings.inference,
+                        profile="compact",
+                        fresh_session=fresh_session,
+                        model_socket=ep.socket_in_container,
+                    )
                     patch = await qa.take_diff(box)
                 turns = proxy.close_session(session.id)
         finally:

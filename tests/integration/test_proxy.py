@@ -19,12 +19,22 @@ from qwen_swe.traffic.trajectory import build_sample
 from tests.scripted_server import APIError, Context, Reply, ScriptedServer, chat, fake_logprob, smollm2_tokenizer
 
 TOOLS = [
-    {"type": "function", "function": {"name": "run_shell_command", "description": "Executes a shell command.",
-                                      "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
-                                                     "required": ["command"]}}},
-    {"type": "function", "function": {"name": "read_file", "description": "Reads a file.",
-                                      "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
-                                                     "required": ["path"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "run_shell_command",
+            "description": "Executes a shell command.",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Reads a file.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        },
+    },
 ]
 CALL_LS = '<tool_call>\n{"name": "run_shell_command", "arguments": {"command" : "ls  -la"}}\n</tool_call>'
 CALL_READ = '<tool_call>\n{"name": "read_file", "arguments": {"path": "calc.py"}}\n</tool_call>'
@@ -44,22 +54,45 @@ def agent_copy(message: dict) -> dict:
     """How qwen-code resends an assistant reply: compact JSON arguments, reasoning dropped."""
     out = {"role": "assistant", "content": message.get("content")}
     if message.get("tool_calls"):
-        out["tool_calls"] = [{"id": c["id"], "type": "function", "function": {
-            "name": c["function"]["name"],
-            "arguments": json.dumps(json.loads(c["function"]["arguments"]), separators=(",", ":"))}}
-            for c in message["tool_calls"]]
+        out["tool_calls"] = [
+            {
+                "id": c["id"],
+                "type": "function",
+                "function": {
+                    "name": c["function"]["name"],
+                    "arguments": json.dumps(json.loads(c["function"]["arguments"]), separators=(",", ":")),
+                },
+            }
+            for c in message["tool_calls"]
+        ]
     return out
 
 
-async def agent_loop(http: aiohttp.ClientSession, base_url: str, task: str, *, turns: int, stream: bool = True,
-                     tool_choice: str | None = "required") -> tuple[list[dict], list[dict]]:
+async def agent_loop(
+    http: aiohttp.ClientSession,
+    base_url: str,
+    task: str,
+    *,
+    turns: int,
+    stream: bool = True,
+    tool_choice: str | None = "required",
+) -> tuple[list[dict], list[dict]]:
     """A qwen-code-shaped conversation: streamed requests with usage, text parts, tool results fed back."""
-    messages = [{"role": "system", "content": "You are a coding agent."},
-                {"role": "user", "content": [{"type": "text", "text": task}]}]
+    messages = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": [{"type": "text", "text": task}]},
+    ]
     replies = []
     for _ in range(turns):
-        body = {"model": "agent-model", "messages": messages, "tools": TOOLS, "temperature": 1.0, "top_p": 1.0,
-                "max_tokens": 256, "stream": stream}
+        body = {
+            "model": "agent-model",
+            "messages": messages,
+            "tools": TOOLS,
+            "temperature": 1.0,
+            "top_p": 1.0,
+            "max_tokens": 256,
+            "stream": stream,
+        }
         if stream:
             body["stream_options"] = {"include_usage": True}
         if tool_choice:
@@ -68,8 +101,13 @@ async def agent_loop(http: aiohttp.ClientSession, base_url: str, task: str, *, t
         replies.append(reply)
         messages = messages + [agent_copy(reply["message"])]
         for call in reply["message"].get("tool_calls") or ():
-            messages.append({"role": "tool", "tool_call_id": call["id"],
-                             "content": [{"type": "text", "text": f"output of {call['function']['name']}"}]})
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call["id"],
+                    "content": [{"type": "text", "text": f"output of {call['function']['name']}"}],
+                }
+            )
         if not reply["message"].get("tool_calls"):
             break
     return messages, replies
@@ -78,16 +116,18 @@ async def agent_loop(http: aiohttp.ClientSession, base_url: str, task: str, *, t
 def check_chain(turns) -> None:
     for prev, cur in zip(turns, turns[1:]):
         held = prev.prompt_ids + prev.sampled_ids
-        assert cur.prompt_ids[:len(held)] == held
+        assert cur.prompt_ids[: len(held)] == held
 
 
 # --- token mode ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("stream", [True, False])
 def test_token_mode_multi_turn_session(tok, stream):
     async def main():
-        async with ScriptedServer([CALL_LS, CALL_READ, FINAL], tokenizer=tok) as server, \
-                RecordingProxy(server.url, model="scripted", tokenizer=tok, request_timeout=30) as proxy, \
-                aiohttp.ClientSession() as http:
+        async with (
+            ScriptedServer([CALL_LS, CALL_READ, FINAL], tokenizer=tok) as server,
+            RecordingProxy(server.url, model="scripted", tokenizer=tok, request_timeout=30) as proxy,
+            aiohttp.ClientSession() as http,
+        ):
             proxy.weight_version = 7
             session = proxy.open_session({"instance_id": "demo"})
             assert session.base_url == f"{proxy.root}/s/{session.id}/v1"
@@ -123,9 +163,11 @@ def test_token_mode_multi_turn_session(tok, stream):
 
 def test_token_mode_without_tool_choice_sends_no_constraint(tok):
     async def main():
-        async with ScriptedServer(["Just text."], tokenizer=tok) as server, \
-                RecordingProxy(server.url, tokenizer=tok, request_timeout=30) as proxy, \
-                aiohttp.ClientSession() as http:
+        async with (
+            ScriptedServer(["Just text."], tokenizer=tok) as server,
+            RecordingProxy(server.url, tokenizer=tok, request_timeout=30) as proxy,
+            aiohttp.ClientSession() as http,
+        ):
             session = proxy.open_session()
             _, replies = await agent_loop(http, session.base_url, "hi", turns=1, tool_choice=None)
             return replies, server.requests, proxy.close_session(session.id)
@@ -139,9 +181,11 @@ def test_token_mode_without_tool_choice_sends_no_constraint(tok):
 
 def test_token_mode_bounds_max_tokens_by_the_context(tok):
     async def main():
-        async with ScriptedServer(["ok"], tokenizer=tok, max_model_len=600) as server, \
-                RecordingProxy(server.url, tokenizer=tok, request_timeout=30) as proxy, \
-                aiohttp.ClientSession() as http:
+        async with (
+            ScriptedServer(["ok"], tokenizer=tok, max_model_len=600) as server,
+            RecordingProxy(server.url, tokenizer=tok, request_timeout=30) as proxy,
+            aiohttp.ClientSession() as http,
+        ):
             session = proxy.open_session()
             msgs = [{"role": "user", "content": "short"}]
             await chat(http, session.base_url, {"messages": msgs})  # no max_tokens: all the room left
@@ -168,9 +212,11 @@ def test_token_mode_works_while_the_default_executor_is_busy(tok):
         release = threading.Event()
         parked = loop.run_in_executor(None, release.wait, 60)
         try:
-            async with ScriptedServer([CALL_LS, FINAL], tokenizer=tok, max_model_len=100_000) as server, \
-                    RecordingProxy(server.url, tokenizer=tok, request_timeout=30) as proxy, \
-                    aiohttp.ClientSession() as http:
+            async with (
+                ScriptedServer([CALL_LS, FINAL], tokenizer=tok, max_model_len=100_000) as server,
+                RecordingProxy(server.url, tokenizer=tok, request_timeout=30) as proxy,
+                aiohttp.ClientSession() as http,
+            ):
                 session = proxy.open_session()
                 big = "Fix it. " + "context line\n" * 4000  # > INLINE_RENDER_BYTES: rendered on the proxy's threads
                 _, replies = await asyncio.wait_for(agent_loop(http, session.base_url, big, turns=2), 30)
@@ -188,9 +234,11 @@ def test_token_mode_works_while_the_default_executor_is_busy(tok):
 @pytest.mark.parametrize("stream", [True, False])
 def test_forward_mode_records_ids_and_streams_unchanged(tok, stream):
     async def main():
-        async with ScriptedServer([CALL_LS, CALL_READ, FINAL], tokenizer=tok) as server, \
-                RecordingProxy(server.url, model="served", mode="forward", request_timeout=30) as proxy, \
-                aiohttp.ClientSession() as http:
+        async with (
+            ScriptedServer([CALL_LS, CALL_READ, FINAL], tokenizer=tok) as server,
+            RecordingProxy(server.url, model="served", mode="forward", request_timeout=30) as proxy,
+            aiohttp.ClientSession() as http,
+        ):
             session = proxy.open_session()
             _, replies = await agent_loop(http, session.base_url, "Fix calc.py", turns=5, stream=stream)
             return proxy.close_session(session.id), replies, server.requests
@@ -214,15 +262,20 @@ def test_forward_mode_records_ids_and_streams_unchanged(tok, stream):
 @pytest.mark.parametrize("mode", ["tokens", "forward"])
 def test_a_seeded_session_sends_each_turn_its_own_derived_seed(tok, mode):
     async def main():
-        async with ScriptedServer([CALL_LS, FINAL, CALL_LS, FINAL, "Done."], tokenizer=tok) as server, \
-                RecordingProxy(server.url, tokenizer=tok, mode=mode, request_timeout=30) as proxy, \
-                aiohttp.ClientSession() as http:
+        async with (
+            ScriptedServer([CALL_LS, FINAL, CALL_LS, FINAL, "Done."], tokenizer=tok) as server,
+            RecordingProxy(server.url, tokenizer=tok, mode=mode, request_timeout=30) as proxy,
+            aiohttp.ClientSession() as http,
+        ):
             seeded, plain = proxy.open_session(seed=7), proxy.open_session()
             await agent_loop(http, seeded.base_url, "Fix calc.py", turns=5, tool_choice=None)
             await agent_loop(http, plain.base_url, "Fix calc.py", turns=5, tool_choice=None)
             own = proxy.open_session(seed=7)  # an agent's own seed wins
-            await chat(http, own.base_url, {"model": "m", "messages": [{"role": "user", "content": "hi"}],
-                                            "seed": 99, "max_tokens": 8})
+            await chat(
+                http,
+                own.base_url,
+                {"model": "m", "messages": [{"role": "user", "content": "hi"}], "seed": 99, "max_tokens": 8},
+            )
             return [body.get("seed") for _, body in server.requests]
 
     seeds = run(main())
@@ -244,9 +297,11 @@ def test_64_concurrent_sessions_keep_their_own_turns(tok):
         return n, replies, proxy.close_session(session.id)
 
     async def main():
-        async with ScriptedServer(script, tokenizer=tok) as server, \
-                RecordingProxy(server.url, tokenizer=tok, request_timeout=60) as proxy, \
-                aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+        async with (
+            ScriptedServer(script, tokenizer=tok) as server,
+            RecordingProxy(server.url, tokenizer=tok, request_timeout=60) as proxy,
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http,
+        ):
             return await asyncio.gather(*(one(http, proxy, n) for n in range(64)))
 
     results = run(main())
@@ -268,9 +323,13 @@ def test_upstream_500_is_passed_on_and_recorded(tok, mode):
         return Reply(status=500) if "please fail" in ctx.prompt_text else "fine"
 
     async def main():
-        async with ScriptedServer(script, tokenizer=tok) as server, \
-                RecordingProxy(server.url, tokenizer=tok if mode == "tokens" else None, mode=mode,
-                               request_timeout=30) as proxy, aiohttp.ClientSession() as http:
+        async with (
+            ScriptedServer(script, tokenizer=tok) as server,
+            RecordingProxy(
+                server.url, tokenizer=tok if mode == "tokens" else None, mode=mode, request_timeout=30
+            ) as proxy,
+            aiohttp.ClientSession() as http,
+        ):
             session = proxy.open_session()
             with pytest.raises(APIError) as err:
                 await agent_loop(http, session.base_url, "please fail", turns=1)
@@ -292,9 +351,13 @@ def test_upstream_hang_becomes_504_after_the_request_timeout(tok, mode):
         return Reply(hang=True) if "hang now" in ctx.prompt_text else "fine"
 
     async def main():
-        async with ScriptedServer(script, tokenizer=tok) as server, \
-                RecordingProxy(server.url, tokenizer=tok if mode == "tokens" else None, mode=mode,
-                               request_timeout=1.0) as proxy, aiohttp.ClientSession() as http:
+        async with (
+            ScriptedServer(script, tokenizer=tok) as server,
+            RecordingProxy(
+                server.url, tokenizer=tok if mode == "tokens" else None, mode=mode, request_timeout=1.0
+            ) as proxy,
+            aiohttp.ClientSession() as http,
+        ):
             session = proxy.open_session()
             with pytest.raises(APIError) as err:
                 await agent_loop(http, session.base_url, "hang now", turns=1)
@@ -310,9 +373,11 @@ def test_upstream_hang_becomes_504_after_the_request_timeout(tok, mode):
 
 def test_closed_and_unknown_sessions_are_refused_and_models_forwarded(tok):
     async def main():
-        async with ScriptedServer(["x"], tokenizer=tok) as server, \
-                RecordingProxy(server.url, tokenizer=tok, request_timeout=30) as proxy, \
-                aiohttp.ClientSession() as http:
+        async with (
+            ScriptedServer(["x"], tokenizer=tok) as server,
+            RecordingProxy(server.url, tokenizer=tok, request_timeout=30) as proxy,
+            aiohttp.ClientSession() as http,
+        ):
             session = proxy.open_session()
             async with http.get(f"{session.base_url}/models") as resp:
                 models = (resp.status, await resp.json())
@@ -349,19 +414,34 @@ def test_token_mode_against_real_vllm_keeps_every_sampled_token(embedded_vllm):
     async def main():
         async with vllm_proxy(embedded_vllm) as proxy, aiohttp.ClientSession() as http:
             session = proxy.open_session()
-            messages = [{"role": "system", "content": "You are a coding agent. Call a tool on every turn."},
-                        {"role": "user", "content": [{"type": "text", "text": "List the files, then read calc.py."}]}]
+            messages = [
+                {"role": "system", "content": "You are a coding agent. Call a tool on every turn."},
+                {"role": "user", "content": [{"type": "text", "text": "List the files, then read calc.py."}]},
+            ]
             replies = []
             for _ in range(4):
-                body = {"model": "smollm2-135m", "messages": messages, "tools": TOOLS, "tool_choice": "required",
-                        "temperature": 1.0, "top_p": 1.0, "max_tokens": 64, "stream": True,
-                        "stream_options": {"include_usage": True}}
+                body = {
+                    "model": "smollm2-135m",
+                    "messages": messages,
+                    "tools": TOOLS,
+                    "tool_choice": "required",
+                    "temperature": 1.0,
+                    "top_p": 1.0,
+                    "max_tokens": 64,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                }
                 reply = await chat(http, session.base_url, body)
                 replies.append(reply)
                 messages = messages + [agent_copy(reply["message"])]
                 for call in reply["message"].get("tool_calls") or ():
-                    messages.append({"role": "tool", "tool_call_id": call["id"],
-                                     "content": [{"type": "text", "text": "calc.py\ntest_calc.py"}]})
+                    messages.append(
+                        {
+                            "role": "tool",
+                            "tool_call_id": call["id"],
+                            "content": [{"type": "text", "text": "calc.py\ntest_calc.py"}],
+                        }
+                    )
                 if not reply["message"].get("tool_calls"):
                     messages.append({"role": "user", "content": "Call a tool."})
             return replies, proxy.close_session(session.id)
@@ -376,7 +456,7 @@ def test_token_mode_against_real_vllm_keeps_every_sampled_token(embedded_vllm):
     traj = build_sample(turns, max_response_len=100_000, mask_truncated=False)
     meta = traj.metadata
     assert meta["retained_fraction"] >= 0.99, meta
-    response = traj.tokens[traj.prompt_length:]
+    response = traj.tokens[traj.prompt_length :]
     kept_ids = [response[i] for i, m in enumerate(traj.loss_mask) if m]
     kept_lps = [traj.rollout_log_probs[i] for i, m in enumerate(traj.loss_mask) if m]
     assert kept_ids == [i for t in turns for i in t.sampled_ids]
@@ -392,25 +472,38 @@ def test_real_vllm_repeats_an_attempt_with_the_same_session_seed(embedded_vllm):
             sampled = []
             for seed in (11, 11, 12):
                 session = proxy.open_session(seed=seed)
-                await chat(http, session.base_url, {
-                    "model": "smollm2-135m", "temperature": 1.0, "top_p": 1.0, "max_tokens": 48,
-                    "messages": [{"role": "user", "content": "Write a short poem about the sea."}]})
+                await chat(
+                    http,
+                    session.base_url,
+                    {
+                        "model": "smollm2-135m",
+                        "temperature": 1.0,
+                        "top_p": 1.0,
+                        "max_tokens": 48,
+                        "messages": [{"role": "user", "content": "Write a short poem about the sea."}],
+                    },
+                )
                 sampled.append(proxy.close_session(session.id)[0].sampled_ids)
             return sampled
 
     first, again, other = run(main())
-    print(f"sampled {len(first)} tokens; seed 12 shares a prefix of "
-          f"{next((i for i, (a, b) in enumerate(zip(first, other)) if a != b), len(other))}")
+    print(
+        f"sampled {len(first)} tokens; seed 12 shares a prefix of "
+        f"{next((i for i, (a, b) in enumerate(zip(first, other)) if a != b), len(other))}"
+    )
     assert len(first) > 8 and first == again
     assert other != first
 
 
 def test_a_restarted_session_keeps_nothing_of_the_discarded_one(tok):
     """An agent run that is started again gets a new, empty session: same meta and seed, the old route closed."""
+
     async def main():
-        async with ScriptedServer([FINAL], tokenizer=tok) as server, \
-                RecordingProxy(server.url, tokenizer=tok, request_timeout=30) as proxy, \
-                aiohttp.ClientSession() as http:
+        async with (
+            ScriptedServer([FINAL], tokenizer=tok) as server,
+            RecordingProxy(server.url, tokenizer=tok, request_timeout=30) as proxy,
+            aiohttp.ClientSession() as http,
+        ):
             old = proxy.open_session({"instance_id": "demo"}, seed=7)
             body = {"messages": [{"role": "user", "content": "first try"}]}
             await chat(http, old.base_url, body)

@@ -18,23 +18,36 @@ from qwen_swe.inference.launcher import EMBEDDED_SERVED_NAME, serving
 
 pytestmark = pytest.mark.vllm
 
-CHAT = {"model": EMBEDDED_SERVED_NAME, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4,
-        "temperature": 0.0}
+CHAT = {
+    "model": EMBEDDED_SERVED_NAME,
+    "messages": [{"role": "user", "content": "Say hi."}],
+    "max_tokens": 4,
+    "temperature": 0.0,
+}
 # (method, path, body): the OpenAI routes vLLM's --api-key guards, and the routes VLLM_SERVER_DEV_MODE=1 adds that it
 # does not (vLLM 0.32 guards /v1, /v2, /inference and /cohere only)
-ROUTES = [("POST", "/v1/chat/completions", CHAT), ("POST", "/v1/completions", {**CHAT, "prompt": "hi"}),
-          ("GET", "/v1/models", None), ("POST", "/pause", None), ("POST", "/resume", None),
-          ("POST", "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": "/nonexistent"}}),
-          ("POST", "/reset_prefix_cache", None), ("POST", "/tokenize", {"model": EMBEDDED_SERVED_NAME, "prompt": "x"}),
-          ("GET", "/metrics", None), ("GET", "/is_paused", None), ("GET", "/version", None)]
+ROUTES = [
+    ("POST", "/v1/chat/completions", CHAT),
+    ("POST", "/v1/completions", {**CHAT, "prompt": "hi"}),
+    ("GET", "/v1/models", None),
+    ("POST", "/pause", None),
+    ("POST", "/resume", None),
+    ("POST", "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": "/nonexistent"}}),
+    ("POST", "/reset_prefix_cache", None),
+    ("POST", "/tokenize", {"model": EMBEDDED_SERVED_NAME, "prompt": "x"}),
+    ("GET", "/metrics", None),
+    ("GET", "/is_paused", None),
+    ("GET", "/version", None),
+]
 
 
 def _call(root: str, method: str, path: str, body: object, key: str | None) -> int:
     data = None if body is None else json.dumps(body).encode()
     headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
     try:
-        with urllib.request.urlopen(urllib.request.Request(root + path, data=data, method=method, headers=headers),
-                                    timeout=120) as resp:
+        with urllib.request.urlopen(
+            urllib.request.Request(root + path, data=data, method=method, headers=headers), timeout=120
+        ) as resp:
             return resp.status
     except urllib.error.HTTPError as exc:
         return exc.code

@@ -31,9 +31,19 @@ def _tiny_moe_dir() -> Path:
     folder = Path(tempfile.gettempdir()) / "qwen_swe_test_models" / "tiny-qwen3-moe-v1"
     if (folder / "config.json").exists():
         return folder
-    cfg = Qwen3MoeConfig(vocab_size=6000, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                         num_experts=5, num_experts_per_tok=2, tie_word_embeddings=False)
+    cfg = Qwen3MoeConfig(
+        vocab_size=6000,
+        hidden_size=32,
+        intermediate_size=64,
+        moe_intermediate_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        num_experts=5,
+        num_experts_per_tok=2,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     work = folder.with_name(folder.name + f".{os.getpid()}")
     AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).save_pretrained(str(work))
@@ -58,14 +68,20 @@ def _worker(model: str, out: Path, lora: int) -> None:
     items = []
     for i in range(4):
         p, r = rng.randint(3, 8), rng.randint(3, 10)
-        items.append({"tokens": [rng.randrange(100, 5000) for _ in range(p + r)], "response_length": r,
-                      "loss_mask": [1] * r, "advantage": (-1.0) ** i, "rollout_log_probs": None})
+        items.append(
+            {
+                "tokens": [rng.randrange(100, 5000) for _ in range(p + r)],
+                "response_length": r,
+                "loss_mask": [1] * r,
+                "advantage": (-1.0) ** i,
+                "rollout_log_probs": None,
+            }
+        )
 
     def build(mode: str):
         torch.manual_seed(7)  # the trainer seeds before building: LoRA's initial draws must match
         policy = build_policy(model, device=cpu, lora_rank=lora, weight_loading=mode)
-        return policy, torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=1e-3,
-                                         weight_decay=0.0)
+        return policy, torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=1e-3, weight_decay=0.0)
 
     def shards(policy) -> list[tuple[str, torch.Tensor]]:
         return [(n, p.to_local().detach().clone()) for n, p in policy.named_parameters()]
@@ -82,17 +98,38 @@ def _worker(model: str, out: Path, lora: int) -> None:
         clip_and_step(policy, opt, 1.0)
     step_diff = [n for (n, x), (_, y) in zip(shards(full), shards(meta)) if not torch.equal(x, y)]
     moved = sum(not torch.equal(x, y) for (_, x), (_, y) in zip(a, shards(full)))
-    (out / f"rank{rank}.json").write_text(json.dumps({
-        "params": len(a), "names_equal": names_equal, "load_diff": load_diff, "buffers_diff": buffers_diff,
-        "step_diff": step_diff, "moved_by_step": moved, "sharded": sharded,
-        "trainable": sum(p.requires_grad for p in meta.parameters())}))
+    (out / f"rank{rank}.json").write_text(
+        json.dumps(
+            {
+                "params": len(a),
+                "names_equal": names_equal,
+                "load_diff": load_diff,
+                "buffers_diff": buffers_diff,
+                "step_diff": step_diff,
+                "moved_by_step": moved,
+                "sharded": sharded,
+                "trainable": sum(p.requires_grad for p in meta.parameters()),
+            }
+        )
+    )
     dist.destroy_process_group()
 
 
 def _run(model: Path, out: Path, lora: int = 0) -> list[dict]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "tests.integration.test_sharded_load", str(model), str(out), str(lora)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "tests.integration.test_sharded_load",
+        str(model),
+        str(out),
+        str(lora),
+    ]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         pytest.fail(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")

@@ -35,8 +35,10 @@ PARENT = textwrap.dedent("""
 """)
 SLEEPER = "import time\nwhile True: time.sleep(0.1)"
 # says "ignoring" on the shared stdout once its handler is in place, so the test signals it only then
-STUBBORN = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ignoring', flush=True)\n"
-            "while True: time.sleep(0.1)")
+STUBBORN = (
+    "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ignoring', flush=True)\n"
+    "while True: time.sleep(0.1)"
+)
 
 
 def alive(pid: int) -> bool:
@@ -58,8 +60,9 @@ def wait_gone(pids: list[int], timeout: float) -> float:
 
 def _parent(child: str, grace: float = 30.0) -> tuple[subprocess.Popen, int]:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", PARENT, child, str(grace)], stdout=subprocess.PIPE, text=True,
-                            env=env, cwd=REPO_ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PARENT, child, str(grace)], stdout=subprocess.PIPE, text=True, env=env, cwd=REPO_ROOT
+    )
     return proc, int(proc.stdout.readline())
 
 
@@ -103,6 +106,7 @@ def test_children_die_with_a_parent_killed_by_sigkill():
 
 # --- the whole run ----------------------------------------------------------------------------------------------
 
+
 def _marked(marker: str) -> list[int]:
     """Processes (not zombies) carrying the run's marker in their environment: everything the run started."""
     found = []
@@ -123,11 +127,18 @@ class Run:
     def __init__(self, out: Path, run_id: str, num_rollouts: int = 2) -> None:
         self.marker, self.out, self.run_id = uuid.uuid4().hex, out, run_id
         env = {k: v for k, v in os.environ.items() if k not in ("VLLM_URL", "MODEL", "DATASET")}
-        env.update(OUTPUT_DIR=str(out), NUM_ROLLOUTS=str(num_rollouts), RUN_ID=run_id, STOP_TIMEOUT="20",
-                   QWEN_SWE_TEST_MARKER=self.marker, **small_run_env())
+        env.update(
+            OUTPUT_DIR=str(out),
+            NUM_ROLLOUTS=str(num_rollouts),
+            RUN_ID=run_id,
+            STOP_TIMEOUT="20",
+            QWEN_SWE_TEST_MARKER=self.marker,
+            **small_run_env(),
+        )
         self.log = (out.parent / f"{run_id}-{self.marker[:6]}.log").open("w")
-        self.proc = subprocess.Popen(["bash", "examples/qwen_swe/run_grpo.sh"], cwd=REPO_ROOT, env=env,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            ["bash", "examples/qwen_swe/run_grpo.sh"], cwd=REPO_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT
+        )
 
     def wait_for(self, what: str, ready, timeout: float = 900.0) -> None:
         deadline = time.monotonic() + timeout
@@ -171,7 +182,9 @@ def test_the_run_stops_cleanly_at_every_phase_and_resumes(tmp_path):
 
     # 1. while the vLLM server starts
     run = Run(out, run_id)
-    run.wait_for("vLLM server log", lambda: any((out / "logs").glob("vllm-*.log")) if (out / "logs").is_dir() else False)
+    run.wait_for(
+        "vLLM server log", lambda: any((out / "logs").glob("vllm-*.log")) if (out / "logs").is_dir() else False
+    )
     timings["server start"] = run.stop_and_check(signal.SIGTERM, client)
 
     # 2. SIGINT in the middle of a rollout (a rollout container is up)
@@ -185,10 +198,20 @@ def test_the_run_stops_cleanly_at_every_phase_and_resumes(tmp_path):
     timings["sigkill"] = run.stop_and_check(signal.SIGKILL, client)
 
     # 4. the next run reaps what was left, trains both steps to the end, and leaves nothing
-    final = subprocess.run(["bash", "examples/qwen_swe/run_grpo.sh"], cwd=REPO_ROOT, timeout=2400,
-                           capture_output=True, text=True,
-                           env={**{k: v for k, v in os.environ.items() if k not in ("VLLM_URL", "MODEL", "DATASET")},
-                                "OUTPUT_DIR": str(out), "NUM_ROLLOUTS": "2", "RUN_ID": run_id, **small_run_env()})
+    final = subprocess.run(
+        ["bash", "examples/qwen_swe/run_grpo.sh"],
+        cwd=REPO_ROOT,
+        timeout=2400,
+        capture_output=True,
+        text=True,
+        env={
+            **{k: v for k, v in os.environ.items() if k not in ("VLLM_URL", "MODEL", "DATASET")},
+            "OUTPUT_DIR": str(out),
+            "NUM_ROLLOUTS": "2",
+            "RUN_ID": run_id,
+            **small_run_env(),
+        },
+    )
     assert final.returncode == 0, final.stderr[-4000:]
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
     assert client.containers.list(all=True, filters={"label": f"qwen-swe.run={run_id}"}) == []

@@ -45,9 +45,24 @@ def write_slime_checkpoint(hf_dir: Path, save_dir: Path, rollout_id: int, *, opt
     """Run this file under torchrun (2 gloo ranks); returns the iteration folder it wrote."""
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(paths.REPO_ROOT)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(port), __file__, "--hf", str(hf_dir), "--save", str(save_dir),
-           "--rollout-id", str(rollout_id)] + (["--optimizer"] if optimizer else [])
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        __file__,
+        "--hf",
+        str(hf_dir),
+        "--save",
+        str(save_dir),
+        "--rollout-id",
+        str(rollout_id),
+    ] + (["--optimizer"] if optimizer else [])
     done = subprocess.run(cmd, env=env, cwd=paths.REPO_ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"torchrun writer failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return save_dir / f"iter_{rollout_id + 1:07d}"
@@ -135,8 +150,10 @@ def test_converted_checkpoint_reloads_into_the_embedded_server(tmp_path, embedde
 
     def greedy() -> str:
         served = client.models()[0]
-        body = client.post("/v1/completions", {"model": served, "prompt": "The capital of France is",
-                                               "max_tokens": 12, "temperature": 0.0})
+        body = client.post(
+            "/v1/completions",
+            {"model": served, "prompt": "The capital of France is", "max_tokens": 12, "temperature": 0.0},
+        )
         return body["choices"][0]["text"]
 
     before = greedy()
@@ -163,6 +180,7 @@ def test_launcher_accepts_a_server_with_the_reload_routes(tmp_path, embedded_vll
 # ------------------------------------------------------------------------------------------------
 # torchrun worker: an FSDP2 model saved exactly in slime v0.2.2's FSDP checkpoint layout
 # ------------------------------------------------------------------------------------------------
+
 
 def _worker(argv: list[str]) -> None:
     import time
@@ -210,16 +228,26 @@ def _worker(argv: list[str]) -> None:
             for sub in ("model", "optimizer", "lr_scheduler"):
                 (it / sub).mkdir(parents=True, exist_ok=True)
         dist.barrier()
-        dcp.save({"model_state": Wrapped("model", lambda: get_state_dict(model, optimizers=[])[0])},
-                 checkpoint_id=str(it / "model"))
+        dcp.save(
+            {"model_state": Wrapped("model", lambda: get_state_dict(model, optimizers=[])[0])},
+            checkpoint_id=str(it / "model"),
+        )
         if optim is not None:
-            dcp.save({"optim_state": Wrapped("optim", lambda: get_state_dict(model, optimizers=optim)[1])},
-                     checkpoint_id=str(it / "optimizer"))
+            dcp.save(
+                {"optim_state": Wrapped("optim", lambda: get_state_dict(model, optimizers=optim)[1])},
+                checkpoint_id=str(it / "optimizer"),
+            )
         if rank == 0:
             torch.save({"torch": torch.get_rng_state()}, it / "rng.pt")
-            meta = {"iteration": step, "rollout_id": a.rollout_id, "next_rollout_id": a.rollout_id + 1,
-                    "global_step": step, "micro_step": step, "world_size": dist.get_world_size(),
-                    "timestamp": time.time()}
+            meta = {
+                "iteration": step,
+                "rollout_id": a.rollout_id,
+                "next_rollout_id": a.rollout_id + 1,
+                "global_step": step,
+                "micro_step": step,
+                "world_size": dist.get_world_size(),
+                "timestamp": time.time(),
+            }
             (it / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
             (Path(a.save) / "latest_checkpointed_iteration.txt").write_text(str(step))
         dist.barrier()

@@ -12,8 +12,18 @@ from qwen_swe.data.taskpack.repo import make_repo
 from qwen_swe.data.taskpack.source import generate, load_rows, patch_files
 from qwen_swe.errors import TaskPackError
 
-CLASSIC = ("repo", "instance_id", "base_commit", "patch", "test_patch", "problem_statement", "created_at", "version",
-           "FAIL_TO_PASS", "PASS_TO_PASS")
+CLASSIC = (
+    "repo",
+    "instance_id",
+    "base_commit",
+    "patch",
+    "test_patch",
+    "problem_statement",
+    "created_at",
+    "version",
+    "FAIL_TO_PASS",
+    "PASS_TO_PASS",
+)
 V5 = ("image", "eval_script", "log_parser", "eval_type")
 
 
@@ -23,6 +33,7 @@ def rows():
 
 
 # --- no Docker ------------------------------------------------------------------------------------------------
+
 
 def test_generate_reproduces_committed_tasks_jsonl(tmp_path):
     out = tmp_path / "tasks.jsonl"
@@ -58,8 +69,10 @@ def test_rows_have_swebench_columns(rows):
 def test_pack_has_the_required_variety(rows):
     by_id = {row["instance_id"]: row for row in rows}
     assert any(len(patch_files(row["patch"])) >= 2 for row in rows), "no task spreads its fix over two files"
-    assert any(sum(line.startswith("+") and not line.startswith("+++") for line in row["patch"].splitlines()) == 1
-               for row in rows), "no one-line fix"
+    assert any(
+        sum(line.startswith("+") and not line.startswith("+++") for line in row["patch"].splitlines()) == 1
+        for row in rows
+    ), "no one-line fix"
     assert any("\n+def " in row["patch"] for row in rows), "no task that needs a new function"
     assert any((SRC_DIR / iid / "careless").is_dir() for iid in by_id), "no task with a careless fix"
 
@@ -92,6 +105,7 @@ def test_bad_sources_are_named(tmp_path):
 
 # --- Docker ---------------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def client():
     import docker
@@ -107,8 +121,9 @@ def built(rows, client):
 
 
 def _sh(client, image: str, command: str) -> str:
-    container = client.containers.create(image, command=["sleep", "infinity"], network_mode="none",
-                                        labels={"qwen-swe": "1", "qwen-swe.role": "test"})
+    container = client.containers.create(
+        image, command=["sleep", "infinity"], network_mode="none", labels={"qwen-swe": "1", "qwen-swe.role": "test"}
+    )
     try:
         container.start()
         code, out = container.exec_run(["timeout", "60", "bash", "-c", command], workdir="/testbed")
@@ -127,9 +142,13 @@ def test_images_hold_testbed_at_base_commit(rows, client, built):
         if image.id in seen:
             continue
         seen.add(image.id)
-        out = _sh(client, row["image"], "git rev-list --all; echo ==; git for-each-ref --format='%(refname)'; echo ==; "
-                                        "git status --porcelain; echo ==; ls .git/logs 2>&1 || true; echo ==; "
-                                        "python3 -m pytest --version 2>&1; command -v git bash patch")
+        out = _sh(
+            client,
+            row["image"],
+            "git rev-list --all; echo ==; git for-each-ref --format='%(refname)'; echo ==; "
+            "git status --porcelain; echo ==; ls .git/logs 2>&1 || true; echo ==; "
+            "python3 -m pytest --version 2>&1; command -v git bash patch",
+        )
         commits, refs, status, logs, tools = out.split("==\n")
         assert commits.split() == [row["base_commit"]]
         assert refs.split() == ["refs/heads/main"]

@@ -66,11 +66,23 @@ class FakeDriver:
                 reward = -1.0 if self.flat or inst % 3 == 2 else float(i % 2) * 2 - 1
                 with torch.no_grad():
                     logits = model(torch.tensor([tokens])).logits[0].float()
-                lp = torch.log_softmax(logits, -1)[p - 1:p + r - 1].gather(-1, torch.tensor(tokens[p:])[:, None])
-                out.append(Sample(group_index=inst, index=inst * s.n_samples + i, tokens=tokens, response_length=r,
-                                  loss_mask=[0 if j == 1 else 1 for j in range(r)], rollout_log_probs=lp[:, 0].tolist(),
-                                  reward=reward, metadata={"instance_id": f"fake-{inst}",
-                                                           "weight_version": weight_version, "resolved": reward > 0}))
+                lp = torch.log_softmax(logits, -1)[p - 1 : p + r - 1].gather(-1, torch.tensor(tokens[p:])[:, None])
+                out.append(
+                    Sample(
+                        group_index=inst,
+                        index=inst * s.n_samples + i,
+                        tokens=tokens,
+                        response_length=r,
+                        loss_mask=[0 if j == 1 else 1 for j in range(r)],
+                        rollout_log_probs=lp[:, 0].tolist(),
+                        reward=reward,
+                        metadata={
+                            "instance_id": f"fake-{inst}",
+                            "weight_version": weight_version,
+                            "resolved": reward > 0,
+                        },
+                    )
+                )
         return out
 
     def sync_weights(self, update: WeightUpdate) -> None:
@@ -141,8 +153,18 @@ def _torchrun(args: list[str], timeout: float = 600) -> subprocess.CompletedProc
 
 def run_trainer(out: Path, model: str, steps: int, **extra) -> subprocess.CompletedProcess:
     """The trainer reads its settings from the run's settings.json, as under run_grpo.sh."""
-    settings = Settings.build(**{"model": model, "vllm_url": "http://127.0.0.1:9", "output_dir": out,
-                                 "num_rollouts": steps, "rollout_batch_size": 3, "n_samples": 2, "lr": 1e-3, **extra})
+    settings = Settings.build(
+        **{
+            "model": model,
+            "vllm_url": "http://127.0.0.1:9",
+            "output_dir": out,
+            "num_rollouts": steps,
+            "rollout_batch_size": 3,
+            "n_samples": 2,
+            "lr": 1e-3,
+            **extra,
+        }
+    )
     path = settings.write(out)
     return _torchrun(["-m", "tests.fake_trainer", "fsdp", "--settings", str(path)])
 
@@ -219,8 +241,17 @@ def test_off_policy_rollouts_overlap_training_and_record_their_versions(async_ru
     out = async_run
     events = _events(out)
     order = [(e["kind"], e.get("step"), e.get("version")) for e in events if e["kind"] != "generated"]
-    assert order == [("submit", 0, 0), ("collect", 0, None), ("submit", 1, 0), ("sync", None, 1),
-                     ("collect", 1, None), ("submit", 2, 1), ("sync", None, 2), ("collect", 2, None), ("sync", None, 3)]
+    assert order == [
+        ("submit", 0, 0),
+        ("collect", 0, None),
+        ("submit", 1, 0),
+        ("sync", None, 1),
+        ("collect", 1, None),
+        ("submit", 2, 1),
+        ("sync", None, 2),
+        ("collect", 2, None),
+        ("sync", None, 3),
+    ]
     # while step k trained (its batch collected .. its weights synced), batch k+1 was being generated
     at = {(e["kind"], e.get("step", e.get("version"))): e for e in events}
     for k in (0, 1):
@@ -242,8 +273,11 @@ def test_off_policy_resume_serves_the_batch_that_was_in_flight_again(async_run):
         shutil.rmtree(out / "checkpoints" / name)
     before = len(_events(out))
     run_trainer(out, str(tiny_model_dir()), steps=2, max_staleness=1)
-    new = [(e["kind"], e.get("step"), e.get("position", e.get("state"))) for e in _events(out)[before:]
-           if e["kind"] in ("load_state", "submit")]
+    new = [
+        (e["kind"], e.get("step"), e.get("position", e.get("state")))
+        for e in _events(out)[before:]
+        if e["kind"] in ("load_state", "submit")
+    ]
     assert new == [("load_state", None, {"position": 3}), ("submit", 1, 3)]  # step 1's groups, not step 2's
     assert [r["step"] for r in metrics_rows(out)] == [0, 1]
 
@@ -261,8 +295,14 @@ def test_checkpoint_round_trip_bit_identical_on_two_ranks(tmp_path):
 def test_flat_rewards_skip_the_update_but_count_the_step(tmp_path):
     from qwen_swe.train.trainer import train
 
-    settings = Settings.build(vllm_url="http://127.0.0.1:9", model=str(tiny_model_dir()), output_dir=tmp_path / "run",
-                        num_rollouts=2, rollout_batch_size=2, n_samples=2)
+    settings = Settings.build(
+        vllm_url="http://127.0.0.1:9",
+        model=str(tiny_model_dir()),
+        output_dir=tmp_path / "run",
+        num_rollouts=2,
+        rollout_batch_size=2,
+        n_samples=2,
+    )
     result = train(settings, FakeDriver(settings, flat=True), model_path=settings.model_name)
     assert result["step"] == 1 and result["skipped_update"] and result["weight_version"] == 0
     assert [(e["kind"], e["version"]) for e in _events(settings.output_dir)] == [("generate", 0), ("generate", 0)]
@@ -274,8 +314,17 @@ def test_flat_rewards_skip_the_update_but_count_the_step(tmp_path):
 def test_lora_exports_merged_weights(tmp_path):
     from qwen_swe.train.trainer import train
 
-    settings = Settings.build(vllm_url="http://127.0.0.1:9", model=str(tiny_model_dir()), output_dir=tmp_path / "run",
-                        num_rollouts=2, rollout_batch_size=3, n_samples=2, lr=1e-2, lora_rank=4, lr_warmup_steps=2)
+    settings = Settings.build(
+        vllm_url="http://127.0.0.1:9",
+        model=str(tiny_model_dir()),
+        output_dir=tmp_path / "run",
+        num_rollouts=2,
+        rollout_batch_size=3,
+        n_samples=2,
+        lr=1e-2,
+        lora_rank=4,
+        lr_warmup_steps=2,
+    )
     train(settings, FakeDriver(settings), model_path=settings.model_name)
     rows = metrics_rows(settings.output_dir)
     assert [r["lr"] for r in rows] == [5e-3, 1e-2]  # the warm-up's first update at half the rate
@@ -294,9 +343,18 @@ def test_kl_penalty_measures_the_distance_from_the_start_weights(tmp_path, lora_
     bf16 compute is the case peft's own ``disable_adapter()`` broke (FSDP2 then failed to assign the gradients)."""
     from qwen_swe.train.trainer import train
 
-    settings = Settings.build(vllm_url="http://127.0.0.1:9", model=str(tiny_model_dir()), output_dir=tmp_path / "run",
-                              num_rollouts=2, rollout_batch_size=3, n_samples=2, lr=1e-2, lora_rank=lora_rank,
-                              mixed_precision=mixed_precision, kl_loss_coef=0.5)
+    settings = Settings.build(
+        vllm_url="http://127.0.0.1:9",
+        model=str(tiny_model_dir()),
+        output_dir=tmp_path / "run",
+        num_rollouts=2,
+        rollout_batch_size=3,
+        n_samples=2,
+        lr=1e-2,
+        lora_rank=lora_rank,
+        mixed_precision=mixed_precision,
+        kl_loss_coef=0.5,
+    )
     train(settings, FakeDriver(settings), model_path=settings.model_name)
     first, second = metrics_rows(settings.output_dir)
     assert not first["skipped_update"] and not second["skipped_update"]
@@ -332,8 +390,15 @@ def _roundtrip(out: Path) -> None:
     items = []
     for i in range(5):
         p, r = rng.randint(3, 8), rng.randint(3, 10)
-        items.append({"tokens": [rng.randrange(100, 5000) for _ in range(p + r)], "response_length": r,
-                      "loss_mask": [1] * r, "advantage": (-1.0) ** i, "rollout_log_probs": None})
+        items.append(
+            {
+                "tokens": [rng.randrange(100, 5000) for _ in range(p + r)],
+                "response_length": r,
+                "loss_mask": [1] * r,
+                "advantage": (-1.0) ** i,
+                "rollout_log_probs": None,
+            }
+        )
 
     def fresh():
         policy = build_policy(str(tiny_model_dir()), device=cpu)
@@ -355,15 +420,28 @@ def _roundtrip(out: Path) -> None:
     pairs = list(zip(policy.parameters(), policy2.parameters()))
     params_equal = sum(torch.equal(a.to_local(), b.to_local()) for a, b in pairs)
     optim = [(opt.state[a][k], opt2.state[b][k]) for a, b in pairs for k in opt.state[a]]
-    optim_equal = sum(torch.equal(getattr(x, "to_local", lambda: x)(), getattr(y, "to_local", lambda: y)())  # noqa: B023 - called at once
-                      for x, y in optim)
+    optim_equal = sum(
+        torch.equal(getattr(x, "to_local", lambda: x)(), getattr(y, "to_local", lambda: y)())  # noqa: B023 - called at once
+        for x, y in optim
+    )
     sharded = all(a.to_local().numel() < a.numel() for a, _ in pairs if a.shape[0] >= 2)
     step(policy, opt)
     step(policy2, opt2)
     next_equal = all(torch.equal(a.to_local(), b.to_local()) for a, b in zip(policy.parameters(), policy2.parameters()))
-    (out / f"roundtrip_rank{rank}.json").write_text(json.dumps({
-        "params": len(pairs), "params_equal": params_equal, "optim_tensors": len(optim), "optim_equal": optim_equal,
-        "rng_equal": rng_equal, "next_step_equal": next_equal, "state": state, "sharded": sharded}))
+    (out / f"roundtrip_rank{rank}.json").write_text(
+        json.dumps(
+            {
+                "params": len(pairs),
+                "params_equal": params_equal,
+                "optim_tensors": len(optim),
+                "optim_equal": optim_equal,
+                "rng_equal": rng_equal,
+                "next_step_equal": next_equal,
+                "state": state,
+                "sharded": sharded,
+            }
+        )
+    )
     dist.destroy_process_group()
 
 
@@ -381,8 +459,9 @@ class SavingDriver(FakeDriver):
         groups: dict[int, list[Sample]] = {}
         for x in samples:
             groups.setdefault(int(x.group_index), []).append(x)
-        dump_rollout_data(Path(self.settings.output_dir) / "rollout_data" / f"step_{step:06d}.jsonl.gz",
-                          list(groups.values()))
+        dump_rollout_data(
+            Path(self.settings.output_dir) / "rollout_data" / f"step_{step:06d}.jsonl.gz", list(groups.values())
+        )
         return samples, metrics
 
 
@@ -393,17 +472,26 @@ def test_a_replay_of_saved_rollouts_reproduces_the_live_update_and_the_probe_see
     from qwen_swe.train import probe
     from qwen_swe.train.trainer import train
 
-    common = dict(vllm_url="http://127.0.0.1:9", model=str(tiny_model_dir()), num_rollouts=2, rollout_batch_size=3,
-                  n_samples=2, lr=1e-2, temperature=0.7)
+    common = dict(
+        vllm_url="http://127.0.0.1:9",
+        model=str(tiny_model_dir()),
+        num_rollouts=2,
+        rollout_batch_size=3,
+        n_samples=2,
+        lr=1e-2,
+        temperature=0.7,
+    )
     live = Settings.build(output_dir=tmp_path / "live", **common)
     train(live, SavingDriver(live), model_path=live.model_name)
-    replay = Settings.build(output_dir=tmp_path / "replay", load_rollout_data=str(tmp_path / "live" / "rollout_data"),
-                            **common)
+    replay = Settings.build(
+        output_dir=tmp_path / "replay", load_rollout_data=str(tmp_path / "live" / "rollout_data"), **common
+    )
     assert replay.offline and not live.offline
     train(replay, make_driver(replay), model_path=replay.model_name)
     for a, b in zip(metrics_rows(live.output_dir), metrics_rows(replay.output_dir)):
         assert [a[k] for k in ("loss", "trainable_samples", "approx_kl")] == [
-            b[k] for k in ("loss", "trainable_samples", "approx_kl")]
+            b[k] for k in ("loss", "trainable_samples", "approx_kl")
+        ]
     ours, theirs = _weights(live.output_dir / "weights/v000002"), _weights(replay.output_dir / "weights/v000002")
     assert all(torch.equal(ours[k], theirs[k]) for k in ours)
 

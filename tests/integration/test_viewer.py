@@ -23,20 +23,49 @@ EVIL = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"
 
 
 def _sample(step: int, iid: str, resolved: bool, **kw) -> dict:
-    talk = {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": f"fix {iid}"},
-                         {"role": "assistant", "content": None, "tool_calls": [
-                             {"id": "c1", "type": "function",
-                              "function": {"name": "run_shell_command", "arguments": "{\"command\": \"cat a.py\"}"}}]},
-                         {"role": "tool", "tool_call_id": "c1", "content": EVIL, "truncated_chars": 120},
-                         {"role": "assistant", "content": "done"}],
-            "calls": [{"index": 0, "sampled_tokens": 30}, {"index": 1, "sampled_tokens": 12}], "output_cap": 4000}
-    patch = "diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n@@ -1,2 +1,2 @@\n-x = 1\n+x = 2\n" + \
-        "".join(f"+line {i} {EVIL}\n" for i in range(200))
-    return {"instance_id": iid, "group_index": 0, "index": step, "status": "completed", "reward": 1.0 if resolved
-            else -1.0, "resolved": resolved, "outcome": "completed", "patch": patch, "turns": 2,
-            "response_length": 80, "sampled_tokens": 42, "trained_tokens": 42, "agent_seconds": 3.5,
-            "grade_seconds": 6.0, "reward_components": {"gold_file": 1.0, "completion": 0.5}, "conversation": talk,
-            **kw}
+    talk = {
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": f"fix {iid}"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "run_shell_command", "arguments": '{"command": "cat a.py"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": EVIL, "truncated_chars": 120},
+            {"role": "assistant", "content": "done"},
+        ],
+        "calls": [{"index": 0, "sampled_tokens": 30}, {"index": 1, "sampled_tokens": 12}],
+        "output_cap": 4000,
+    }
+    patch = "diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n@@ -1,2 +1,2 @@\n-x = 1\n+x = 2\n" + "".join(
+        f"+line {i} {EVIL}\n" for i in range(200)
+    )
+    return {
+        "instance_id": iid,
+        "group_index": 0,
+        "index": step,
+        "status": "completed",
+        "reward": 1.0 if resolved else -1.0,
+        "resolved": resolved,
+        "outcome": "completed",
+        "patch": patch,
+        "turns": 2,
+        "response_length": 80,
+        "sampled_tokens": 42,
+        "trained_tokens": 42,
+        "agent_seconds": 3.5,
+        "grade_seconds": 6.0,
+        "reward_components": {"gold_file": 1.0, "completion": 0.5},
+        "conversation": talk,
+        **kw,
+    }
 
 
 @pytest.fixture()
@@ -48,28 +77,43 @@ def chromium() -> str:
 def run_dir(tmp_path: Path) -> Path:
     run = tmp_path / "run"
     (run / "rollouts").mkdir(parents=True)
-    steps = {0: [_sample(0, "demo__calc-1", False), _sample(0, "demo__calc-2", True)],
-             1: [_sample(1, "demo__calc-1", True),
-                 _sample(1, "demo__parse-7", False, status="aborted", drop_reason="sandbox", drop_detail="gone"),
-                 _sample(1, "demo__calc-3", False, filtered="equal_rewards")]}  # DYNAMIC_SAMPLING left it out
+    steps = {
+        0: [_sample(0, "demo__calc-1", False), _sample(0, "demo__calc-2", True)],
+        1: [
+            _sample(1, "demo__calc-1", True),
+            _sample(1, "demo__parse-7", False, status="aborted", drop_reason="sandbox", drop_detail="gone"),
+            _sample(1, "demo__calc-3", False, filtered="equal_rewards"),
+        ],
+    }  # DYNAMIC_SAMPLING left it out
     for step, rows in steps.items():
         (run / "rollouts" / f"step_{step:06d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (run / "metrics.jsonl").write_text("".join(json.dumps(
-        {"step": s, "reward_mean": r, "resolve_rate": q, "response_length_mean": 80 + s}) + "\n"
-        for s, r, q in ((0, 0.0, 0.5), (1, 1.0, 1.0))))
+    (run / "metrics.jsonl").write_text(
+        "".join(
+            json.dumps({"step": s, "reward_mean": r, "resolve_rate": q, "response_length_mean": 80 + s}) + "\n"
+            for s, r, q in ((0, 0.0, 0.5), (1, 1.0, 1.0))
+        )
+    )
     return run
 
 
 def _browser(chromium: str, args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
-    cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-           "--host-resolver-rules=MAP * ~NOTFOUND", "--virtual-time-budget=3000", *args]
+    cmd = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--virtual-time-budget=3000",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
 def _data(path: Path) -> dict:
     text = path.read_text()
     assert text.startswith(PREFIX) and text.endswith(SUFFIX)
-    return json.loads(text[len(PREFIX):-len(SUFFIX)])
+    return json.loads(text[len(PREFIX) : -len(SUFFIX)])
 
 
 def test_the_page_is_fixed_and_its_data_loads_nothing_from_the_network(run_dir):
@@ -77,8 +121,9 @@ def test_the_page_is_fixed_and_its_data_loads_nothing_from_the_network(run_dir):
     data = sorted((run_dir / DATA_DIR).glob("*.js"))
     assert [p.name for p in data] == ["index.js", "step_000000.js", "step_000001.js"]
     for text in [html] + [p.read_text() for p in data]:
-        assert not re.search(r"""(src|href)\s*=\s*["']?https?:|url\(\s*["']?https?:|fetch\(|XMLHttpRequest|import\(""",
-                             text)
+        assert not re.search(
+            r"""(src|href)\s*=\s*["']?https?:|url\(\s*["']?https?:|fetch\(|XMLHttpRequest|import\(""", text
+        )
     assert "demo__calc" not in html  # the samples live in the data files, not in the page
     steps = [_data(p)["samples"] for p in data[1:]]
     assert [len(s) for s in steps] == [2, 3] and EVIL in steps[0][0]["patch"]
@@ -176,16 +221,26 @@ def test_an_evaluation_folder_opens(chromium, tmp_path):
     folder.mkdir()
     rows = [_sample(0, "demo__calc-1", True), _sample(0, "demo__calc-2", False)]
     (folder / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / "results.jsonl").write_text(json.dumps({"instance_id": "demo__calc-1", "attempt": 0,
-                                                      "outcome": "resolved", "reason": None, "seconds": 9.5}) + "\n")
-    (folder / "report.json").write_text(json.dumps({"resolve_rate": 0.5, "resolve_rate_ci95": [0.1, 0.9],
-                                                    "resolved_instances": 1, "submitted_instances": 2}))
+    (folder / "results.jsonl").write_text(
+        json.dumps({"instance_id": "demo__calc-1", "attempt": 0, "outcome": "resolved", "reason": None, "seconds": 9.5})
+        + "\n"
+    )
+    (folder / "report.json").write_text(
+        json.dumps(
+            {"resolve_rate": 0.5, "resolve_rate_ci95": [0.1, 0.9], "resolved_instances": 1, "submitted_instances": 2}
+        )
+    )
     graded = folder / "eval_graded"  # a grade-only evaluation inside it: results, no rollouts
     graded.mkdir()
-    (graded / "results.jsonl").write_text(json.dumps({"instance_id": "demo__x-4", "attempt": 1, "outcome": "error",
-                                                      "reason": "image missing", "seconds": 0.2}) + "\n")
-    out = subprocess.run([sys.executable, "-m", "qwen_swe.viewer", str(folder)], capture_output=True, text=True,
-                         check=True).stdout
+    (graded / "results.jsonl").write_text(
+        json.dumps(
+            {"instance_id": "demo__x-4", "attempt": 1, "outcome": "error", "reason": "image missing", "seconds": 0.2}
+        )
+        + "\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "qwen_swe.viewer", str(folder)], capture_output=True, text=True, check=True
+    ).stdout
     page = Path(out.strip())
     assert page == folder / "viewer.html"
 

@@ -19,13 +19,26 @@ pytestmark = pytest.mark.vllm
 
 MODEL = EMBEDDED_SERVED_NAME
 TOOLS = [
-    {"type": "function", "function": {
-        "name": "read_file", "description": "Reads a file from the repository. Returns its text.",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string", "description": "file path"}},
-                       "required": ["path"]}}},
-    {"type": "function", "function": {
-        "name": "run_shell_command", "description": "Runs a shell command.",
-        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Reads a file from the repository. Returns its text.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string", "description": "file path"}},
+                "required": ["path"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "run_shell_command",
+            "description": "Runs a shell command.",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+        },
+    },
 ]
 
 
@@ -47,11 +60,23 @@ def test_server_lists_the_embedded_model(client: InferenceClient):
 
 
 def test_forced_tool_call_comes_back_parsed_with_token_ids(client: InferenceClient, tokenizer):
-    messages = [{"role": "system", "content": "You are a coding agent."},
-                {"role": "user", "content": [{"type": "text", "text": "Show me the file setup.py"}]}]
-    body = client.post("/v1/chat/completions", {
-        "model": MODEL, "messages": messages, "tools": TOOLS, "tool_choice": "required", "max_tokens": 96,
-        "temperature": 0.0, "return_token_ids": True, "logprobs": True})
+    messages = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": [{"type": "text", "text": "Show me the file setup.py"}]},
+    ]
+    body = client.post(
+        "/v1/chat/completions",
+        {
+            "model": MODEL,
+            "messages": messages,
+            "tools": TOOLS,
+            "tool_choice": "required",
+            "max_tokens": 96,
+            "temperature": 0.0,
+            "return_token_ids": True,
+            "logprobs": True,
+        },
+    )
     choice = body["choices"][0]
     calls = choice["message"]["tool_calls"]
     assert calls and calls[0]["function"]["name"] in {"read_file", "run_shell_command"}
@@ -60,8 +85,9 @@ def test_forced_tool_call_comes_back_parsed_with_token_ids(client: InferenceClie
     assert ids and len(ids) == len(lps) == body["usage"]["completion_tokens"]
     assert all(isinstance(x["logprob"], float) and x["logprob"] <= 0.0 for x in lps)
     # The server renders with the folder's chat_template.jinja: the same ids the trainer's tokenizer produces.
-    expected = tokenizer.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True, tokenize=True,
-                                             return_dict=False)
+    expected = tokenizer.apply_chat_template(
+        messages, tools=TOOLS, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
     assert body["prompt_token_ids"] == list(expected)
 
 
@@ -70,33 +96,60 @@ def test_history_with_null_content_and_tool_results_renders(client: InferenceCli
     messages = [
         {"role": "system", "content": "You are a coding agent."},
         {"role": "user", "content": "List the files."},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
-            "name": "run_shell_command", "arguments": "{\"command\": \"ls\"}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "run_shell_command", "arguments": '{"command": "ls"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "setup.py\nsrc"}]},
     ]
-    body = client.post("/v1/chat/completions", {
-        "model": MODEL, "messages": messages, "tools": TOOLS, "max_tokens": 8, "temperature": 0.0,
-        "return_token_ids": True})
+    body = client.post(
+        "/v1/chat/completions",
+        {
+            "model": MODEL,
+            "messages": messages,
+            "tools": TOOLS,
+            "max_tokens": 8,
+            "temperature": 0.0,
+            "return_token_ids": True,
+        },
+    )
     text = tokenizer.decode(body["prompt_token_ids"])
     assert '<tool_call>\n{"name": "run_shell_command", "arguments": {"command": "ls"}}\n</tool_call><|im_end|>' in text
     assert "<|im_start|>user\n<tool_response>\nsetup.py\nsrc\n</tool_response><|im_end|>" in text
     assert text.endswith("<|im_start|>assistant\n")
-    assert text.count("\n{\"name\": \"read_file\"") == 1  # one compact line per tool
+    assert text.count('\n{"name": "read_file"') == 1  # one compact line per tool
 
 
 def test_completion_from_token_ids_returns_ids_and_logprobs(client: InferenceClient, tokenizer):
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2+2?"}], add_generation_prompt=True,
-                                           tokenize=True, return_dict=False)
-    body = client.post("/v1/completions", {"model": MODEL, "prompt": list(prompt), "max_tokens": 12,
-                                           "temperature": 1.0, "seed": 7, "return_token_ids": True, "logprobs": 0})
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 2+2?"}], add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    body = client.post(
+        "/v1/completions",
+        {
+            "model": MODEL,
+            "prompt": list(prompt),
+            "max_tokens": 12,
+            "temperature": 1.0,
+            "seed": 7,
+            "return_token_ids": True,
+            "logprobs": 0,
+        },
+    )
     choice = body["choices"][0]
     assert choice["prompt_token_ids"] == list(prompt)
     assert 0 < len(choice["token_ids"]) == len(choice["logprobs"]["token_logprobs"]) <= 12
     assert tokenizer.decode(choice["token_ids"]) == choice["text"]
 
 
-def test_served_logprobs_are_the_sampled_distributions_as_the_trainer_computes_them(client: InferenceClient,
-                                                                                     tokenizer):
+def test_served_logprobs_are_the_sampled_distributions_as_the_trainer_computes_them(client: InferenceClient, tokenizer):
     """``--logprobs-mode processed_logprobs``: a reply sampled at temperature 0.7 carries the log-probs of the
     distribution it was drawn from, which the trainer's policy recomputes from logits / 0.7 (bf16 serving noise
     apart); vLLM's default, the temperature-1 log-probs, would put every importance ratio off 1."""
@@ -105,10 +158,24 @@ def test_served_logprobs_are_the_sampled_distributions_as_the_trainer_computes_t
 
     from qwen_swe.train.policy import PolicyModel, make_micro_batch
 
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Write a short poem about the sea."}],
-                                           add_generation_prompt=True, tokenize=True, return_dict=False)
-    body = client.post("/v1/completions", {"model": MODEL, "prompt": list(prompt), "max_tokens": 48,
-                                           "temperature": 0.7, "seed": 3, "return_token_ids": True, "logprobs": 0})
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Write a short poem about the sea."}],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+    )
+    body = client.post(
+        "/v1/completions",
+        {
+            "model": MODEL,
+            "prompt": list(prompt),
+            "max_tokens": 48,
+            "temperature": 0.7,
+            "seed": 3,
+            "return_token_ids": True,
+            "logprobs": 0,
+        },
+    )
     choice = body["choices"][0]
     ids, served = choice["token_ids"], torch.tensor(choice["logprobs"]["token_logprobs"])
     lm = AutoModelForCausalLM.from_pretrained(str(paths.embedded_model_dir()), dtype=torch.float32)
@@ -116,8 +183,9 @@ def test_served_logprobs_are_the_sampled_distributions_as_the_trainer_computes_t
 
     def gap(temperature: float) -> float:
         with torch.no_grad():
-            logp, _ = PolicyModel(lm, temperature=temperature)(mb.input_ids, mb.attention_mask, mb.positions,
-                                                               mb.targets)
+            logp, _ = PolicyModel(lm, temperature=temperature)(
+                mb.input_ids, mb.attention_mask, mb.positions, mb.targets
+            )
         return float((logp - served).abs().mean())
 
     at_sampling, at_one = gap(0.7), gap(1.0)
@@ -151,8 +219,9 @@ def test_preflight_refuses_a_server_that_serves_temperature_one_logprobs(tmp_pat
     from qwen_swe.errors import ConfigError
     from qwen_swe.inference.launcher import VLLMServer, embedded_serve_config
 
-    serve = dataclasses.replace(embedded_serve_config(config.load_settings([], env={})),
-                                extra_args=("--logprobs-mode", "raw_logprobs"))  # argparse: the last one wins
+    serve = dataclasses.replace(
+        embedded_serve_config(config.load_settings([], env={})), extra_args=("--logprobs-mode", "raw_logprobs")
+    )  # argparse: the last one wins
     with VLLMServer(serve, tmp_path / "vllm.log") as server:
         url = server.start(900)
         client = InferenceClient(url, timeout=300)
@@ -165,8 +234,17 @@ def test_preflight_refuses_a_server_that_serves_temperature_one_logprobs(tmp_pat
 
 
 def _probe(client: InferenceClient) -> tuple[list[int], list[float]]:
-    body = client.post("/v1/completions", {"model": MODEL, "prompt": "The capital of France is", "max_tokens": 8,
-                                           "temperature": 0.0, "return_token_ids": True, "logprobs": 0})
+    body = client.post(
+        "/v1/completions",
+        {
+            "model": MODEL,
+            "prompt": "The capital of France is",
+            "max_tokens": 8,
+            "temperature": 0.0,
+            "return_token_ids": True,
+            "logprobs": 0,
+        },
+    )
     choice = body["choices"][0]
     return choice["token_ids"], choice["logprobs"]["token_logprobs"]
 
@@ -212,15 +290,18 @@ def test_lora_adapter_hot_loads_and_reloads_in_place(tmp_path: Path):
     def adapter(seed: int) -> Path:
         torch.manual_seed(seed)
         base = AutoModelForCausalLM.from_pretrained(str(paths.embedded_model_dir()))
-        peft_model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
-                                                     init_lora_weights=False))
+        peft_model = get_peft_model(
+            base, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+        )
         out = tmp_path / f"lora_{seed}"
         peft_model.save_pretrained(str(out))
         return out
 
     def first_logprob(client: InferenceClient, model: str) -> float:
-        body = client.post("/v1/completions", {"model": model, "prompt": "The capital of France is", "max_tokens": 1,
-                                               "temperature": 0.0, "logprobs": 0})
+        body = client.post(
+            "/v1/completions",
+            {"model": model, "prompt": "The capital of France is", "max_tokens": 1, "temperature": 0.0, "logprobs": 0},
+        )
         return body["choices"][0]["logprobs"]["token_logprobs"][0]
 
     first, second = adapter(1), adapter(2)

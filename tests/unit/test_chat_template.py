@@ -13,15 +13,28 @@ import pytest
 from qwen_swe.inference import embedded_model
 
 TOOLS = [
-    {"type": "function", "function": {
-        "name": "run_shell_command",
-        "description": "Executes a given shell command. The command runs in bash.\nLong details follow here.",
-        "parameters": {"type": "object", "properties": {"command": {"type": "string", "description": "x" * 500},
-                                                        "timeout": {"type": "number"}}, "required": ["command"]}}},
-    {"type": "function", "function": {"name": "read_file", "description": "Reads a file.",
-                                      "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "run_shell_command",
+            "description": "Executes a given shell command. The command runs in bash.\nLong details follow here.",
+            "parameters": {
+                "type": "object",
+                "properties": {"command": {"type": "string", "description": "x" * 500}, "timeout": {"type": "number"}},
+                "required": ["command"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Reads a file.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        },
+    },
 ]
-CALL = {"id": "c1", "type": "function", "function": {"name": "run_shell_command", "arguments": "{\"command\": \"ls\"}"}}
+CALL = {"id": "c1", "type": "function", "function": {"name": "run_shell_command", "arguments": '{"command": "ls"}'}}
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +63,12 @@ def test_tools_are_one_compact_line_each(tok):
     lines = text.split("<tools>\n")[1].split("\n</tools>")[0].splitlines()
     assert len(lines) == 2
     first = json.loads(lines[0])
-    assert first == {"name": "run_shell_command", "description": "Executes a given shell command",
-                     "arguments": {"command": "string", "timeout": "number"}, "required": ["command"]}
+    assert first == {
+        "name": "run_shell_command",
+        "description": "Executes a given shell command",
+        "arguments": {"command": "string", "timeout": "number"},
+        "required": ["command"],
+    }
     assert json.loads(lines[1])["required"] == []
     assert "xxxx" not in text and "Long details" not in text
     assert text.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
@@ -71,25 +88,34 @@ def test_qwen_code_history_renders(tok):
     assert "<|im_start|>user\na\nb<|im_end|>\n" in text
     call = '<tool_call>\n{"name": "run_shell_command", "arguments": {"command": "ls"}}\n</tool_call>'
     assert f"<|im_start|>assistant\n{call}\n{call}<|im_end|>\n" in text
-    assert ("<|im_start|>user\n<tool_response>\nout1\n</tool_response>\n<tool_response>\nout2\n</tool_response>"
-            "<|im_end|>\n<|im_start|>assistant\nDone.<|im_end|>\n") in text
+    assert (
+        "<|im_start|>user\n<tool_response>\nout1\n</tool_response>\n<tool_response>\nout2\n</tool_response>"
+        "<|im_end|>\n<|im_start|>assistant\nDone.<|im_end|>\n"
+    ) in text
 
 
 def test_no_tools_keeps_smollm_default_system(tok):
     text = render(tok, [{"role": "user", "content": "hi"}], add_generation_prompt=True)
-    assert text == ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
-                    "<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    assert text == (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+        "<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 def test_resent_tool_call_keeps_the_sampled_token_prefix(tok):
     """The model samples `<tool_call>...</tool_call><|im_end|>`; the re-rendered history must start with those ids."""
     history = [{"role": "user", "content": "list files"}]
-    prompt = tok.apply_chat_template(history, tools=TOOLS, add_generation_prompt=True, tokenize=True,
-                                     return_dict=False)
-    sampled = tok.encode('<tool_call>\n{"name": "run_shell_command", "arguments": {"command": "ls"}}\n</tool_call>',
-                         add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
-    resent = tok.apply_chat_template(history + [{"role": "assistant", "content": None, "tool_calls": [CALL]}],
-                                     tools=TOOLS, tokenize=True, return_dict=False)
+    prompt = tok.apply_chat_template(history, tools=TOOLS, add_generation_prompt=True, tokenize=True, return_dict=False)
+    sampled = tok.encode(
+        '<tool_call>\n{"name": "run_shell_command", "arguments": {"command": "ls"}}\n</tool_call>',
+        add_special_tokens=False,
+    ) + [tok.convert_tokens_to_ids("<|im_end|>")]
+    resent = tok.apply_chat_template(
+        history + [{"role": "assistant", "content": None, "tool_calls": [CALL]}],
+        tools=TOOLS,
+        tokenize=True,
+        return_dict=False,
+    )
     assert list(resent[: len(prompt) + len(sampled)]) == list(prompt) + sampled
 
 

@@ -74,8 +74,9 @@ def test_disk_check_names_folder_and_sizes(tmp_path):
 def test_round_trip_is_bit_identical(tmp_path, world_of_one, model_dir):
     policy, opt = _trained(model_dir)
     torch.manual_seed(77)
-    path = ckpt.save_checkpoint(tmp_path, 1, policy, opt, state={"step": 1, "weight_version": 1, "driver": {"pos": 4}},
-                                keep=3)
+    path = ckpt.save_checkpoint(
+        tmp_path, 1, policy, opt, state={"step": 1, "weight_version": 1, "driver": {"pos": 4}}, keep=3
+    )
     expected_draw = torch.rand(4)
     assert path.name == "step_000001" and (path / ckpt.MARKER).exists()
     assert not list((tmp_path / "checkpoints").glob("*.tmp"))
@@ -122,9 +123,11 @@ def test_the_reward_plot_shows_evaluation_where_it_ran(tmp_path):
 
     from qwen_swe.train.metrics import plot_rewards
 
-    rows = [{"step": 0, "reward_mean": -1.0, "resolve_rate": 0.0, "eval/resolve_rate": 0.25},
-            {"step": 1, "reward_mean": 0.0, "resolve_rate": 0.5}, {"step": 2, "reward_mean": 1.0, "resolve_rate": 1.0,
-                                                                   "eval/resolve_rate": 0.75}]
+    rows = [
+        {"step": 0, "reward_mean": -1.0, "resolve_rate": 0.0, "eval/resolve_rate": 0.25},
+        {"step": 1, "reward_mean": 0.0, "resolve_rate": 0.5},
+        {"step": 2, "reward_mean": 1.0, "resolve_rate": 1.0, "eval/resolve_rate": 0.75},
+    ]
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
     png = plot_rewards(metrics, tmp_path / "rewards.png")

@@ -45,17 +45,20 @@ def test_commands_that_read_the_run_settings_list_every_one(capsys, argv):
     assert "--config FILE" in text and "wins over the --config file" in flat
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["train"], ["--print-config", "--eval"]),
-    (["eval"], ["--predictions", "--agent", "(default: 2)"]),  # --concurrency's default
-    (["plan"], ["--gpu-memory-gb", "(default: 80.0)", "--run-config FILE"]),
-    (["warmstart", "build"], ["--steps", "(default:"]),
-    (["warmstart"], ["collect", "build"]),
-    (["view"], ["FOLDER"]),
-    (["generate"], ["--seed", "--localized", "--reuse", "(default: 1000)"]),
-    (["serve"], ["--tp", "(default: 8000)", "(default: 1800.0)", "MODEL"]),
-    (["check"], ["instance_ids"]),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["train"], ["--print-config", "--eval"]),
+        (["eval"], ["--predictions", "--agent", "(default: 2)"]),  # --concurrency's default
+        (["plan"], ["--gpu-memory-gb", "(default: 80.0)", "--run-config FILE"]),
+        (["warmstart", "build"], ["--steps", "(default:"]),
+        (["warmstart"], ["collect", "build"]),
+        (["view"], ["FOLDER"]),
+        (["generate"], ["--seed", "--localized", "--reuse", "(default: 1000)"]),
+        (["serve"], ["--tp", "(default: 8000)", "(default: 1800.0)", "MODEL"]),
+        (["check"], ["instance_ids"]),
+    ],
+)
 def test_each_command_shows_its_own_flags(capsys, argv, expected):
     text = help_of(capsys, *argv)
     assert text.startswith(f"usage: qwen-swe {argv[0]}")
@@ -67,8 +70,13 @@ def test_each_command_shows_its_own_flags(capsys, argv, expected):
 
 def test_help_after_double_dash_is_vllms(monkeypatch):
     seen = []
-    monkeypatch.setitem(commands.COMMANDS, "serve", commands.Command(
-        "serve", "", "m", lambda argv: seen.append(argv) or 0, commands.COMMANDS["serve"].own_help, settings=False))
+    monkeypatch.setitem(
+        commands.COMMANDS,
+        "serve",
+        commands.Command(
+            "serve", "", "m", lambda argv: seen.append(argv) or 0, commands.COMMANDS["serve"].own_help, settings=False
+        ),
+    )
     assert main(["serve", "--port", "8001", "--", "--help"]) == 0
     assert seen == [["--port", "8001", "--", "--help"]]
 
@@ -86,19 +94,32 @@ def test_run_grpo_sh_still_reads_the_environment_and_takes_a_config(tmp_path):
     cfg = tmp_path / "run.yaml"
     cfg.write_text("rollout_batch_size: 6\nn_samples: 5\n")
     env = {**os.environ, "N_SAMPLES": "3", "LR": "2e-5", "OUTPUT_DIR": str(tmp_path / "run")}
-    out = subprocess.run(["bash", "examples/qwen_swe/run_grpo.sh", "--config", str(cfg), "--print-config"],
-                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        ["bash", "examples/qwen_swe/run_grpo.sh", "--config", str(cfg), "--print-config"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "n_samples: 3  # env" in out.stdout and "lr: 2.0e-05  # env" in out.stdout
     assert f"rollout_batch_size: 6  # file {cfg}" in out.stdout
-    bad = subprocess.run(["bash", "examples/qwen_swe/run_grpo.sh", "--print-config"], cwd=REPO_ROOT,
-                         env={**env, "ROLLOUT_BATCHSIZE": "8"}, capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        ["bash", "examples/qwen_swe/run_grpo.sh", "--print-config"],
+        cwd=REPO_ROOT,
+        env={**env, "ROLLOUT_BATCHSIZE": "8"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "did you mean ROLLOUT_BATCH_SIZE?" in bad.stderr
 
 
 def test_python_m_qwen_swe_cli_is_the_command():
-    out = subprocess.run([sys.executable, "-m", "qwen_swe.cli", "--help"], cwd=REPO_ROOT, capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "qwen_swe.cli", "--help"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0 and "qwen-swe" in out.stdout
 
 

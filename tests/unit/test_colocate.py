@@ -117,12 +117,24 @@ def test_the_turns_follow_the_peers_order(world_of_one):
     turns.to_rollouts(lambda: rec.calls.append("push"))
     assert rec.calls == [
         "server.sleep",
-        "trainer.offload_optimizer", "server.wake_up weights", "trainer.offload_parameters", "server.wake_up kv_cache",
-        "server.sleep", "trainer.reload",
-        "trainer.offload_optimizer", "server.wake_up weights", "push", "trainer.offload_parameters",
-        "server.wake_up kv_cache"]
-    assert set(turns.metrics()) == {"colocate/sleep_seconds", "colocate/reload_seconds", "colocate/offload_seconds",
-                                    "colocate/wake_seconds"}
+        "trainer.offload_optimizer",
+        "server.wake_up weights",
+        "trainer.offload_parameters",
+        "server.wake_up kv_cache",
+        "server.sleep",
+        "trainer.reload",
+        "trainer.offload_optimizer",
+        "server.wake_up weights",
+        "push",
+        "trainer.offload_parameters",
+        "server.wake_up kv_cache",
+    ]
+    assert set(turns.metrics()) == {
+        "colocate/sleep_seconds",
+        "colocate/reload_seconds",
+        "colocate/offload_seconds",
+        "colocate/wake_seconds",
+    }
     with pytest.raises(TrainerError, match="while the trainer is offloaded"):
         turns.to_rollouts(None)
 
@@ -203,14 +215,30 @@ def test_the_trainer_loop_takes_turns_with_the_server(world_of_one, tmp_path, mo
     monkeypatch.setattr(trainer, "TrainerOffload", RecordingOffload)
     monkeypatch.setattr(trainer, "_colocation", lambda settings: Colocation(settings.placement.colocate, rec))
     monkeypatch.setattr(trainer, "_save", lambda *a: (rec.calls.append(f"save {a[3]}"), save(*a)))
-    settings = Settings.build(model=str(tiny_model_dir()), vllm_url="http://127.0.0.1:9", output_dir=tmp_path,
-                              num_rollouts=2, rollout_batch_size=2, n_samples=2, lr=1e-3, colocate=True)
+    settings = Settings.build(
+        model=str(tiny_model_dir()),
+        vllm_url="http://127.0.0.1:9",
+        output_dir=tmp_path,
+        num_rollouts=2,
+        rollout_batch_size=2,
+        n_samples=2,
+        lr=1e-3,
+        colocate=True,
+    )
     last = trainer.train(settings, Driver(settings), model_path=settings.model_name)
     hand_back = ["trainer.offload_optimizer", "server.wake_up weights"]
     park = ["trainer.offload_parameters", "server.wake_up kv_cache"]
-    assert rec.calls == (["server.sleep"] + hand_back + park
-                         + ["generate 0 v0 parked=True", "server.sleep", "trainer.reload", "save 1"]
-                         + hand_back + ["push v1"] + park
-                         + ["generate 1 v1 parked=True", "server.sleep", "trainer.reload", "save 2"]
-                         + hand_back + ["push v2"] + park)
+    assert rec.calls == (
+        ["server.sleep"]
+        + hand_back
+        + park
+        + ["generate 0 v0 parked=True", "server.sleep", "trainer.reload", "save 1"]
+        + hand_back
+        + ["push v1"]
+        + park
+        + ["generate 1 v1 parked=True", "server.sleep", "trainer.reload", "save 2"]
+        + hand_back
+        + ["push v2"]
+        + park
+    )
     assert last["weight_version"] == 2 and last["colocate/reload_seconds"] >= 0.0 and "time/swap" in last

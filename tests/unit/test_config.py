@@ -26,7 +26,12 @@ SERVER = {"VLLM_URL": "http://127.0.0.1:8000/v1"}
 def test_seed_defaults():
     for s in (Settings.build(), load_settings([], SERVER), load_settings([], {}, profile=False)):
         assert (s.num_rollouts, s.rollout_batch_size, s.n_samples) == (10, 4, 2)
-        assert (s.train.lr, s.agent.max_turns, s.agent.agent_timeout, s.rollout.max_response_len) == (1e-6, 50, 1800, 16384)
+        assert (s.train.lr, s.agent.max_turns, s.agent.agent_timeout, s.rollout.max_response_len) == (
+            1e-6,
+            50,
+            1800,
+            16384,
+        )
         assert s.output_dir == Path(tempfile.gettempdir()) / "qwen_swe_grpo"
         assert s.inference.model is None and s.dataset is None and s.instance_list is None
 
@@ -54,10 +59,23 @@ def test_without_a_server_the_embedded_default():
 
 def test_env_parsing_of_every_type(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
-    env = {**SERVER, "NUM_ROLLOUTS": "3", "ROLLOUT_BATCH_SIZE": " 5 ", "LR": "2e-5", "AGENT_TIMEOUT": "60.5",
-           "MASK_TRUNCATED": "yes", "DROP_ZERO_VARIANCE": "0", "OUTPUT_DIR": "~/runs/a", "MAX_MODEL_LEN": "",
-           "CLIP_EPS_HIGH": "0.28", "MODEL": "Qwen/Qwen3-0.6B", "BACKEND": "slime", "SLIME_DIR": str(tmp_path),
-           "IMAGE_NAMESPACE": "", "UNRELATED": "ignored"}
+    env = {
+        **SERVER,
+        "NUM_ROLLOUTS": "3",
+        "ROLLOUT_BATCH_SIZE": " 5 ",
+        "LR": "2e-5",
+        "AGENT_TIMEOUT": "60.5",
+        "MASK_TRUNCATED": "yes",
+        "DROP_ZERO_VARIANCE": "0",
+        "OUTPUT_DIR": "~/runs/a",
+        "MAX_MODEL_LEN": "",
+        "CLIP_EPS_HIGH": "0.28",
+        "MODEL": "Qwen/Qwen3-0.6B",
+        "BACKEND": "slime",
+        "SLIME_DIR": str(tmp_path),
+        "IMAGE_NAMESPACE": "",
+        "UNRELATED": "ignored",
+    }
     s = load_settings([], env)
     assert (s.num_rollouts, s.rollout_batch_size, s.train.lr, s.agent.agent_timeout) == (3, 5, 2e-5, 60.5)
     assert s.rollout.mask_truncated is True and s.train.drop_zero_variance is False
@@ -74,19 +92,22 @@ def test_flags_win_over_env(tmp_path):
     assert load_settings(["--vllm-url", ""], SERVER).embedded  # an empty flag unsets the env value
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"N_SAMPLES": "1"}, r"^N_SAMPLES=1 is too small: .*GRPO needs at least 2.*; use a value >= 2$"),
-    ({"N_SAMPLES": "abc"}, r"^N_SAMPLES='abc' is not a valid int: samples per group"),
-    ({"N_SAMPLES": "2.5"}, r"^N_SAMPLES='2.5' is not a valid int"),
-    ({"NUM_ROLLOUTS": "0"}, r"^NUM_ROLLOUTS=0 is too small: .*use a value >= 1$"),
-    ({"LR": "fast"}, r"^LR='fast' is not a valid float: AdamW learning rate"),
-    ({"LR": "-1e-6"}, r"^LR=-1e-06 is too small"),
-    ({"MASK_TRUNCATED": "maybe"}, r"^MASK_TRUNCATED='maybe' is not a valid bool"),
-    ({"BACKEND": "tpu"}, r"^BACKEND='tpu' is not one of fsdp, slime$"),
-    ({"SANDBOX_NETWORK": "bridged"}, r"^SANDBOX_NETWORK='bridged' is not one of host, bridge, none$"),
-    ({"REWARD_MODE": "soft"}, r"^REWARD_MODE='soft' is not one of binary, fractional, shaped$"),
-    ({"BACKEND": "slime"}, r"^BACKEND=slime needs SLIME_DIR: point it at a slime v0.2.2 checkout$"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"N_SAMPLES": "1"}, r"^N_SAMPLES=1 is too small: .*GRPO needs at least 2.*; use a value >= 2$"),
+        ({"N_SAMPLES": "abc"}, r"^N_SAMPLES='abc' is not a valid int: samples per group"),
+        ({"N_SAMPLES": "2.5"}, r"^N_SAMPLES='2.5' is not a valid int"),
+        ({"NUM_ROLLOUTS": "0"}, r"^NUM_ROLLOUTS=0 is too small: .*use a value >= 1$"),
+        ({"LR": "fast"}, r"^LR='fast' is not a valid float: AdamW learning rate"),
+        ({"LR": "-1e-6"}, r"^LR=-1e-06 is too small"),
+        ({"MASK_TRUNCATED": "maybe"}, r"^MASK_TRUNCATED='maybe' is not a valid bool"),
+        ({"BACKEND": "tpu"}, r"^BACKEND='tpu' is not one of fsdp, slime$"),
+        ({"SANDBOX_NETWORK": "bridged"}, r"^SANDBOX_NETWORK='bridged' is not one of host, bridge, none$"),
+        ({"REWARD_MODE": "soft"}, r"^REWARD_MODE='soft' is not one of binary, fractional, shaped$"),
+        ({"BACKEND": "slime"}, r"^BACKEND=slime needs SLIME_DIR: point it at a slime v0.2.2 checkout$"),
+    ],
+)
 def test_invalid_values_name_the_variable(env, message):
     with pytest.raises(ConfigError, match=message):
         load_settings([], {**SERVER, **env})
@@ -127,8 +148,10 @@ def test_dataset_file_must_exist(tmp_path, monkeypatch):
 def test_write_produces_json_that_round_trips(tmp_path):
     ids = tmp_path / "ids.txt"
     ids.write_text("a\n")
-    s = load_settings(["--lr", "3e-7", "--mask-truncated", "true"],
-                      {**SERVER, "INSTANCE_LIST": str(ids), "OUTPUT_DIR": str(tmp_path / "run"), "SEED": "9"})
+    s = load_settings(
+        ["--lr", "3e-7", "--mask-truncated", "true"],
+        {**SERVER, "INSTANCE_LIST": str(ids), "OUTPUT_DIR": str(tmp_path / "run"), "SEED": "9"},
+    )
     path = s.write(tmp_path / "run")
     assert path == tmp_path / "run" / "settings.json"
     assert sorted(p.name for p in path.parent.iterdir()) == ["settings.json"]  # the temp file was renamed
@@ -149,8 +172,12 @@ def test_weight_sync_mode_follows_the_server():
     assert load_settings([], {}).inference.sync_mode == "path"  # embedded: the server reads our disk
     assert load_settings([], {"VLLM_URL": "http://gpu-node:8000/v1"}).inference.sync_mode == "path"
     assert load_settings([], {"VLLM_URL": "https://ws--qwen-swe-vllm.modal.run/v1"}).inference.sync_mode == "modal"
-    assert load_settings([], {"VLLM_URL": "https://ws--qwen-swe-vllm.modal.run/v1",
-                              "WEIGHT_SYNC": "path"}).inference.sync_mode == "path"
+    assert (
+        load_settings(
+            [], {"VLLM_URL": "https://ws--qwen-swe-vllm.modal.run/v1", "WEIGHT_SYNC": "path"}
+        ).inference.sync_mode
+        == "path"
+    )
 
 
 def test_upper_bounds_name_the_variable():

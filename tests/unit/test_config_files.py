@@ -26,8 +26,13 @@ def test_a_flag_wins_over_env_which_wins_over_the_file(tmp_path):
     s = load_settings(["--config", str(cfg), "--n-samples", "5"], {**SERVER, "ROLLOUT_BATCH_SIZE": "8"})
     assert (s.n_samples, s.rollout_batch_size, s.train.lr, s.agent.max_turns) == (5, 8, 2e-5, 7)
     _, sources = given_with_sources(["--config", str(cfg), "--n-samples", "5"], {**SERVER, "ROLLOUT_BATCH_SIZE": "8"})
-    assert sources == {"n_samples": "flag", "rollout_batch_size": "env", "vllm_url": "env",
-                       "lr": f"file {cfg}", "max_turns": f"file {cfg}"}
+    assert sources == {
+        "n_samples": "flag",
+        "rollout_batch_size": "env",
+        "vllm_url": "env",
+        "lr": f"file {cfg}",
+        "max_turns": f"file {cfg}",
+    }
 
 
 def test_the_file_wins_over_the_embedded_profile_and_its_server_turns_the_profile_off(tmp_path):
@@ -38,11 +43,20 @@ def test_the_file_wins_over_the_embedded_profile_and_its_server_turns_the_profil
 
 
 def test_toml_sections_and_every_spelling_of_a_name(tmp_path):
-    cfg = write(tmp_path, 'N-SAMPLES = 4\nREWARD_MODE = "fractional"\n[train]\nlr = 3e-5\nmixed_precision = true\n'
-                '[agent]\nmax-turns = 9\n', "run.toml")
+    cfg = write(
+        tmp_path,
+        'N-SAMPLES = 4\nREWARD_MODE = "fractional"\n[train]\nlr = 3e-5\nmixed_precision = true\n'
+        "[agent]\nmax-turns = 9\n",
+        "run.toml",
+    )
     s = load_settings(["--run-config", str(cfg)], SERVER)
     assert (s.n_samples, s.reward.reward_mode, s.train.lr, s.train.mixed_precision, s.agent.max_turns) == (
-        4, "fractional", 3e-5, True, 9)
+        4,
+        "fractional",
+        3e-5,
+        True,
+        9,
+    )
 
 
 def test_null_unsets_and_a_list_is_the_env_vars_commas(tmp_path):
@@ -51,14 +65,17 @@ def test_null_unsets_and_a_list_is_the_env_vars_commas(tmp_path):
     assert s.inference.max_model_len is None and s.resume_override == "LR,VLLM_URL"
 
 
-@pytest.mark.parametrize("text, message", [
-    ("rollout_batchsize: 8\n", r"'rollout_batchsize' is not a setting; did you mean rollout_batch_size\?"),
-    ("num_rollout: 3\n", r"'num_rollout' is not a setting; did you mean num_rollouts\?"),
-    ("zzz_qqq: 1\n", r"'zzz_qqq' is not a setting; `--help` lists every setting"),
-    ("train:\n  lrr: 1e-5\n", r"'lrr' is not a setting; did you mean lr\?"),
-    ("agent:\n  lr: 1e-5\n", r"lr belongs to another section; move it to the top level"),
-    ("served_url: http://x\n", r"SERVED_URL is filled in by the run, not a setting to give"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("rollout_batchsize: 8\n", r"'rollout_batchsize' is not a setting; did you mean rollout_batch_size\?"),
+        ("num_rollout: 3\n", r"'num_rollout' is not a setting; did you mean num_rollouts\?"),
+        ("zzz_qqq: 1\n", r"'zzz_qqq' is not a setting; `--help` lists every setting"),
+        ("train:\n  lrr: 1e-5\n", r"'lrr' is not a setting; did you mean lr\?"),
+        ("agent:\n  lr: 1e-5\n", r"lr belongs to another section; move it to the top level"),
+        ("served_url: http://x\n", r"SERVED_URL is filled in by the run, not a setting to give"),
+    ],
+)
 def test_an_unknown_key_is_an_error_naming_the_nearest_setting(tmp_path, text, message):
     cfg = write(tmp_path, text)
     with pytest.raises(ConfigError, match=message) as err:
@@ -66,12 +83,15 @@ def test_an_unknown_key_is_an_error_naming_the_nearest_setting(tmp_path, text, m
     assert str(err.value).startswith(str(cfg))
 
 
-@pytest.mark.parametrize("text, message", [
-    ("n_samples: 2.5\n", r"N_SAMPLES='2.5' is not a valid int: samples per group"),
-    ("n_samples: true\n", r"N_SAMPLES='true' is not a valid int"),
-    ("mask_truncated: maybe\n", r"MASK_TRUNCATED='maybe' is not a valid bool"),
-    ("lr: {a: 1}\n", r"lr takes one value, not a dict"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("n_samples: 2.5\n", r"N_SAMPLES='2.5' is not a valid int: samples per group"),
+        ("n_samples: true\n", r"N_SAMPLES='true' is not a valid int"),
+        ("mask_truncated: maybe\n", r"MASK_TRUNCATED='maybe' is not a valid bool"),
+        ("lr: {a: 1}\n", r"lr takes one value, not a dict"),
+    ],
+)
 def test_bad_values_get_the_env_vars_messages_prefixed_with_the_file(tmp_path, text, message):
     cfg = write(tmp_path, text)
     with pytest.raises(ConfigError, match=message):
@@ -85,12 +105,15 @@ def test_validation_and_cross_field_checks_apply_to_file_values(tmp_path):
         load_settings(["--config", str(write(tmp_path, "backend: slime\n"))], SERVER)
 
 
-@pytest.mark.parametrize("name, text, message", [
-    ("run.json", "{}", r"give a \.yaml, \.yml or \.toml file"),
-    ("run.yaml", "- a\n- b\n", r"the top level must be a mapping of settings, not a list"),
-    ("run.yaml", "a: [\n", r"is not valid YAML"),
-    ("run.toml", "a = \n", r"is not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        ("run.json", "{}", r"give a \.yaml, \.yml or \.toml file"),
+        ("run.yaml", "- a\n- b\n", r"the top level must be a mapping of settings, not a list"),
+        ("run.yaml", "a: [\n", r"is not valid YAML"),
+        ("run.toml", "a = \n", r"is not valid TOML"),
+    ],
+)
 def test_unreadable_files_are_clear_errors(tmp_path, name, text, message):
     with pytest.raises(ConfigError, match=message):
         load_settings(["--config", str(write(tmp_path, text, name))], SERVER)
@@ -125,8 +148,9 @@ def test_a_resumed_run_names_its_settings_file_as_the_source(tmp_path):
     assert "embedded profile (off: VLLM_URL is set)" in precedence({}, profile=False)
 
 
-@pytest.mark.parametrize("recipe", sorted((REPO_ROOT / "examples" / "qwen_swe" / "configs").glob("*.*")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "recipe", sorted((REPO_ROOT / "examples" / "qwen_swe" / "configs").glob("*.*")), ids=lambda p: p.name
+)
 def test_the_shipped_recipes_load(recipe, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     s = load_settings(["--config", str(recipe)], {})

@@ -43,6 +43,7 @@ def ids_of(groups) -> list[str]:
 
 # --- loading ---------------------------------------------------------------------------------
 
+
 def test_lite_300_loads_in_file_order_with_decoded_test_lists(shared_data):
     rows = load_instances(shared_data / LITE)
     raw = raw_rows(shared_data / LITE)
@@ -85,8 +86,11 @@ def test_v5_columns_are_validated_and_kept(shared_data, tmp_path):
         assert r["eval_script"].startswith("#!/bin/bash")
     bad = raw_rows(shared_data / V5)
     bad[2]["eval_type"] = "everything"
-    with pytest.raises(DataError, match=rf"line 3 \(instance {bad[2]['instance_id']}\): field eval_type is "
-                                        r"'everything'; use one of pass_and_fail, fail_only"):
+    with pytest.raises(
+        DataError,
+        match=rf"line 3 \(instance {bad[2]['instance_id']}\): field eval_type is "
+        r"'everything'; use one of pass_and_fail, fail_only",
+    ):
         load_instances(write_jsonl(tmp_path / "v5.jsonl", bad))
     bad = raw_rows(shared_data / V5)
     bad[0]["image"] = ""
@@ -121,17 +125,22 @@ def test_json_list_and_json_lines_under_a_json_name(shared_data, tmp_path):
 def _run_isolated(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
     """datasets reads its cache location and offline switch at import: give it a fresh process."""
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_hugging_face_dataset_folder_loads_through_datasets(shared_data, tmp_path):
     (tmp_path / "swebench" / "data").mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist(raw_rows(shared_data / VERIFIED)),
-                   tmp_path / "swebench" / "data" / "test-00000-of-00001.parquet")
-    code = ("import json, sys; from qwen_swe.data.source import load_instances as L; "
-            f"rows = L({str(tmp_path / 'swebench')!r}); rows2 = L({str(tmp_path / 'swebench') + ':test'!r}); "
-            "assert rows == rows2; json.dump([[r['instance_id'], r['FAIL_TO_PASS']] for r in rows], sys.stdout)")
+    pq.write_table(
+        pa.Table.from_pylist(raw_rows(shared_data / VERIFIED)),
+        tmp_path / "swebench" / "data" / "test-00000-of-00001.parquet",
+    )
+    code = (
+        "import json, sys; from qwen_swe.data.source import load_instances as L; "
+        f"rows = L({str(tmp_path / 'swebench')!r}); rows2 = L({str(tmp_path / 'swebench') + ':test'!r}); "
+        "assert rows == rows2; json.dump([[r['instance_id'], r['FAIL_TO_PASS']] for r in rows], sys.stdout)"
+    )
     done = _run_isolated(code, tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     expected = [[r["instance_id"], r["FAIL_TO_PASS"]] for r in load_instances(shared_data / VERIFIED)]
@@ -139,9 +148,11 @@ def test_hugging_face_dataset_folder_loads_through_datasets(shared_data, tmp_pat
 
 
 def test_unreachable_hub_dataset_is_a_data_error(tmp_path):
-    code = ("from qwen_swe.data.source import load_instances, DataError\n"
-            "try:\n    load_instances('no-such-org/no-such-dataset:dev')\n"
-            "except DataError as e:\n    print(e)\n")
+    code = (
+        "from qwen_swe.data.source import load_instances, DataError\n"
+        "try:\n    load_instances('no-such-org/no-such-dataset:dev')\n"
+        "except DataError as e:\n    print(e)\n"
+    )
     done = _run_isolated(code, tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "cannot load Hugging Face dataset no-such-org/no-such-dataset (split dev)" in done.stdout
@@ -149,6 +160,7 @@ def test_unreachable_hub_dataset_is_a_data_error(tmp_path):
 
 
 # --- bad input -------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def rows5(shared_data):
@@ -172,8 +184,11 @@ def test_non_string_field(rows5, tmp_path):
 
 def test_malformed_fail_to_pass(rows5, tmp_path):
     rows5[0]["FAIL_TO_PASS"] = "[test_a, test_b]"
-    with pytest.raises(DataError, match=rf"line 1 \(instance {rows5[0]['instance_id']}\): field FAIL_TO_PASS is not "
-                                        r"valid JSON .*write it as a JSON list of test names"):
+    with pytest.raises(
+        DataError,
+        match=rf"line 1 \(instance {rows5[0]['instance_id']}\): field FAIL_TO_PASS is not "
+        r"valid JSON .*write it as a JSON list of test names",
+    ):
         load_instances(write_jsonl(tmp_path / "bad.jsonl", rows5))
     rows5[0]["FAIL_TO_PASS"] = '["ok", 3]'
     with pytest.raises(DataError, match=r"field FAIL_TO_PASS must be a list of test-name strings"):
@@ -242,8 +257,9 @@ def test_unknown_ids_are_all_listed(shared_data, tmp_path):
     with pytest.raises(DataError) as err:
         load_instances(shared_data / V5, instance_list=listing)
     msg = str(err.value)
-    assert msg.startswith(f"2 instance id(s) from instance list {listing} are not in {shared_data / V5}: "
-                          "foo__bar-1, foo__bar-2;")
+    assert msg.startswith(
+        f"2 instance id(s) from instance list {listing} are not in {shared_data / V5}: foo__bar-1, foo__bar-2;"
+    )
 
 
 def test_duplicate_ids_in_the_data(rows5, tmp_path):
@@ -270,6 +286,7 @@ def test_unreadable_or_empty_instance_list(shared_data, tmp_path):
 
 
 # --- the data source -------------------------------------------------------------------------
+
 
 def test_missing_prompt_data():
     with pytest.raises(DataError, match=r"needs prompt_data \(slime --prompt-data, or DATASET\)"):
@@ -340,8 +357,9 @@ def test_save_load_continues_with_exactly_the_next_group(shared_data, tmp_path):
     assert fresh.load() is True
     assert fresh.state_dict() == ds.state_dict()
     ahead, restored = ds.get_samples(40), fresh.get_samples(40)  # crosses the epoch boundary
-    assert [(g[0].label, g[0].group_index, [s.index for s in g]) for g in restored] == \
-           [(g[0].label, g[0].group_index, [s.index for s in g]) for g in ahead]
+    assert [(g[0].label, g[0].group_index, [s.index for s in g]) for g in restored] == [
+        (g[0].label, g[0].group_index, [s.index for s in g]) for g in ahead
+    ]
 
 
 def test_load_picks_the_latest_or_the_given_rollout(shared_data, tmp_path):
@@ -396,8 +414,14 @@ def test_from_settings(shared_data, tmp_path):
     raw = raw_rows(shared_data / LITE)
     listing = tmp_path / "django.txt"
     listing.write_text("\n".join(r["instance_id"] for r in raw if r["repo"] == "django/django"))
-    settings = Settings.build(vllm_url="http://127.0.0.1:1/v1", dataset=str(shared_data / LITE), n_samples=3, seed=5,
-                        output_dir=tmp_path / "out", instance_list=listing)
+    settings = Settings.build(
+        vllm_url="http://127.0.0.1:1/v1",
+        dataset=str(shared_data / LITE),
+        n_samples=3,
+        seed=5,
+        output_dir=tmp_path / "out",
+        instance_list=listing,
+    )
     ds = SWEBenchDataSource.from_settings(settings)
     assert len(ds) == 114 and ds.n_samples_per_prompt == 3 and ds.seed == 5 and ds.shuffle
     assert [len(g) for g in ds.get_samples(2)] == [3, 3]

@@ -28,8 +28,11 @@ def test_the_socket_serves_one_session_and_follows_its_restart(tmp_path):
             first, other = proxy.open_session(), proxy.open_session()
             async with proxy.endpoint(first.id, parent="/tmp") as ep:
                 sock = str(ep.socket_path)
-                seen = [await _status(sock, "/v1/models"), await _status(sock, f"/s/{other.id}/v1/models"),
-                        await _status(sock, "/health")]
+                seen = [
+                    await _status(sock, "/v1/models"),
+                    await _status(sock, f"/s/{other.id}/v1/models"),
+                    await _status(sock, "/health"),
+                ]
                 again = proxy.restart_session(first.id)
                 seen.append(await _status(sock, "/v1/models"))  # now the new session's
                 proxy.close_session(again.id)

@@ -19,8 +19,11 @@ def test_a_bad_setting_exits_2_naming_the_variable(monkeypatch, capsys):
 
 
 def test_every_error_is_in_one_family_and_every_infra_error_has_a_reason():
-    classes = [c for _, c in inspect.getmembers(errors, inspect.isclass)
-               if issubclass(c, QwenSweError) and c not in (QwenSweError, SetupError, InfraError)]
+    classes = [
+        c
+        for _, c in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(c, QwenSweError) and c not in (QwenSweError, SetupError, InfraError)
+    ]
     assert len(classes) >= 10
     for cls in classes:
         assert issubclass(cls, QwenSweError)

@@ -27,8 +27,12 @@ def _log(lines: list[str]) -> str:
 
 
 def test_resolution_agrees_with_swebench_get_eval_report(shared_data):
-    rows = [json.loads(line) for path in sorted(shared_data.glob("*.jsonl"))
-            for line in path.read_text().splitlines() if line.strip()]
+    rows = [
+        json.loads(line)
+        for path in sorted(shared_data.glob("*.jsonl"))
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
     checked = 0
     for row in rows:
         parser = scoring.parser_for(row).__name__
@@ -44,8 +48,12 @@ def test_resolution_agrees_with_swebench_get_eval_report(shared_data):
             with tempfile.NamedTemporaryFile("w", suffix=".log") as fh:
                 fh.write(text)
                 fh.flush()
-                official = get_eval_report(spec, {"instance_id": row["instance_id"], "model_name_or_path": "m",
-                                                  "model_patch": "diff"}, fh.name, include_tests_status=False)
+                official = get_eval_report(
+                    spec,
+                    {"instance_id": row["instance_id"], "model_name_or_path": "m", "model_patch": "diff"},
+                    fh.name,
+                    include_tests_status=False,
+                )
             ours = scoring.judge_log(row, text, script)
             assert ours.resolved == official[row["instance_id"]]["resolved"], (row["instance_id"], broken)
             assert ours.resolved == (broken is None), (row["instance_id"], ours.resolution)

@@ -39,13 +39,32 @@ def test_wilson_interval_against_a_known_value():
 
 def test_the_report_has_the_harness_keys_and_counts_errors_apart():
     source = inspect.getsource(reporting.make_run_report)
-    harness_keys = {"total_instances", "submitted_instances", "completed_instances", "resolved_instances",
-                    "unresolved_instances", "empty_patch_instances", "error_instances", "completed_ids",
-                    "incomplete_ids", "empty_patch_ids", "submitted_ids", "resolved_ids", "unresolved_ids",
-                    "error_ids", "schema_version"}
+    harness_keys = {
+        "total_instances",
+        "submitted_instances",
+        "completed_instances",
+        "resolved_instances",
+        "unresolved_instances",
+        "empty_patch_instances",
+        "error_instances",
+        "completed_ids",
+        "incomplete_ids",
+        "empty_patch_ids",
+        "submitted_ids",
+        "resolved_ids",
+        "unresolved_ids",
+        "error_ids",
+        "schema_version",
+    }
     assert all(f'"{k}"' in source for k in harness_keys), "swebench's report keys changed"
-    results = [AttemptResult("a", 0, RESOLVED), AttemptResult("a", 1, UNRESOLVED), AttemptResult("b", 0, UNRESOLVED),
-               AttemptResult("b", 1, RESOLVED), AttemptResult("c", 0, EMPTY), AttemptResult("d", 0, ERROR)]
+    results = [
+        AttemptResult("a", 0, RESOLVED),
+        AttemptResult("a", 1, UNRESOLVED),
+        AttemptResult("b", 0, UNRESOLVED),
+        AttemptResult("b", 1, RESOLVED),
+        AttemptResult("c", 0, EMPTY),
+        AttemptResult("d", 0, ERROR),
+    ]
     report = build_report(results, dataset_ids=["a", "b", "c", "d", "e"], submitted_ids=["a", "b", "c", "d", "x"])
     assert harness_keys <= set(report)
     assert report["resolved_ids"] == ["a"] and report["unresolved_ids"] == ["b"]  # first attempts
@@ -57,12 +76,14 @@ def test_the_report_has_the_harness_keys_and_counts_errors_apart():
 
 
 def test_bad_prediction_lines_are_named_and_the_rest_kept(tmp_path):
-    lines = [json.dumps({"instance_id": "a", "model_name_or_path": "m", "model_patch": "diff"}),
-             "{not json",
-             json.dumps({"instance_id": "b", "model_patch": "x"}),
-             json.dumps(["a list"]),
-             json.dumps({"instance_id": "a", "model_name_or_path": "m", "model_patch": None}),
-             json.dumps({"instance_id": "", "model_name_or_path": "m", "model_patch": ""})]
+    lines = [
+        json.dumps({"instance_id": "a", "model_name_or_path": "m", "model_patch": "diff"}),
+        "{not json",
+        json.dumps({"instance_id": "b", "model_patch": "x"}),
+        json.dumps(["a list"]),
+        json.dumps({"instance_id": "a", "model_name_or_path": "m", "model_patch": None}),
+        json.dumps({"instance_id": "", "model_name_or_path": "m", "model_patch": ""}),
+    ]
     path = tmp_path / "preds.jsonl"
     path.write_text("\n".join(lines) + "\n")
     preds, errors = read_predictions(path)

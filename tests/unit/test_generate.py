@@ -41,8 +41,16 @@ SOURCE = textwrap.dedent('''\
 def test_every_operator_makes_a_parsing_one_line_change():
     found = mutations_of(SOURCE, "mod.py")
     kinds = {m.kind for m in found}
-    assert kinds >= {"compare_swap", "boolop_swap", "binop_swap", "off_by_one", "invert_condition", "drop_call",
-                     "drop_return", "swap_args"}
+    assert kinds >= {
+        "compare_swap",
+        "boolop_swap",
+        "binop_swap",
+        "off_by_one",
+        "invert_condition",
+        "drop_call",
+        "drop_return",
+        "swap_args",
+    }
     lines = SOURCE.splitlines(keepends=True)
     for m in found:
         mutated = apply_mutation(SOURCE, m)
@@ -53,7 +61,7 @@ def test_every_operator_makes_a_parsing_one_line_change():
     assert {m.function for m in found} == {"clamp", "label", "pair"}
     swapped = [m.new.strip() for m in found if m.kind == "swap_args"]
     assert swapped == ["return divmod(b, a)"]
-    assert "return name.lower() + \"-\" + str(len(name) * 2)" in [m.new.strip() for m in found]
+    assert 'return name.lower() + "-" + str(len(name) * 2)' in [m.new.strip() for m in found]
 
 
 def test_apply_refuses_a_stale_mutation():
@@ -78,7 +86,8 @@ def _tiny_repo(root: Path) -> Path:
     (repo / "tiny" / "ops.py").write_text("def add(a, b):\n    return a + b\n\n\ndef unused(x):\n    return x * 3\n")
     (repo / "tests" / "test_ops.py").write_text(
         "from tiny.ops import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
-        "def test_add_zero():\n    assert add(0, 0) == 0\n")
+        "def test_add_zero():\n    assert add(0, 0) == 0\n"
+    )
     return repo
 
 
@@ -97,13 +106,19 @@ def test_validate_computes_fail_to_pass_with_real_pytest(tmp_path):
 def test_an_exception_in_the_project_brings_its_traceback_into_the_statement(tmp_path):
     repo = _tiny_repo(tmp_path)
     (repo / "tiny" / "ops.py").write_text(
-        'def greet(name):\n    return "hi " + name\n\n\ndef welcome(name):\n    return greet(name).upper()\n')
+        'def greet(name):\n    return "hi " + name\n\n\ndef welcome(name):\n    return greet(name).upper()\n'
+    )
     (repo / "tests" / "test_ops.py").write_text(
-        'from tiny.ops import welcome\n\n\ndef test_welcome():\n    assert welcome("ann") == "HI ANN"\n')
+        'from tiny.ops import welcome\n\n\ndef test_welcome():\n    assert welcome("ann") == "HI ANN"\n'
+    )
     bug = next(m for m in mutations_of((repo / "tiny/ops.py").read_text(), "tiny/ops.py") if m.kind == "binop_swap")
     (verdict,) = validate(repo, [bug], ["tests/test_ops.py"])
-    assert verdict.frames == ('  File "tiny/ops.py", line 6, in welcome', "    return greet(name).upper()",
-                              '  File "tiny/ops.py", line 2, in greet', '    return "hi " - name')
+    assert verdict.frames == (
+        '  File "tiny/ops.py", line 6, in welcome',
+        "    return greet(name).upper()",
+        '  File "tiny/ops.py", line 2, in greet',
+        '    return "hi " - name',
+    )
     statement = problem_statement("tiny", verdict, (repo / "tests" / "test_ops.py").read_text())
     assert "Traceback (most recent call last):\n" + "\n".join(verdict.frames) + "\nTypeError" in statement
     assert "tests/test_ops.py" not in statement  # the test's own line is the reproduction above it
@@ -138,12 +153,20 @@ def test_verdicts_are_reused_only_for_the_same_inputs_and_never_after_a_timeout(
 
 
 def test_a_failure_message_drops_memory_addresses_so_generation_is_deterministic():
-    log = ("_____ test_x _____\n    assert f().endswith('.')\nE   AssertionError: assert False\n"
-           "E    +  where False = <built-in method endswith of str object at 0x7f7db1c16e20>('.')\n"
-           "===== short test summary info =====\n")
+    log = (
+        "_____ test_x _____\n    assert f().endswith('.')\nE   AssertionError: assert False\n"
+        "E    +  where False = <built-in method endswith of str object at 0x7f7db1c16e20>('.')\n"
+        "===== short test summary info =====\n"
+    )
     failure, frames = failure_of(log, "tests/test_a.py::test_x")
-    assert failure == ("assert f().endswith('.')\nAssertionError: assert False\n"
-                       " +  where False = <built-in method endswith of str object at 0x...>('.')") and not frames
+    assert (
+        failure
+        == (
+            "assert f().endswith('.')\nAssertionError: assert False\n"
+            " +  where False = <built-in method endswith of str object at 0x...>('.')"
+        )
+        and not frames
+    )
 
 
 def test_validate_refuses_a_repository_whose_tests_fail(tmp_path):

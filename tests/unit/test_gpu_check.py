@@ -23,8 +23,9 @@ def _step_module():
 
 def gpu_check(*args: str, path: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": path or no_gpu_path()}
-    return subprocess.run(["bash", "scripts/gpu_check.sh", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=60, env=env)
+    return subprocess.run(
+        ["bash", "scripts/gpu_check.sh", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, env=env
+    )
 
 
 def test_without_a_gpu_it_refuses_with_a_clear_message():
@@ -35,8 +36,11 @@ def test_without_a_gpu_it_refuses_with_a_clear_message():
 
 
 def test_bad_arguments_are_named_and_help_lists_the_stages(tmp_path):
-    for args, message in ((["--bogus"], "unknown argument --bogus"), (["--port", "x"], "--port needs a port number"),
-                          (["--wheels", str(tmp_path / "missing")], "--wheels needs a folder of wheels")):
+    for args, message in (
+        (["--bogus"], "unknown argument --bogus"),
+        (["--port", "x"], "--port needs a port number"),
+        (["--wheels", str(tmp_path / "missing")], "--wheels needs a folder of wheels"),
+    ):
         out = gpu_check(*args)
         assert out.returncode == 2 and message in out.stderr, (args, out.stderr)
     out = gpu_check("--help")
@@ -49,7 +53,12 @@ def test_with_two_gpus_every_stage_is_planned_over_nccl(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "2 GPU(s): server on GPU 0, trainer on GPU 1, broadcast over nccl, the GRPO step split" in out.stdout
     assert [line.split()[-1] for line in out.stdout.splitlines() if line.startswith("would run")] == [
-        "setup", "cuda", "serve", "step", "grpo"]
+        "setup",
+        "cuda",
+        "serve",
+        "step",
+        "grpo",
+    ]
 
 
 def test_with_one_gpu_the_push_goes_over_gloo_and_the_grpo_step_is_colocated(tmp_path):
@@ -57,13 +66,22 @@ def test_with_one_gpu_the_push_goes_over_gloo_and_the_grpo_step_is_colocated(tmp
     assert out.returncode == 0, out.stderr
     assert "1 GPU(s): server on GPU 0, trainer on GPU 0, broadcast over gloo, the GRPO step colocated" in out.stdout
     assert [line.split()[-1] for line in out.stdout.splitlines() if line.startswith("would run")] == [
-        "cuda", "serve", "step", "grpo"]
+        "cuda",
+        "serve",
+        "step",
+        "grpo",
+    ]
 
 
 def test_the_training_stage_refuses_cuda_without_a_gpu(tmp_path):
-    out = subprocess.run([sys.executable, "scripts/gpu_check_step.py", "--url", "http://127.0.0.1:9/v1", "--out",
-                          str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "CUDA_VISIBLE_DEVICES": ""})
+    out = subprocess.run(
+        [sys.executable, "scripts/gpu_check_step.py", "--url", "http://127.0.0.1:9/v1", "--out", str(tmp_path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "CUDA_VISIBLE_DEVICES": ""},
+    )
     assert out.returncode == 2
     assert "--device cuda but torch sees no CUDA GPU" in out.stderr and "bash scripts/setup.sh --gpu" in out.stderr
 
@@ -82,11 +100,28 @@ def test_the_training_stage_on_cpu_steps_fsdp2_on_gloo_and_its_log_probs_rise(tm
     from tests.tiny_model import tiny_model_dir
 
     model = tiny_model_dir()  # built here once: two ranks building it at the same time race on the rename
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "scripts/gpu_check_step.py", "--device", "cpu", "--model", str(model), "--out", str(tmp_path)]
-    out = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1",
-                              "HF_HUB_OFFLINE": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "scripts/gpu_check_step.py",
+        "--device",
+        "cpu",
+        "--model",
+        str(model),
+        "--out",
+        str(tmp_path),
+    ]
+    out = subprocess.run(
+        cmd,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"},
+    )
     assert out.returncode == 0, out.stderr[-4000:]
     report = json.loads((tmp_path / "step.json").read_text())
     assert report["backend"] == "gloo" and report["ok"] is True

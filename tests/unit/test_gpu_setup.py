@@ -17,8 +17,14 @@ def pins(name: str) -> dict[str, str]:
 
 
 def setup_plan(path: str, *args: str) -> str:
-    out = subprocess.run(["bash", "scripts/setup.sh", "--plan", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                         timeout=60, env={**os.environ, "PATH": path})
+    out = subprocess.run(
+        ["bash", "scripts/setup.sh", "--plan", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PATH": path},
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -55,6 +61,7 @@ def test_the_test_commands_set_up_leaves_the_warm_start_to_the_main_job():
     assert "70_warmstart.sh" in setup_plan(path)
     assert "70_warmstart.sh" not in setup_plan(path, "--tests") and "60_tasks.sh" in setup_plan(path, "--tests")
     assert "bash scripts/setup.sh --tests" in (REPO_ROOT / "scripts" / "test.sh").read_text()
-    bad = subprocess.run(["bash", "scripts/setup.sh", "--test"], cwd=REPO_ROOT, capture_output=True, text=True,
-                         timeout=60)
+    bad = subprocess.run(
+        ["bash", "scripts/setup.sh", "--test"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
     assert bad.returncode == 2 and "unknown option --test" in bad.stderr

@@ -102,12 +102,14 @@ def test_clipping_boundaries():
 
 def test_asymmetric_upper_clip():
     logp = torch.tensor([[math.log(1.25)]], requires_grad=True)
-    loss, metrics = policy_loss(logp, torch.zeros(1, 1), torch.tensor([1.0]), torch.ones(1, 1),
-                                clip_low=0.2, clip_high=0.28)
+    loss, metrics = policy_loss(
+        logp, torch.zeros(1, 1), torch.tensor([1.0]), torch.ones(1, 1), clip_low=0.2, clip_high=0.28
+    )
     loss.backward()
     assert metrics["clip_fraction"] == 0.0 and logp.grad[0, 0] != 0.0
-    loss2, metrics2 = policy_loss(logp, torch.zeros(1, 1), torch.tensor([1.0]), torch.ones(1, 1),
-                                  clip_low=0.2, clip_high=0.2)
+    loss2, metrics2 = policy_loss(
+        logp, torch.zeros(1, 1), torch.tensor([1.0]), torch.ones(1, 1), clip_low=0.2, clip_high=0.2
+    )
     assert metrics2["clip_fraction"] == 1.0 and loss2.item() == pytest.approx(-1.2)
 
 
@@ -132,15 +134,20 @@ def test_global_denominator_makes_micro_batches_sum_to_the_full_batch():
     for norm in ("token", "sample"):
         full, _ = policy_loss(logp, old, adv, mask, norm=norm)
         denom = loss_denominator(mask, norm)
-        parts = sum(policy_loss(logp[i:i + 2], old[i:i + 2], adv[i:i + 2], mask[i:i + 2], norm=norm,
-                                denominator=denom)[0] for i in (0, 2))
+        parts = sum(
+            policy_loss(logp[i : i + 2], old[i : i + 2], adv[i : i + 2], mask[i : i + 2], norm=norm, denominator=denom)[
+                0
+            ]
+            for i in (0, 2)
+        )
         assert parts.item() == pytest.approx(full.item(), rel=1e-6)
 
 
 def test_kl_and_ratio_metrics():
     logp = torch.tensor([[math.log(2.0), 0.0]])
-    _, metrics = policy_loss(logp, torch.zeros(1, 2), torch.tensor([0.0]), torch.tensor([[1.0, 0.0]]),
-                             entropy=torch.tensor([[0.5, 9.0]]))
+    _, metrics = policy_loss(
+        logp, torch.zeros(1, 2), torch.tensor([0.0]), torch.tensor([[1.0, 0.0]]), entropy=torch.tensor([[0.5, 9.0]])
+    )
     assert metrics["ratio_mean"] == pytest.approx(2.0)
     assert metrics["approx_kl"] == pytest.approx(2.0 - 1.0 - math.log(2.0))
     assert metrics["entropy"] == pytest.approx(0.5)

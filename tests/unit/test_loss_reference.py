@@ -95,15 +95,19 @@ def slime(request: pytest.FixtureRequest) -> types.SimpleNamespace:
     cp_path = root / "slime" / "backends" / "megatron_utils" / "cp_utils.py"
     if not (ppo_path.is_file() and cp_path.is_file()):
         where = "SLIME_PATH" if os.environ.get("SLIME_PATH") else "the vendored release"
-        pytest.fail(f"{where} {root} has no slime/utils/ppo_utils.py and slime/backends/megatron_utils/cp_utils.py: "
-                    f"put a copy of shared/ beside the repository ({VENDOR} holds slime-v0.2.2 and slime-v0.3.1) "
-                    "or point SLIME_PATH at a slime checkout")
+        pytest.fail(
+            f"{where} {root} has no slime/utils/ppo_utils.py and slime/backends/megatron_utils/cp_utils.py: "
+            f"put a copy of shared/ beside the repository ({VENDOR} holds slime-v0.2.2 and slime-v0.3.1) "
+            "or point SLIME_PATH at a slime checkout"
+        )
     tag = root.name.replace("-", "_").replace(".", "_")
     ppo = _load(ppo_path, f"_reference_{tag}_ppo_utils")
     cp = _load_cp_utils(cp_path, f"_reference_{tag}_cp_utils")
-    return types.SimpleNamespace(compute_policy_loss=ppo.compute_policy_loss,
-                                 compute_approx_kl=ppo.compute_approx_kl,
-                                 get_sum_of_sample_mean=cp.get_sum_of_sample_mean)
+    return types.SimpleNamespace(
+        compute_policy_loss=ppo.compute_policy_loss,
+        compute_approx_kl=ppo.compute_approx_kl,
+        get_sum_of_sample_mean=cp.get_sum_of_sample_mean,
+    )
 
 
 def _rollout() -> torch.Tensor:
@@ -123,20 +127,37 @@ def _padded(flat: torch.Tensor) -> torch.Tensor:
 def _ours(current: torch.Tensor, norm: str, kl_type: str | None) -> tuple[torch.Tensor, dict[str, float]]:
     mask = _padded(_flat(MASKS))
     ref = _padded((current - _flat(REF_GAP)).detach()) if kl_type else None
-    return policy_loss(_padded(current), _padded(_rollout()), torch.tensor(ADVANTAGES, dtype=torch.float64), mask,
-                       clip_low=EPS_LOW, clip_high=EPS_HIGH, norm=norm, denominator=loss_denominator(mask, norm),
-                       ref_logprobs=ref, kl_coef=KL_COEF if kl_type else 0.0, kl_type=kl_type or "low_var_kl")
+    return policy_loss(
+        _padded(current),
+        _padded(_rollout()),
+        torch.tensor(ADVANTAGES, dtype=torch.float64),
+        mask,
+        clip_low=EPS_LOW,
+        clip_high=EPS_HIGH,
+        norm=norm,
+        denominator=loss_denominator(mask, norm),
+        ref_logprobs=ref,
+        kl_coef=KL_COEF if kl_type else 0.0,
+        kl_type=kl_type or "low_var_kl",
+    )
 
 
-def _slimes(slime: types.SimpleNamespace, current: torch.Tensor, norm: str, kl_type: str | None,
-            masks: list[list[float]] = MASKS) -> tuple[torch.Tensor, torch.Tensor]:
+def _slimes(
+    slime: types.SimpleNamespace,
+    current: torch.Tensor,
+    norm: str,
+    kl_type: str | None,
+    masks: list[list[float]] = MASKS,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """slime's loss for the batch, as its Megatron ``policy_loss_function`` then ``loss_function`` compose it with
     ``--calculate-per-token-loss`` (token) or without (sample); and its clip fraction per trained token."""
     loss_masks = [torch.tensor(m, dtype=torch.float64) for m in masks]
-    reducer = slime.get_sum_of_sample_mean([r + 7 for r in RESPONSE_LENGTHS], RESPONSE_LENGTHS, loss_masks,
-                                           calculate_per_token_loss=norm == "token")
-    per_token = slime.get_sum_of_sample_mean([r + 7 for r in RESPONSE_LENGTHS], RESPONSE_LENGTHS, loss_masks,
-                                             calculate_per_token_loss=True)
+    reducer = slime.get_sum_of_sample_mean(
+        [r + 7 for r in RESPONSE_LENGTHS], RESPONSE_LENGTHS, loss_masks, calculate_per_token_loss=norm == "token"
+    )
+    per_token = slime.get_sum_of_sample_mean(
+        [r + 7 for r in RESPONSE_LENGTHS], RESPONSE_LENGTHS, loss_masks, calculate_per_token_loss=True
+    )
     advantages = torch.cat([torch.full((n,), a, dtype=torch.float64) for n, a in zip(RESPONSE_LENGTHS, ADVANTAGES)])
     num_tokens = sum(torch.clamp_min(m.sum(), 1) for m in loss_masks)
     with torch.compiler.set_stance("force_eager"):
@@ -210,8 +231,16 @@ def test_a_sample_without_trained_tokens_is_where_the_denominators_differ(slime,
     ours_logp, slime_logp = _leaf(), _leaf()
     mask = _padded(_flat(masks))
     denominator = loss_denominator(mask, norm)
-    ours, _ = policy_loss(_padded(ours_logp), _padded(_rollout()), torch.tensor(ADVANTAGES, dtype=torch.float64),
-                          mask, clip_low=EPS_LOW, clip_high=EPS_HIGH, norm=norm, denominator=denominator)
+    ours, _ = policy_loss(
+        _padded(ours_logp),
+        _padded(_rollout()),
+        torch.tensor(ADVANTAGES, dtype=torch.float64),
+        mask,
+        clip_low=EPS_LOW,
+        clip_high=EPS_HIGH,
+        norm=norm,
+        denominator=denominator,
+    )
     theirs, _ = _slimes(slime, slime_logp, norm, None, masks)
     slime_denominator = sum(max(sum(m), 1) for m in masks) if norm == "token" else len(masks)
     assert slime_denominator == denominator + 1

@@ -20,17 +20,30 @@ from qwen_swe.train.update import prepare_batch
 
 
 def _sample(group: int, index: int, version: int, logprobs: bool = True) -> Sample:
-    return Sample(group_index=group, index=index, tokens=[1, 2, 3, 4], response_length=2, loss_mask=[1, 1],
-                  rollout_log_probs=[-0.5, -0.5] if logprobs else None, reward=float(index % 2),
-                  metadata={"instance_id": f"i{group}", "weight_version": version})
+    return Sample(
+        group_index=group,
+        index=index,
+        tokens=[1, 2, 3, 4],
+        response_length=2,
+        loss_mask=[1, 1],
+        rollout_log_probs=[-0.5, -0.5] if logprobs else None,
+        reward=float(index % 2),
+        metadata={"instance_id": f"i{group}", "weight_version": version},
+    )
 
 
 # --- the staleness filter ----------------------------------------------------------------------------------
 
+
 def test_drop_stale_keeps_fresh_groups_and_drops_whole_groups_with_an_old_sample():
-    samples = [_sample(0, 0, 5), _sample(0, 1, 5),  # staleness 0
-               _sample(1, 2, 4), _sample(1, 3, 4, logprobs=False),  # staleness 1; one sample without log-probs
-               _sample(2, 4, 4), _sample(2, 5, 3)]  # one sample 2 behind: the whole group goes
+    samples = [
+        _sample(0, 0, 5),
+        _sample(0, 1, 5),  # staleness 0
+        _sample(1, 2, 4),
+        _sample(1, 3, 4, logprobs=False),  # staleness 1; one sample without log-probs
+        _sample(2, 4, 4),
+        _sample(2, 5, 3),
+    ]  # one sample 2 behind: the whole group goes
     kept, m = drop_stale(samples, version=5, max_staleness=1)
     assert [s.index for s in kept] == [0, 1, 2, 3]
     for s in samples[4:]:
@@ -63,6 +76,7 @@ def test_prepare_batch_accepts_lag_up_to_max_staleness_only():
 
 # --- the pipeline's order ----------------------------------------------------------------------------------
 
+
 class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
@@ -75,10 +89,13 @@ class Recorder:
         return [], {}
 
 
-@pytest.mark.parametrize("depth, expected", [
-    (1, [("submit", 0, 0), ("collect", 0), ("submit", 1, 0), ("collect", 1), ("submit", 2, 1), ("collect", 2)]),
-    (2, [("submit", 0, 0), ("collect", 0), ("submit", 1, 0), ("submit", 2, 0), ("collect", 1), ("collect", 2)]),
-])
+@pytest.mark.parametrize(
+    "depth, expected",
+    [
+        (1, [("submit", 0, 0), ("collect", 0), ("submit", 1, 0), ("collect", 1), ("submit", 2, 1), ("collect", 2)]),
+        (2, [("submit", 0, 0), ("collect", 0), ("submit", 1, 0), ("submit", 2, 0), ("collect", 1), ("collect", 2)]),
+    ],
+)
 def test_prefetch_keeps_depth_batches_in_flight_and_none_past_the_last_step(depth, expected):
     driver = Recorder()
     pipe = Prefetch(driver, depth, first_step=0, last_step=2)
@@ -99,6 +116,7 @@ def test_prefetch_needs_a_driver_that_can_submit():
 
 
 # --- the checkpointed data position with a batch in flight --------------------------------------------------
+
 
 class HeldEngine:
     """Batches finish only when released; every sample completes with reward +-1."""
@@ -150,8 +168,14 @@ def _ids(groups) -> list[str]:
 
 
 def test_state_dict_excludes_the_batch_in_flight_so_a_resume_serves_it_again(tmp_path):
-    settings = Settings.build(vllm_url="http://127.0.0.1:9", dataset=str(TASK_PACK), output_dir=tmp_path,
-                              rollout_batch_size=2, n_samples=2, max_staleness=1)
+    settings = Settings.build(
+        vllm_url="http://127.0.0.1:9",
+        dataset=str(TASK_PACK),
+        output_dir=tmp_path,
+        rollout_batch_size=2,
+        n_samples=2,
+        max_staleness=1,
+    )
     reference = SWEBenchDataSource.from_settings(settings)
     order = [_ids(reference.get_samples(2)) for _ in range(3)]
 
@@ -179,8 +203,14 @@ def test_state_dict_excludes_the_batch_in_flight_so_a_resume_serves_it_again(tmp
 
 
 def test_state_dict_with_nothing_in_flight_is_the_data_source_position(tmp_path):
-    settings = Settings.build(vllm_url="http://127.0.0.1:9", dataset=str(TASK_PACK), output_dir=tmp_path,
-                              rollout_batch_size=2, n_samples=2, max_staleness=1)
+    settings = Settings.build(
+        vllm_url="http://127.0.0.1:9",
+        dataset=str(TASK_PACK),
+        output_dir=tmp_path,
+        rollout_batch_size=2,
+        n_samples=2,
+        max_staleness=1,
+    )
     driver = _driver(settings)
     try:
         driver._loop.call_soon_threadsafe(driver.engine.release.set)

@@ -31,8 +31,11 @@ def test_every_pin_is_declared_and_inside_its_range():
     wanted, pinned = declared(), pins("requirements.txt")
     missing = sorted(set(pinned) - set(wanted))
     assert not missing, f"pinned in requirements.txt but not declared in pyproject.toml: {missing}"
-    outside = [f"{name}=={v} not in {wanted[name].specifier}" for name, v in pinned.items()
-               if not wanted[name].specifier.contains(v)]
+    outside = [
+        f"{name}=={v} not in {wanted[name].specifier}"
+        for name, v in pinned.items()
+        if not wanted[name].specifier.contains(v)
+    ]
     assert not outside, outside
 
 
@@ -56,8 +59,17 @@ def test_the_package_data_globs_find_the_assets():
         folder = PACKAGE_DIR.parent / Path(*package.split("."))
         for pattern in patterns:
             assert list(folder.glob(pattern)), f"{package}: {pattern} matches nothing"
-    shipped = {p for package, patterns in data.items() for pattern in patterns
-               for p in (PACKAGE_DIR.parent / Path(*package.split("."))).glob(pattern)}
-    for asset in ("data/taskpack/tasks.jsonl", "viewer/page.html", "plan/models/qwen3-coder-30b-a3b-instruct.json",
-                  "inference/chat_templates/hermes_compact.jinja", "data/taskpack/repos/semver/.gitignore"):
+    shipped = {
+        p
+        for package, patterns in data.items()
+        for pattern in patterns
+        for p in (PACKAGE_DIR.parent / Path(*package.split("."))).glob(pattern)
+    }
+    for asset in (
+        "data/taskpack/tasks.jsonl",
+        "viewer/page.html",
+        "plan/models/qwen3-coder-30b-a3b-instruct.json",
+        "inference/chat_templates/hermes_compact.jinja",
+        "data/taskpack/repos/semver/.gitignore",
+    ):
         assert PACKAGE_DIR / asset in shipped, asset

@@ -53,22 +53,31 @@ def test_a_local_server_takes_the_first_tp_gpus_and_the_trainer_the_rest():
 def test_a_server_on_another_node_leaves_every_gpu_to_the_trainer():
     assert not server_is_local(Settings.build(vllm_url=REMOTE))
     assert resolve(Settings.build(vllm_url=REMOTE), EIGHT).train == tuple(range(8))
-    with pytest.raises(ConfigError, match=r"INFERENCE_GPUS=0-1 places a server on this node, but VLLM_URL=.* is "
-                                          r"another host's: unset INFERENCE_GPUS"):
+    with pytest.raises(
+        ConfigError,
+        match=r"INFERENCE_GPUS=0-1 places a server on this node, but VLLM_URL=.* is "
+        r"another host's: unset INFERENCE_GPUS",
+    ):
         resolve(Settings.build(vllm_url=REMOTE, inference_gpus="0-1"), EIGHT)
 
 
 def test_overlapping_placements_are_refused_with_the_fix():
     settings = Settings.build(vllm_url=LOCAL, tp=4, inference_gpus="0-3", train_gpus="2-7")
-    with pytest.raises(ConfigError, match=r"share GPU 2-3: outside COLOCATE each needs its own\. Give them disjoint "
-                                          r"sets \(e\.g\. INFERENCE_GPUS=0-3 TRAIN_GPUS=4-7\), or serve on another"):
+    with pytest.raises(
+        ConfigError,
+        match=r"share GPU 2-3: outside COLOCATE each needs its own\. Give them disjoint "
+        r"sets \(e\.g\. INFERENCE_GPUS=0-3 TRAIN_GPUS=4-7\), or serve on another",
+    ):
         resolve(settings, EIGHT)
     with pytest.raises(ConfigError, match=r"takes all of this node's GPUs \(0-7\) and leaves none for the trainer"):
         resolve(Settings.build(vllm_url=LOCAL, tp=8), EIGHT)
     with pytest.raises(ConfigError, match=r"TP=8 needs 8 GPUs but INFERENCE_GPUS=0-1 gives 2: set TP=2"):
         resolve(Settings.build(vllm_url=LOCAL, tp=8, inference_gpus="0-1"), EIGHT)
-    with pytest.raises(ConfigError, match=r"TRAIN_GPUS names GPU 8-9, which this node does not have: its GPUs are "
-                                          r"0-7"):
+    with pytest.raises(
+        ConfigError,
+        match=r"TRAIN_GPUS names GPU 8-9, which this node does not have: its GPUs are "
+        r"0-7",
+    ):
         resolve(Settings.build(vllm_url=REMOTE, train_gpus="6-9"), EIGHT)
     with pytest.raises(ConfigError, match=r"TRAIN_PROCS=8 but the trainer has 7 GPUs \(1-7\)"):
         resolve(Settings.build(vllm_url=LOCAL, train_procs=8), EIGHT)
@@ -79,18 +88,23 @@ def test_colocated_mode_shares_the_servers_gpus_with_the_trainer():
     assert (place.serve, place.train) == (tuple(range(8)), tuple(range(8)))
     place = resolve(Settings.build(colocate=True), EIGHT)  # the embedded server (TP 1) beside rank 0
     assert (place.serve, place.train) == ((0,), tuple(range(8)))
-    place = resolve(Settings.build(vllm_url=LOCAL, tp=2, inference_gpus="2-3", train_gpus="0-3", colocate=True),
-                    EIGHT)
+    place = resolve(Settings.build(vllm_url=LOCAL, tp=2, inference_gpus="2-3", train_gpus="0-3", colocate=True), EIGHT)
     assert (place.serve, place.train) == ((2, 3), (0, 1, 2, 3))
     assert resolve(Settings.build(colocate=True), ()).train == ()  # CPU: the turns run, nothing to place
 
 
 def test_colocated_mode_refuses_what_cannot_take_turns():
-    with pytest.raises(ConfigError, match=r"server's GPU 4-5 \(INFERENCE_GPUS=4-5\) is not the trainer's \(TRAIN_GPUS="
-                                          r"0-3\).*e\.g\. INFERENCE_GPUS=0-1"):
+    with pytest.raises(
+        ConfigError,
+        match=r"server's GPU 4-5 \(INFERENCE_GPUS=4-5\) is not the trainer's \(TRAIN_GPUS="
+        r"0-3\).*e\.g\. INFERENCE_GPUS=0-1",
+    ):
         resolve(Settings.build(vllm_url=LOCAL, tp=2, inference_gpus="4-5", train_gpus="0-3", colocate=True), EIGHT)
-    with pytest.raises(ConfigError, match=r"COLOCATE=true shares this node's GPUs .* VLLM_URL=http://10\.9\.8\.7:8000/v1 "
-                                          r"is another host's: unset COLOCATE"):
+    with pytest.raises(
+        ConfigError,
+        match=r"COLOCATE=true shares this node's GPUs .* VLLM_URL=http://10\.9\.8\.7:8000/v1 "
+        r"is another host's: unset COLOCATE",
+    ):
         resolve(Settings.build(vllm_url=REMOTE, colocate=True), EIGHT)
     with pytest.raises(ConfigError, match=r"no rollout can run while a step trains, but MAX_STALENESS=1"):
         resolve(Settings.build(colocate=True, max_staleness=1), EIGHT)

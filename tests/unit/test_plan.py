@@ -13,9 +13,19 @@ from qwen_swe.plan.__main__ import main
 from qwen_swe.plan.memory import GIB, TrainShape, layer_activation_bytes, model_shape, plan
 from tests.tiny_model import tiny_model_dir
 
-TINY_MOE = dict(model_type="qwen3_moe", vocab_size=6000, hidden_size=64, intermediate_size=128,
-                moe_intermediate_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                head_dim=16, num_experts=8, num_experts_per_tok=2)
+TINY_MOE = dict(
+    model_type="qwen3_moe",
+    vocab_size=6000,
+    hidden_size=64,
+    intermediate_size=128,
+    moe_intermediate_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    num_experts=8,
+    num_experts_per_tok=2,
+)
 
 
 def _saved_bytes_per_token(cfg: dict, layers: int, dtype: torch.dtype, tokens: int = 1024) -> float:
@@ -86,8 +96,18 @@ def test_plan_scales_with_the_settings():
 
 
 def test_cli_says_whether_the_seed_configuration_fits(capsys):
-    args = ["--config", "qwen3-coder-30b-a3b", "--gpu-memory-gb", "80", "--train-procs", "8",
-            "--max-response-len", "14336", "--mixed-precision", "true"]
+    args = [
+        "--config",
+        "qwen3-coder-30b-a3b",
+        "--gpu-memory-gb",
+        "80",
+        "--train-procs",
+        "8",
+        "--max-response-len",
+        "14336",
+        "--mixed-precision",
+        "true",
+    ]
     assert main([*args, "--activation-checkpointing", "true"]) == 0
     assert "fits" in capsys.readouterr().out
     assert main([*args, "--activation-checkpointing", "false"]) == 1
@@ -96,8 +116,18 @@ def test_cli_says_whether_the_seed_configuration_fits(capsys):
 
 def test_cli_plans_the_colocated_turns(capsys):
     """COLOCATE=true at TP 8: the step carries a sleeping server's 2 GiB, the push the server's bf16 weights."""
-    args = ["--config", "qwen3-coder-30b-a3b", "--train-procs", "8", "--activation-checkpointing", "true",
-            "--mixed-precision", "true", "--tp", "8"]
+    args = [
+        "--config",
+        "qwen3-coder-30b-a3b",
+        "--train-procs",
+        "8",
+        "--activation-checkpointing",
+        "true",
+        "--mixed-precision",
+        "true",
+        "--tp",
+        "8",
+    ]
     assert main([*args, "--colocate", "true"]) == 0
     out = capsys.readouterr().out
     assert "total per GPU                                                           77.68 GiB" in out

@@ -60,10 +60,16 @@ def test_a_temperature_that_is_not_positive_is_refused(lm):
         PolicyModel(lm, temperature=0.0)
 
 
-@pytest.mark.parametrize(("env", "expected"), [
-    ({"TEMPERATURE": "0.7"}, 0.7),                                     # GRPO: the agent's sampling temperature
-    ({"TEMPERATURE": "0"}, 1.0),                                       # greedy: no distribution to match
-    ({"TEMPERATURE": "0.7", "TRAIN_MODE": "sft", "SFT_DATA": "d.jsonl"}, 1.0),  # SFT: the demonstrations' likelihood
-])
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"TEMPERATURE": "0.7"}, 0.7),  # GRPO: the agent's sampling temperature
+        ({"TEMPERATURE": "0"}, 1.0),  # greedy: no distribution to match
+        (
+            {"TEMPERATURE": "0.7", "TRAIN_MODE": "sft", "SFT_DATA": "d.jsonl"},
+            1.0,
+        ),  # SFT: the demonstrations' likelihood
+    ],
+)
 def test_the_trainer_takes_the_rollouts_temperature(env: dict, expected: float):
     assert config.load_settings([], env=env).logprob_temperature == expected

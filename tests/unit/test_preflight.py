@@ -68,15 +68,19 @@ def test_the_temperature_scale_of_served_logprobs_is_one_over_t_or_one():
     assert preflight.temperature_scale({"a": -0.1}, {"a": -0.05}) is None
 
 
-@pytest.mark.parametrize("changes, probed", [
-    ({}, True),
-    ({"train_mode": "sft"}, False),  # the demonstrations' likelihood: no served log-probs
-    ({"tool_choice": "required"}, False),  # the trainer recomputes them
-    ({"temperature": 1.0}, False),  # raw and processed are the same
-])
+@pytest.mark.parametrize(
+    "changes, probed",
+    [
+        ({}, True),
+        ({"train_mode": "sft"}, False),  # the demonstrations' likelihood: no served log-probs
+        ({"tool_choice": "required"}, False),  # the trainer recomputes them
+        ({"temperature": 1.0}, False),  # raw and processed are the same
+    ],
+)
 def test_the_logprobs_mode_is_probed_only_when_grpo_uses_the_served_logprobs(changes, probed, caplog):
-    settings = Settings.build(**{"vllm_url": "http://127.0.0.1:9/v1", "temperature": 0.7, "tool_choice": "auto",
-                                 **changes})
+    settings = Settings.build(
+        **{"vllm_url": "http://127.0.0.1:9/v1", "temperature": 0.7, "tool_choice": "auto", **changes}
+    )
     with caplog.at_level("WARNING", logger="qwen_swe.preflight"):
         preflight.check_logprobs_mode(settings)  # nothing answers there: a probe is a warning, never a refusal
     assert ("could not probe which log-probs it serves" in caplog.text) == probed

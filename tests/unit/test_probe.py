@@ -17,8 +17,9 @@ from tests.tiny_model import build_tiny_qwen3, tiny_model_dir
 PROMPT = [11, 12, 13]
 
 
-def _t(group: int, reward: float, response: list[int], mask: list[int], before: list[float],
-       after: list[float]) -> probe.Trajectory:
+def _t(
+    group: int, reward: float, response: list[int], mask: list[int], before: list[float], after: list[float]
+) -> probe.Trajectory:
     t = probe.Trajectory(("step_000000.jsonl.gz", group, "a"), reward, PROMPT + response, len(response), mask)
     t.logp = {"before": before, "after": after}
     return t
@@ -53,8 +54,15 @@ def test_the_probe_scores_saved_rollouts_at_the_sampling_temperature_and_compare
     second = build_tiny_qwen3(tmp_path / "other", seed=1)
     samples = []
     for i, (reward, resp) in enumerate([(1.0, [300, 301, 302]), (-1.0, [300, 305, 306])]):
-        x = Sample(prompt="", tokens=[200, 201, 202] + resp, response_length=3, loss_mask=[1, 1, 1],
-                   reward=reward, group_index=0, index=i)
+        x = Sample(
+            prompt="",
+            tokens=[200, 201, 202] + resp,
+            response_length=3,
+            loss_mask=[1, 1, 1],
+            reward=reward,
+            group_index=0,
+            index=i,
+        )
         x.metadata["instance_id"] = "a"
         samples.append(x)
     data = tmp_path / "rollout_data" / "step_000000.jsonl.gz"
@@ -70,16 +78,61 @@ def test_the_probe_scores_saved_rollouts_at_the_sampling_temperature_and_compare
     torch.testing.assert_close(torch.tensor(trajectories[1].logp["before"]), expected, rtol=1e-5, atol=1e-5)
 
     out = tmp_path / "probe.json"
-    assert probe.main(["--data", str(data.parent), "--before", str(first), "--after", str(second),
-                       "--temperature", "0.7", "--out", str(out)]) == 0
+    assert (
+        probe.main(
+            [
+                "--data",
+                str(data.parent),
+                "--before",
+                str(first),
+                "--after",
+                str(second),
+                "--temperature",
+                "0.7",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     s = json.loads(out.read_text())
     assert s["mixed_groups"] == 1 and s["forks"] == 1 and s["success_delta"] != 0.0
-    assert probe.main(["--data", str(data), "--before", str(first), "--after", str(first), "--bf16", "--skip-equal",
-                       "--out", str(out)]) == 0  # one file; the same weights move nothing
+    assert (
+        probe.main(
+            [
+                "--data",
+                str(data),
+                "--before",
+                str(first),
+                "--after",
+                str(first),
+                "--bf16",
+                "--skip-equal",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )  # one file; the same weights move nothing
     s = json.loads(out.read_text())
     assert s["mixed_groups"] == 1 and s["equal_groups"] == 0 and s["margin_delta"] == 0.0
-    assert probe.main(["--data", str(data), "--before", str(first), "--after", str(first), "--exclude", str(data),
-                       "--out", str(out)]) == 0  # the trained tasks left out: nothing to measure here
+    assert (
+        probe.main(
+            [
+                "--data",
+                str(data),
+                "--before",
+                str(first),
+                "--after",
+                str(first),
+                "--exclude",
+                str(data),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )  # the trained tasks left out: nothing to measure here
     assert json.loads(out.read_text())["mixed_groups"] == 0
 
 

@@ -28,8 +28,10 @@ def _stats() -> BatchStats:
 
 def test_a_line_carries_the_total_the_rate_the_eta_and_the_batch_counts():
     text = line("step 3/10 rollout", _stats(), 120.0, "samples")
-    assert text == ("step 3/10 rollout: 2/4 samples, 1.00 samples/min, 2m00s elapsed, ETA 2m00s; reward +1.000, "
-                    "resolved 1, running 2, graded 1, dropped 1, 2 groups")
+    assert text == (
+        "step 3/10 rollout: 2/4 samples, 1.00 samples/min, 2m00s elapsed, ETA 2m00s; reward +1.000, "
+        "resolved 1, running 2, graded 1, dropped 1, 2 groups"
+    )
 
 
 def test_no_eta_before_the_first_item_ends_and_none_after_the_last():
@@ -89,8 +91,10 @@ def test_a_batch_plans_its_samples_and_each_refill_so_the_total_stays_true():
             x.status, x.reward = Status.COMPLETED, outcome
             stats.count(x)
 
-    groups = [[Sample(group_index=g, index=2 * g + i, metadata={"instance_id": iid}) for i in range(2)]
-              for g, iid in enumerate(["a", "b"])]
+    groups = [
+        [Sample(group_index=g, index=2 * g + i, metadata={"instance_id": iid}) for i in range(2)]
+        for g, iid in enumerate(["a", "b"])
+    ]
     stats = BatchStats()
     kept = asyncio.run(run_batch(run_samples, groups, stats, RolloutSettings(dropped_policy="replace")))
     assert len(kept) == 2 and (stats.done, stats.total) == (5, 5) and stats.dropped == 1

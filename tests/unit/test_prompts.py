@@ -60,6 +60,6 @@ def test_compact_system_prompt_is_short_and_names_tools_and_workdir():
         assert tool in SYSTEM_PROMPT_COMPACT
     assert "/testbed" in SYSTEM_PROMPT_COMPACT
     start = SYSTEM_PROMPT_COMPACT.index("<tool_call>") + len("<tool_call>")
-    example = SYSTEM_PROMPT_COMPACT[start:SYSTEM_PROMPT_COMPACT.index("</tool_call>")]
+    example = SYSTEM_PROMPT_COMPACT[start : SYSTEM_PROMPT_COMPACT.index("</tool_call>")]
     call = json.loads(example)  # the example a small model copies must be valid JSON
     assert call["name"] == "run_shell_command" and "command" in call["arguments"]

@@ -30,7 +30,9 @@ def test_compact_settings_leave_exactly_four_tools_and_force_tool_calls_only_whe
     tools = cfg["tools"]
     assert tools["core"] == ["run_shell_command", "read_file", "edit", "write_file"]
     assert not set(tools["core"]) & set(tools["disabled"])
-    assert {"agent", "tool_search", "tool_call", "get_goal", "web_fetch", "glob", "todo_write"} <= set(tools["disabled"])
+    assert {"agent", "tool_search", "tool_call", "get_goal", "web_fetch", "glob", "todo_write"} <= set(
+        tools["disabled"]
+    )
     assert set(tools["core"]) | set(tools["disabled"]) == set(qa.ALL_TOOLS)
     gen = cfg["model"]["generationConfig"]
     assert gen["samplingParams"]["max_tokens"] == s.agent.agent_max_tokens == 256
@@ -54,7 +56,11 @@ def test_full_settings_turn_off_hidden_calls_and_phoning_home():
     assert cfg["general"]["checkpointing"]["enabled"] is False and cfg["general"]["chatRecording"] is False
     assert cfg["security"]["auth"]["selectedType"] == "openai"
     gen = cfg["model"]["generationConfig"]
-    assert gen["samplingParams"] == {"temperature": s.agent.temperature, "top_p": 1.0, "max_tokens": s.agent.agent_max_tokens}
+    assert gen["samplingParams"] == {
+        "temperature": s.agent.temperature,
+        "top_p": 1.0,
+        "max_tokens": s.agent.agent_max_tokens,
+    }
     assert gen["timeout"] == int(s.inference.request_timeout * 1000)
     assert "extra_body" not in gen  # tool_choice auto: the server's default, nothing sent
     assert len(cfg["tools"]["core"]) == 7 and "list_directory" in cfg["tools"]["core"]
@@ -122,13 +128,18 @@ TOOL = {"type": "tool_use", "id": "call_0", "name": "run_shell_command", "input"
 
 
 def test_parse_stream_counts_tool_calls_and_takes_the_result_text():
-    stdout = "\n".join([
-        _line({"type": "system", "subtype": "init", "tools": ["read_file"]}),
-        _assistant(TOOL), _assistant(TOOL, dict(TOOL, id="call_1")),
-        _line({"type": "user", "message": {"content": [{"type": "tool_result", "is_error": False}]}}),
-        _assistant({"type": "text", "text": "Done."}),
-        _line({"type": "result", "subtype": "success", "is_error": False, "num_turns": 4, "result": "Done, fixed."}),
-    ])
+    stdout = "\n".join(
+        [
+            _line({"type": "system", "subtype": "init", "tools": ["read_file"]}),
+            _assistant(TOOL),
+            _assistant(TOOL, dict(TOOL, id="call_1")),
+            _line({"type": "user", "message": {"content": [{"type": "tool_result", "is_error": False}]}}),
+            _assistant({"type": "text", "text": "Done."}),
+            _line(
+                {"type": "result", "subtype": "success", "is_error": False, "num_turns": 4, "result": "Done, fixed."}
+            ),
+        ]
+    )
     summary = qa.parse_stream(stdout)
     assert summary.tool_calls == 3
     assert summary.final_message == "Done, fixed."
@@ -145,20 +156,28 @@ NONE = qa.StreamSummary(0, "", None)
 API_ERR = qa.StreamSummary(0, "", {"type": "result", "is_error": True, "result": "[API Error: 500 scripted failure]"})
 
 
-@pytest.mark.parametrize("exit_code,timed_out,summary,stderr,expected", [
-    (0, False, OK, "", ("completed", False)),
-    (53, False, NONE, "Reached max session turns", ("turn_limit", False)),
-    (55, False, NONE, "Run aborted: wall-clock budget of 8s exceeded (--max-wall-time).", ("timeout", False)),
-    (124, False, NONE, "", ("timeout", False)),
-    (137, False, NONE, "", ("timeout", False)),
-    (None, True, NONE, "", ("timeout", False)),
-    (1, False, API_ERR, "", ("agent_error", True)),
-    (0, False, API_ERR, "", ("agent_error", True)),  # 0.15-style exit 0 with an API error in the result text
-    (1, False, NONE, "[API Error: Connection error.]", ("agent_error", True)),
-    (1, False, qa.StreamSummary(6, "", {"is_error": True, "result": "Loop detection halted the run"}), "",
-     ("agent_error", False)),
-    (44, False, NONE, "FatalSandboxError", ("agent_error", True)),
-])
+@pytest.mark.parametrize(
+    "exit_code,timed_out,summary,stderr,expected",
+    [
+        (0, False, OK, "", ("completed", False)),
+        (53, False, NONE, "Reached max session turns", ("turn_limit", False)),
+        (55, False, NONE, "Run aborted: wall-clock budget of 8s exceeded (--max-wall-time).", ("timeout", False)),
+        (124, False, NONE, "", ("timeout", False)),
+        (137, False, NONE, "", ("timeout", False)),
+        (None, True, NONE, "", ("timeout", False)),
+        (1, False, API_ERR, "", ("agent_error", True)),
+        (0, False, API_ERR, "", ("agent_error", True)),  # 0.15-style exit 0 with an API error in the result text
+        (1, False, NONE, "[API Error: Connection error.]", ("agent_error", True)),
+        (
+            1,
+            False,
+            qa.StreamSummary(6, "", {"is_error": True, "result": "Loop detection halted the run"}),
+            "",
+            ("agent_error", False),
+        ),
+        (44, False, NONE, "FatalSandboxError", ("agent_error", True)),
+    ],
+)
 def test_classify(exit_code, timed_out, summary, stderr, expected):
     assert qa.classify(exit_code, timed_out, summary, stderr) == expected
 

@@ -22,7 +22,11 @@ from qwen_swe.rollout.ray_pool import RayRolloutPool, WorkerSlot, pick_worker
 def test_settings_default_to_local_and_parse_ray():
     assert load_settings([], {}).rollout.rollout_backend == "local"
     s = load_settings([], {"ROLLOUT_BACKEND": "ray", "RAY_ADDRESS": "10.0.0.1:6379", "RAY_WORKERS_PER_NODE": "2"})
-    assert (s.rollout.rollout_backend, s.rollout.ray_address, s.rollout.ray_workers_per_node) == ("ray", "10.0.0.1:6379", 2)
+    assert (s.rollout.rollout_backend, s.rollout.ray_address, s.rollout.ray_workers_per_node) == (
+        "ray",
+        "10.0.0.1:6379",
+        2,
+    )
     assert load_settings([], {"RAY_ADDRESS": ""}).rollout.ray_address is None  # empty: a local cluster
     with pytest.raises(ConfigError, match=r"^ROLLOUT_BACKEND='k8s' is not one of local, ray$"):
         load_settings([], {"ROLLOUT_BACKEND": "k8s"})
@@ -32,8 +36,9 @@ def test_settings_default_to_local_and_parse_ray():
 
 def test_the_driver_picks_the_backend_by_the_setting():
     local = make_engine(Settings.build(), upstream="http://127.0.0.1:9/v1", model="m")
-    pool = make_engine(Settings.build(rollout_backend="ray"), upstream="http://10.0.0.1:8000/v1", model="m",
-                       served_model="served")
+    pool = make_engine(
+        Settings.build(rollout_backend="ray"), upstream="http://10.0.0.1:8000/v1", model="m", served_model="served"
+    )
     assert type(local) is RolloutEngine
     assert isinstance(pool, RayRolloutPool) and pool.served_model == "served" and pool.slots == []
 
@@ -70,6 +75,7 @@ class FakeActor:
             copy.status, copy.reward, copy.tokens = Status.COMPLETED, 1.0, [1, 2]
             copy.metadata.update(weight_version=version, rollout_node="n")
             return copy
+
         return call()
 
 
@@ -80,6 +86,7 @@ def _pool(policy: str) -> tuple[RayRolloutPool, FakeActor, FakeActor]:
 
     async def no_new_workers(strict: bool) -> None:
         return None
+
     pool._add_workers = no_new_workers  # type: ignore[method-assign]
     return pool, dying, healthy
 
@@ -94,8 +101,9 @@ def test_a_lost_worker_costs_its_samples_as_worker_lost_never_a_reward(policy):
     pool.set_weight_version(3)
     groups, stats = _groups(), BatchStats()
     kept = asyncio.run(pool.run_groups(groups, stats))
-    assert all(x.status == Status.ABORTED and x.metadata["drop_reason"] == "worker_lost" and x.reward == 0.0
-               for x in groups[0])  # the first attempt ran on the dying worker
+    assert all(
+        x.status == Status.ABORTED and x.metadata["drop_reason"] == "worker_lost" and x.reward == 0.0 for x in groups[0]
+    )  # the first attempt ran on the dying worker
     assert stats.reasons == {"worker_lost": 2} and stats.running == 0
     assert not pool.slots[0].alive and pool.slots[1].alive
     if policy == "drop_group":
@@ -116,8 +124,18 @@ def test_no_live_worker_drops_instead_of_crashing():
 
 
 def test_a_filled_sample_survives_pickling():
-    x = Sample(group_index=1, index=3, prompt="fix it", tokens=[5, 6, 7, 8], response_length=2, loss_mask=[1, 0],
-               rollout_log_probs=[-0.5, -0.25], reward=-1.0, status=Status.TRUNCATED, weight_versions=["4"],
-               metadata={"instance_id": "a", "patch": "diff --git", "conversation": [{"role": "user"}]})
+    x = Sample(
+        group_index=1,
+        index=3,
+        prompt="fix it",
+        tokens=[5, 6, 7, 8],
+        response_length=2,
+        loss_mask=[1, 0],
+        rollout_log_probs=[-0.5, -0.25],
+        reward=-1.0,
+        status=Status.TRUNCATED,
+        weight_versions=["4"],
+        metadata={"instance_id": "a", "patch": "diff --git", "conversation": [{"role": "user"}]},
+    )
     y = pickle.loads(pickle.dumps(x))
     assert y == x and y.status is Status.TRUNCATED

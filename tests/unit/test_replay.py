@@ -17,8 +17,15 @@ from qwen_swe.rollout.replay import ReplayDriver
 
 
 def _sample(instance: str, group: int, reward: float) -> Sample:
-    x = Sample(group_index=group, index=0, tokens=[1, 2, 3], response_length=2, loss_mask=[1, 1],
-               rollout_log_probs=[-0.5, -0.25], reward=reward)
+    x = Sample(
+        group_index=group,
+        index=0,
+        tokens=[1, 2, 3],
+        response_length=2,
+        loss_mask=[1, 1],
+        rollout_log_probs=[-0.5, -0.25],
+        reward=reward,
+    )
     x.metadata.update(instance_id=instance, resolved=reward > 0, weight_version=3)
     return x
 
@@ -33,7 +40,11 @@ def test_a_step_replays_its_groups_stamped_with_the_trainers_version(tmp_path):
     assert isinstance(driver, ReplayDriver)
     samples, _ = driver.generate(1, 7)
     assert [(x.metadata["instance_id"], x.group_index, x.reward) for x in samples] == [
-        ("a", 0, 1.0), ("a", 0, -1.0), ("b", 1, -1.0), ("b", 1, -1.0)]
+        ("a", 0, 1.0),
+        ("a", 0, -1.0),
+        ("b", 1, -1.0),
+        ("b", 1, -1.0),
+    ]
     assert all(x.metadata["weight_version"] == 7 and x.rollout_log_probs == [-0.5, -0.25] for x in samples)
     with pytest.raises(DataError, match=r"step_000002.jsonl.gz does not exist.*NUM_ROLLOUTS"):
         driver.generate(2, 7)
@@ -55,15 +66,27 @@ def test_pool_writes_several_steps_as_one_with_every_group_apart(tmp_path, capsy
 
     # the same group index and instance in two steps are two groups: each step drew its own
     dump_rollout_data(tmp_path / "step_000000.jsonl.gz", [[_sample("a", 0, 1.0), _sample("a", 0, -1.0)]])
-    dump_rollout_data(tmp_path / "step_000001.jsonl.gz", [[_sample("a", 0, -1.0), _sample("a", 0, -1.0)],
-                                                          [_sample("b", 1, 1.0), _sample("b", 1, -1.0)]])
+    dump_rollout_data(
+        tmp_path / "step_000001.jsonl.gz",
+        [[_sample("a", 0, -1.0), _sample("a", 0, -1.0)], [_sample("b", 1, 1.0), _sample("b", 1, -1.0)]],
+    )
     out = tmp_path / "pooled"
-    assert main(["pool", "--out", str(out), str(tmp_path / "step_000000.jsonl.gz"),
-                 str(tmp_path / "step_000001.jsonl.gz")]) == 0
+    assert (
+        main(
+            ["pool", "--out", str(out), str(tmp_path / "step_000000.jsonl.gz"), str(tmp_path / "step_000001.jsonl.gz")]
+        )
+        == 0
+    )
     assert "pooled 2 steps: 3 groups (2 with both outcomes" in capsys.readouterr().out
     samples, _ = ReplayDriver(Settings.build(load_rollout_data=str(out))).generate(0, 1)
     assert [(x.metadata["instance_id"], x.group_index, x.reward) for x in samples] == [
-        ("a", 0, 1.0), ("a", 0, -1.0), ("a", 1, -1.0), ("a", 1, -1.0), ("b", 2, 1.0), ("b", 2, -1.0)]
+        ("a", 0, 1.0),
+        ("a", 0, -1.0),
+        ("a", 1, -1.0),
+        ("a", 1, -1.0),
+        ("b", 2, 1.0),
+        ("b", 2, -1.0),
+    ]
     with pytest.raises(SystemExit, match="step_000000.jsonl.gz exists: pass a new --out folder"):
         main(["pool", "--out", str(out), str(tmp_path / "step_000000.jsonl.gz")])
     with pytest.raises(SystemExit, match="step_000009.jsonl.gz: no such file; pass step_N.jsonl.gz files"):

@@ -31,10 +31,10 @@ def wandb_records(path: Path) -> Iterator[object]:
         if BLOCK - pos % BLOCK < 7:  # a block's tail too short for a record header is padding
             pos += BLOCK - pos % BLOCK
             continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if kind == 0 and length == 0:
             break
-        pending += data[pos + 7:pos + 7 + length]
+        pending += data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):  # a full record, or the last piece of one
             record = wandb_internal_pb2.Record()
@@ -49,17 +49,24 @@ def history(run_dir: Path) -> list[dict[str, object]]:
     for path in sorted(run_dir.glob("wandb/offline-run-*/run-*.wandb")):
         for record in wandb_records(path):
             if record.WhichOneof("record_type") == "history":
-                rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                             for item in record.history.item})
+                rows.append(
+                    {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+                )
     return rows
 
 
 @pytest.fixture
 def offline_wandb(monkeypatch, tmp_path):
-    for key, value in {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_ERROR_REPORTING": "false",
-                       "WANDB_BASE_URL": "http://127.0.0.1:9", "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"),
-                       "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache"), "WANDB_DATA_DIR": str(tmp_path / "wandb-data"),
-                       "WANDB_PROJECT": "qwen-swe-test"}.items():
+    for key, value in {
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "WANDB_ERROR_REPORTING": "false",
+        "WANDB_BASE_URL": "http://127.0.0.1:9",
+        "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"),
+        "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache"),
+        "WANDB_DATA_DIR": str(tmp_path / "wandb-data"),
+        "WANDB_PROJECT": "qwen-swe-test",
+    }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
 
@@ -67,12 +74,32 @@ def offline_wandb(monkeypatch, tmp_path):
 def _steps(run: Path, log: MetricsLog, steps: range) -> None:
     for step in steps:
         (run / "rollouts").mkdir(exist_ok=True)
-        (run / "rollouts" / f"step_{step:06d}.jsonl").write_text("".join(json.dumps(
-            {"instance_id": f"repo__task-{i}", "group_index": i // 2, "index": i, "status": "completed",
-             "reward": float(i % 2), "resolved": bool(i % 2), "turns": 3, "patch": "diff --git a/x b/x\n"}) + "\n"
-            for i in range(4)))
-        metrics = {"step": step, "weight_version": step + 1, "reward_mean": 0.25 * step, "resolve_rate": 0.5,
-                   "loss": -0.1, "skipped_update": False}
+        (run / "rollouts" / f"step_{step:06d}.jsonl").write_text(
+            "".join(
+                json.dumps(
+                    {
+                        "instance_id": f"repo__task-{i}",
+                        "group_index": i // 2,
+                        "index": i,
+                        "status": "completed",
+                        "reward": float(i % 2),
+                        "resolved": bool(i % 2),
+                        "turns": 3,
+                        "patch": "diff --git a/x b/x\n",
+                    }
+                )
+                + "\n"
+                for i in range(4)
+            )
+        )
+        metrics = {
+            "step": step,
+            "weight_version": step + 1,
+            "reward_mean": 0.25 * step,
+            "resolve_rate": 0.5,
+            "loss": -0.1,
+            "skipped_update": False,
+        }
         if step % 2 == 0:
             metrics["eval/resolve_rate"] = 0.1 * (step + 1)
         log.write(metrics, total_steps=4)

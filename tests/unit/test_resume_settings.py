@@ -31,13 +31,18 @@ def resume(out: Path, **env: str) -> Settings:
 
 # --- resuming ------------------------------------------------------------------------------------------------------
 
+
 def test_a_resume_with_no_settings_keeps_the_saved_ones_and_says_so(tmp_path, caplog):
     saved = started(tmp_path, {"VLLM_URL": SERVER, "LR": "3e-6", "REWARD_MODE": "fractional"})
     with caplog.at_level(logging.INFO, logger="qwen_swe"):
         s = resume(tmp_path)
     assert s == saved  # not the embedded profile's server, learning rate and reward; not the filled-in server URL
     assert (s.inference.vllm_url, s.train.lr, s.reward.reward_mode, s.inference.served_url) == (
-        SERVER, 3e-6, "fractional", None)
+        SERVER,
+        3e-6,
+        "fractional",
+        None,
+    )
     [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resuming")]
     assert f"VLLM_URL={SERVER}" in line and "LR=3e-06" in line and "REWARD_MODE=fractional" in line
 
@@ -80,18 +85,34 @@ def test_raising_num_rollouts_extends_the_run_without_an_override(tmp_path):
 
 def test_output_only_settings_change_freely(tmp_path):
     started(tmp_path, {"VLLM_URL": SERVER})
-    s = resume(tmp_path, SAVE_ROLLOUT_DATA="0", KEEP_CHECKPOINTS="5", SAVE_INTERVAL="2", EVAL_INTERVAL="3",
-               STOP_TIMEOUT="60")
-    assert (s.rollout.save_rollout_data, s.train.keep_checkpoints, s.train.save_interval, s.eval_interval,
-            s.stop_timeout) == (False, 5, 2, 3, 60.0)
+    s = resume(
+        tmp_path, SAVE_ROLLOUT_DATA="0", KEEP_CHECKPOINTS="5", SAVE_INTERVAL="2", EVAL_INTERVAL="3", STOP_TIMEOUT="60"
+    )
+    assert (
+        s.rollout.save_rollout_data,
+        s.train.keep_checkpoints,
+        s.train.save_interval,
+        s.eval_interval,
+        s.stop_timeout,
+    ) == (False, 5, 2, 3, 60.0)
 
 
 def test_the_free_settings_are_marked_on_their_fields():
     marks = {f.name: f.metadata["resume"] for f in all_fields() if f.metadata["resume"] != "keep"}
-    assert marks == {"num_rollouts": "free", "eval_interval": "free", "stop_timeout": "free",
-                     "save_rollout_data": "free", "save_interval": "free", "keep_checkpoints": "free",
-                     "report_to": "free", "vllm_api_key": "free",
-                     "output_dir": "new", "resume_override": "new", "served_url": "new", "served_api_key": "new"}
+    assert marks == {
+        "num_rollouts": "free",
+        "eval_interval": "free",
+        "stop_timeout": "free",
+        "save_rollout_data": "free",
+        "save_interval": "free",
+        "keep_checkpoints": "free",
+        "report_to": "free",
+        "vllm_api_key": "free",
+        "output_dir": "new",
+        "resume_override": "new",
+        "served_url": "new",
+        "served_api_key": "new",
+    }
 
 
 @pytest.mark.parametrize("checkpoint", ["none", "half-written"])
@@ -111,10 +132,18 @@ def test_slimes_checkpoint_tracker_also_means_resume(tmp_path):
 
 # --- variables that look like settings -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("name", "nearest"), [
-    ("ROLLOUT_BATCHSIZE", "ROLLOUT_BATCH_SIZE"), ("NUM_ROLLOUT", "NUM_ROLLOUTS"), ("OUTPUT_DIRR", "OUTPUT_DIR"),
-    ("MAX_MODEL_LENGTH", "MAX_MODEL_LEN"), ("QWEN_SWE_LR", "LR"), ("QWEN_SWE_NUM_ROLLOUTS", "NUM_ROLLOUTS"),
-])
+
+@pytest.mark.parametrize(
+    ("name", "nearest"),
+    [
+        ("ROLLOUT_BATCHSIZE", "ROLLOUT_BATCH_SIZE"),
+        ("NUM_ROLLOUT", "NUM_ROLLOUTS"),
+        ("OUTPUT_DIRR", "OUTPUT_DIR"),
+        ("MAX_MODEL_LENGTH", "MAX_MODEL_LEN"),
+        ("QWEN_SWE_LR", "LR"),
+        ("QWEN_SWE_NUM_ROLLOUTS", "NUM_ROLLOUTS"),
+    ],
+)
 def test_a_misspelt_setting_names_the_nearest(name, nearest):
     with pytest.raises(ConfigError, match=f"{name} is not a setting.*did you mean {nearest}\\?"):
         load_settings([], {name: "8"})
@@ -128,15 +157,63 @@ def test_every_stray_is_named_at_once_and_the_prefix_is_reserved():
 
 
 def test_an_ordinary_environment_is_not_a_misspelt_setting(monkeypatch, tmp_path):
-    ordinary = ["PATH", "HOME", "CI", "USER", "SHELL", "TERM", "LANG", "TMPDIR", "PYTHONPATH", "PYTHONHASHSEED",
-                "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "NCCL_DEBUG", "HF_HOME",
-                "HF_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_CACHE", "TORCH_HOME", "TORCHINDUCTOR_CACHE_DIR",
-                "VLLM_USE_AOT_COMPILE", "VLLM_SERVER_DEV_MODE", "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "VLLM_PYTHON",
-                "VLLM_PORT", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "RANK", "RAY_ADDRESS_FILE",
-                "MODAL_GPU", "MODAL_TOKEN_ID", "DOCKER_HOST", "DOCKER_STORAGE_DRIVER", "GITHUB_ACTIONS",
-                "SLURM_JOB_ID", "WANDB_PROJECT", "SERVER_URL", "MODEL_NAME", "BATCH_SIZE", "LEARNING_RATE", "SEED",
-                "DEBIAN_MIRROR", "SLIME_PATH", "EMBEDDED_VLLM_URL", "QWEN_SWE_HOME", "QWEN_SWE_AGENT_RUN",
-                "QWEN_SWE_TEST_MARKER", "http_proxy", "lr", "PS1", "TZ", "UNRELATED"]
+    ordinary = [
+        "PATH",
+        "HOME",
+        "CI",
+        "USER",
+        "SHELL",
+        "TERM",
+        "LANG",
+        "TMPDIR",
+        "PYTHONPATH",
+        "PYTHONHASHSEED",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_HOME",
+        "NCCL_DEBUG",
+        "HF_HOME",
+        "HF_TOKEN",
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_CACHE",
+        "TORCH_HOME",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "VLLM_USE_AOT_COMPILE",
+        "VLLM_SERVER_DEV_MODE",
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
+        "VLLM_PYTHON",
+        "VLLM_PORT",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "RANK",
+        "RAY_ADDRESS_FILE",
+        "MODAL_GPU",
+        "MODAL_TOKEN_ID",
+        "DOCKER_HOST",
+        "DOCKER_STORAGE_DRIVER",
+        "GITHUB_ACTIONS",
+        "SLURM_JOB_ID",
+        "WANDB_PROJECT",
+        "SERVER_URL",
+        "MODEL_NAME",
+        "BATCH_SIZE",
+        "LEARNING_RATE",
+        "SEED",
+        "DEBIAN_MIRROR",
+        "SLIME_PATH",
+        "EMBEDDED_VLLM_URL",
+        "QWEN_SWE_HOME",
+        "QWEN_SWE_AGENT_RUN",
+        "QWEN_SWE_TEST_MARKER",
+        "http_proxy",
+        "lr",
+        "PS1",
+        "TZ",
+        "UNRELATED",
+    ]
     load_settings([], dict.fromkeys(ordinary, "1"))
     monkeypatch.setenv("OUTPUT_DIR", str(tmp_path))
     load_settings([])  # this process's own environment

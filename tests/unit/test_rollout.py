@@ -51,8 +51,10 @@ class ScriptedEngine(RolloutEngine):
 
 
 def _groups(ids: list[str], n: int = 2) -> list[list[Sample]]:
-    return [[Sample(group_index=g, index=g * n + i, metadata={"instance_id": iid}) for i in range(n)]
-            for g, iid in enumerate(ids)]
+    return [
+        [Sample(group_index=g, index=g * n + i, metadata={"instance_id": iid}) for i in range(n)]
+        for g, iid in enumerate(ids)
+    ]
 
 
 def _run(engine: RolloutEngine, groups: list[list[Sample]]) -> tuple[list[list[Sample]], BatchStats]:
@@ -109,7 +111,11 @@ def test_metrics_and_dump_cover_kept_and_dropped_samples(tmp_path):
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     # nothing run is lost: the dropped sample with its reason, and its graded sibling, marked as not trained on
     assert [(r["instance_id"], r["status"], r["filtered"]) for r in rows] == [
-        ("a", "completed", None), ("a", "completed", None), ("b", "aborted", None), ("b", "completed", GROUP_DROPPED)]
+        ("a", "completed", None),
+        ("a", "completed", None),
+        ("b", "aborted", None),
+        ("b", "completed", GROUP_DROPPED),
+    ]
     assert rows[2]["drop_reason"] == "agent_error" and rows[2]["drop_detail"] == "upstream 500"
     assert rows[3]["reward"] == -1.0 and rows[3]["drop_reason"] is None
 
@@ -119,7 +125,8 @@ def test_metrics_and_dump_cover_kept_and_dropped_samples(tmp_path):
         saved = [json.loads(line) for line in fh]
     # what the trainer gets of every complete group, enough to recompute the step offline
     assert [(r["instance_id"], r["reward"], r["tokens"], r["response_length"], r["loss_mask"]) for r in saved] == [
-        (x.metadata["instance_id"], x.reward, x.tokens, x.response_length, x.loss_mask) for g in kept for x in g]
+        (x.metadata["instance_id"], x.reward, x.tokens, x.response_length, x.loss_mask) for g in kept for x in g
+    ]
 
 
 def test_an_infrastructure_error_drops_the_sample_with_its_reason_and_detail():

@@ -29,11 +29,14 @@ def test_the_embedded_default_trains_the_warm_started_policy(built, tmp_path):
     assert spec.model == embedded_model_dir() and spec.tasks.name == "train.jsonl"
 
 
-@pytest.mark.parametrize("env", [
-    {"MODEL": "/models/base"},                       # MODEL=<base folder> still runs the base model
-    {"VLLM_URL": "http://127.0.0.1:9", "MODEL": "m"},  # the real thing: the user's model
-    {"TRAIN_MODE": "sft", "SFT_DATA": "demos.jsonl"},  # building the warm start itself
-])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"MODEL": "/models/base"},  # MODEL=<base folder> still runs the base model
+        {"VLLM_URL": "http://127.0.0.1:9", "MODEL": "m"},  # the real thing: the user's model
+        {"TRAIN_MODE": "sft", "SFT_DATA": "demos.jsonl"},  # building the warm start itself
+    ],
+)
 def test_any_other_run_trains_what_it_names(built, tmp_path, env):
     before = load_settings([], env={"OUTPUT_DIR": str(tmp_path / "run"), **env})
     assert run.ensure_policy(before) == before and built == []

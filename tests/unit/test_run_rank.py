@@ -21,13 +21,20 @@ run_rank(main)
 """
 
 
-@pytest.mark.parametrize("action, status, err", [
-    ("return None", 0, ""), ("return 3", 3, ""), ("raise KeyError('boom')", 1, "KeyError: 'boom'"),
-    ("sys.exit('bad input')", 1, "bad input"), ("sys.exit(4)", 4, ""),
-])
+@pytest.mark.parametrize(
+    "action, status, err",
+    [
+        ("return None", 0, ""),
+        ("return 3", 3, ""),
+        ("raise KeyError('boom')", 1, "KeyError: 'boom'"),
+        ("sys.exit('bad input')", 1, "bad input"),
+        ("sys.exit(4)", 4, ""),
+    ],
+)
 def test_the_status_and_the_error_are_the_interpreters_and_finalization_is_skipped(action, status, err):
-    proc = subprocess.run([sys.executable, "-c", BODY.format(action=action)], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", BODY.format(action=action)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == status
     assert proc.stdout == "worked\n"  # flushed before leaving; the atexit handler never ran
     assert err in proc.stderr

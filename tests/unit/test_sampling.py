@@ -70,8 +70,12 @@ def test_dynamic_sampling_replaces_equal_and_lost_groups_with_new_draws_until_fu
     assert [g[0].group_index for g in batch.complete] == [0, 1, 3, 4, 5]  # the lost group 2 is in neither
     filtered = {g[0].group_index for g in batch.complete for x in g if run_of(x).filtered == EQUAL_REWARDS}
     assert filtered == {0, 3}
-    assert batch.metrics() == {"sampling/rounds": 3, "sampling/groups_drawn": 6, "sampling/groups_trained": 3,
-                               "sampling/groups_filtered": 2}
+    assert batch.metrics() == {
+        "sampling/rounds": 3,
+        "sampling/groups_drawn": 6,
+        "sampling/groups_trained": 3,
+        "sampling/groups_filtered": 2,
+    }
 
 
 def test_dynamic_sampling_stops_after_its_rounds_with_what_it_has():
@@ -87,6 +91,7 @@ def test_dynamic_sampling_stops_when_the_source_has_nothing_more():
 
 
 # --- the driver ----------------------------------------------------------------------------------------------
+
 
 class ScriptedEngine:
     """Rewards by draw order (``None``: the group's samples are lost to infrastructure)."""
@@ -131,8 +136,15 @@ def _driver(settings: Settings, script: list) -> RolloutDriver:
 
 
 def test_the_driver_trains_on_mixed_groups_reports_every_group_and_advances_the_data_by_all_it_drew(tmp_path):
-    settings = Settings.build(vllm_url="http://127.0.0.1:9", dataset=str(TASK_PACK), output_dir=tmp_path,
-                              rollout_batch_size=2, n_samples=2, dynamic_sampling=True, sampling_rounds=3)
+    settings = Settings.build(
+        vllm_url="http://127.0.0.1:9",
+        dataset=str(TASK_PACK),
+        output_dir=tmp_path,
+        rollout_batch_size=2,
+        n_samples=2,
+        dynamic_sampling=True,
+        sampling_rounds=3,
+    )
     reference = SWEBenchDataSource.from_settings(settings)
     order = [g[0].metadata["instance_id"] for g in reference.get_samples(4)]
     driver = _driver(settings, [[1.0, 1.0], [1.0, -1.0], None, [-1.0, 1.0]])
@@ -148,15 +160,25 @@ def test_the_driver_trains_on_mixed_groups_reports_every_group_and_advances_the_
     assert metrics["dropped/agent_error"] == 2
     rows = [json.loads(r) for r in (tmp_path / "rollouts" / "step_000000.jsonl").read_text().splitlines()]
     assert [(r["instance_id"], r["filtered"], r["status"]) for r in rows] == [
-        (order[0], EQUAL_REWARDS, "completed"), (order[0], EQUAL_REWARDS, "completed"),
-        (order[1], None, "completed"), (order[1], None, "completed"),
-        (order[3], None, "completed"), (order[3], None, "completed"),
-        (order[2], None, "aborted"), (order[2], None, "aborted")]
+        (order[0], EQUAL_REWARDS, "completed"),
+        (order[0], EQUAL_REWARDS, "completed"),
+        (order[1], None, "completed"),
+        (order[1], None, "completed"),
+        (order[3], None, "completed"),
+        (order[3], None, "completed"),
+        (order[2], None, "aborted"),
+        (order[2], None, "aborted"),
+    ]
     with gzip.open(tmp_path / "rollout_data" / "step_000000.jsonl.gz", "rt") as fh:  # every complete group's tokens
         data = [json.loads(line) for line in fh]
     assert [(r["instance_id"], r["reward"], r["tokens"]) for r in data] == [
-        (order[0], 1.0, [1, 2, 3]), (order[0], 1.0, [1, 2, 3]), (order[1], 1.0, [1, 2, 3]),
-        (order[1], -1.0, [1, 2, 3]), (order[3], -1.0, [1, 2, 3]), (order[3], 1.0, [1, 2, 3])]
+        (order[0], 1.0, [1, 2, 3]),
+        (order[0], 1.0, [1, 2, 3]),
+        (order[1], 1.0, [1, 2, 3]),
+        (order[1], -1.0, [1, 2, 3]),
+        (order[3], -1.0, [1, 2, 3]),
+        (order[3], 1.0, [1, 2, 3]),
+    ]
 
 
 @pytest.mark.parametrize("extra", [{"max_staleness": 1}, {"backend": "slime", "slime_dir": "."}])

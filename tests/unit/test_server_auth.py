@@ -34,11 +34,22 @@ def _status(guard: RequireKey, method: str, path: str, auth: str | None) -> int:
     return sent[0]["status"]
 
 
-@pytest.mark.parametrize("method,path", [("POST", "/v1/chat/completions"), ("POST", "/v1/completions"),
-                                         ("POST", "/pause"), ("POST", "/resume"), ("POST", "/collective_rpc"),
-                                         ("POST", "/reset_prefix_cache"), ("POST", "/v1/load_lora_adapter"),
-                                         ("GET", "/metrics"), ("POST", "/tokenize"), ("GET", "/v1/models"),
-                                         ("POST", "/health")])
+@pytest.mark.parametrize(
+    "method,path",
+    [
+        ("POST", "/v1/chat/completions"),
+        ("POST", "/v1/completions"),
+        ("POST", "/pause"),
+        ("POST", "/resume"),
+        ("POST", "/collective_rpc"),
+        ("POST", "/reset_prefix_cache"),
+        ("POST", "/v1/load_lora_adapter"),
+        ("GET", "/metrics"),
+        ("POST", "/tokenize"),
+        ("GET", "/v1/models"),
+        ("POST", "/health"),
+    ],
+)
 def test_every_route_needs_the_key(monkeypatch, method, path):
     monkeypatch.setenv(KEY_ENV, KEY)
     guard = RequireKey(_app)
@@ -57,10 +68,11 @@ def test_health_answers_anyone_and_a_missing_key_stops_the_server(monkeypatch):
 
 
 def test_the_launcher_passes_the_key_in_the_environment_only(tmp_path: Path):
-    serve = launcher.embedded_serve_config(config.load_settings([], env={}), port=8123, model_dir=tmp_path,
-                                           api_key=KEY)
+    serve = launcher.embedded_serve_config(config.load_settings([], env={}), port=8123, model_dir=tmp_path, api_key=KEY)
     argv, env = serve.argv(), serve.env()
     assert argv[argv.index("--middleware") + 1] == MIDDLEWARE and KEY not in " ".join(argv)
     assert env[KEY_ENV] == KEY and KEY not in serve.shell()
-    assert "--middleware" not in launcher.embedded_serve_config(config.load_settings([], env={}), port=8123,
-                                                                model_dir=tmp_path).argv()
+    assert (
+        "--middleware"
+        not in launcher.embedded_serve_config(config.load_settings([], env={}), port=8123, model_dir=tmp_path).argv()
+    )

@@ -20,17 +20,25 @@ def _driver(tmp_path: Path, filesystems: str, **env: str) -> subprocess.Complete
     fs = tmp_path / "filesystems"
     fs.write_text(filesystems)
     clean = {k: v for k, v in os.environ.items() if k not in ("CI", "DOCKER_STORAGE_DRIVER")}
-    return subprocess.run(["bash", "-c", f'source "{SCRIPT}"; storage_driver "{fs}"'], env={**clean, **env},
-                          capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        ["bash", "-c", f'source "{SCRIPT}"; storage_driver "{fs}"'],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
-@pytest.mark.parametrize("filesystems, env, expected", [
-    (WITH_OVERLAY, {}, "overlay2"),
-    (WITHOUT_OVERLAY, {}, "vfs"),
-    (WITH_OVERLAY, {"CI": "true"}, "overlay2"),  # CI starts Docker as the set-up does on a user's machine
-    (WITH_OVERLAY, {"DOCKER_STORAGE_DRIVER": "vfs"}, "vfs"),
-    (WITHOUT_OVERLAY, {"DOCKER_STORAGE_DRIVER": "overlay2", "CI": "true"}, "overlay2"),
-])
+@pytest.mark.parametrize(
+    "filesystems, env, expected",
+    [
+        (WITH_OVERLAY, {}, "overlay2"),
+        (WITHOUT_OVERLAY, {}, "vfs"),
+        (WITH_OVERLAY, {"CI": "true"}, "overlay2"),  # CI starts Docker as the set-up does on a user's machine
+        (WITH_OVERLAY, {"DOCKER_STORAGE_DRIVER": "vfs"}, "vfs"),
+        (WITHOUT_OVERLAY, {"DOCKER_STORAGE_DRIVER": "overlay2", "CI": "true"}, "overlay2"),
+    ],
+)
 def test_storage_driver_choice(tmp_path, filesystems, env, expected):
     proc = _driver(tmp_path, filesystems, **env)
     assert proc.returncode == 0, proc.stderr

@@ -19,9 +19,16 @@ from qwen_swe.inference.launcher import free_port
 from qwen_swe.paths import REPO_ROOT
 
 SEED = {  # the seed README's settings (its defaults, plus its dataset and instance list)
-    "VLLM_URL": "http://localhost:8000", "MODEL": "Qwen/Qwen3-Coder-30B-A3B-Instruct", "NUM_ROLLOUTS": "10",
-    "ROLLOUT_BATCH_SIZE": "4", "N_SAMPLES": "2", "OUTPUT_DIR": "/tmp/qwen_swe_grpo", "LR": "1e-6",
-    "DATASET": "princeton-nlp/SWE-bench_Verified", "BACKEND": "slime", "SLIME_GPUS": "8",
+    "VLLM_URL": "http://localhost:8000",
+    "MODEL": "Qwen/Qwen3-Coder-30B-A3B-Instruct",
+    "NUM_ROLLOUTS": "10",
+    "ROLLOUT_BATCH_SIZE": "4",
+    "N_SAMPLES": "2",
+    "OUTPUT_DIR": "/tmp/qwen_swe_grpo",
+    "LR": "1e-6",
+    "DATASET": "princeton-nlp/SWE-bench_Verified",
+    "BACKEND": "slime",
+    "SLIME_GPUS": "8",
 }
 
 
@@ -68,28 +75,39 @@ def flag_values(argv: list[str]) -> dict[str, str | None]:
 def test_dry_run_prints_slimes_train_command_for_the_seed_settings(seed_env, capsys):
     assert sb.main(["--dry-run"]) == 0
     printed = capsys.readouterr().out
-    command = printed[printed.index("cd "):].split("\n# would refuse:")[0]
+    command = printed[printed.index("cd ") :].split("\n# would refuse:")[0]
     words = shlex.split(command.replace("\\\n", " "))
     assert words[:3] == ["cd", str(Path(seed_env["SLIME_DIR"]).resolve()), "&&"]
     env = dict(w.split("=", 1) for w in words[4:] if "=" in w and not w.startswith("-"))
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(REPO_ROOT)
     assert "VLLM_URL" not in env, "settings travel in one serialized form (the extra-args file), not the environment"
-    plan = sb.build_plan(sb.load_settings([], profile=False), env_report={"problems": [], "cuda_devices": 8},
-                         check_server_routes=False)
+    plan = sb.build_plan(
+        sb.load_settings([], profile=False), env_report={"problems": [], "cuda_devices": 8}, check_server_routes=False
+    )
     (extra,) = [yaml.safe_load(text) for text in plan.files.values()]  # as slime reads it
     carried = sb.Settings.from_dict(extra["qwen_swe_settings"])
     assert carried.inference.vllm_url == "http://localhost:8000" and extra["instance_list"] == seed_env["INSTANCE_LIST"]
-    argv = words[words.index("train.py") - 1:]
+    argv = words[words.index("train.py") - 1 :]
     assert argv[0] == sys.executable
     flags = flag_values(argv)
     expected = {
-        "--train-backend": "fsdp", "--advantage-estimator": "grpo", "--n-samples-per-prompt": "2",
-        "--rollout-batch-size": "4", "--global-batch-size": "8", "--num-rollout": "10", "--lr": "1e-06",
-        "--hf-checkpoint": "Qwen/Qwen3-Coder-30B-A3B-Instruct", "--save": "/tmp/qwen_swe_grpo",
-        "--load": "/tmp/qwen_swe_grpo", "--save-interval": "1", "--prompt-data": "princeton-nlp/SWE-bench_Verified",
+        "--train-backend": "fsdp",
+        "--advantage-estimator": "grpo",
+        "--n-samples-per-prompt": "2",
+        "--rollout-batch-size": "4",
+        "--global-batch-size": "8",
+        "--num-rollout": "10",
+        "--lr": "1e-06",
+        "--hf-checkpoint": "Qwen/Qwen3-Coder-30B-A3B-Instruct",
+        "--save": "/tmp/qwen_swe_grpo",
+        "--load": "/tmp/qwen_swe_grpo",
+        "--save-interval": "1",
+        "--prompt-data": "princeton-nlp/SWE-bench_Verified",
         "--data-source-path": "examples.qwen_swe.data_source.SWEBenchDataSource",
         "--rollout-function-path": "examples.qwen_swe.rollout.generate_rollout",
-        "--actor-num-nodes": "1", "--actor-num-gpus-per-node": "8", "--debug-train-only": None,
+        "--actor-num-nodes": "1",
+        "--actor-num-gpus-per-node": "8",
+        "--debug-train-only": None,
         "--custom-config-path": "/tmp/qwen_swe_grpo/slime_extra_args.yaml",
     }
     assert {k: flags.get(k, "<absent>") for k in expected} == expected
@@ -116,8 +134,11 @@ def test_the_release_picks_the_backend_and_others_are_refused_naming_the_support
         sb.detect_release(fake_slime(tmp_path / "gap2", version="0.2.3", fsdp=False))
     with pytest.raises(sb.SlimeBackendError, match="not a slime checkout"):
         sb.detect_release(tmp_path)
-    plan = sb.build_plan(Settings.build(backend="slime", slime_dir=tmp_path / "gap", vllm_url=closed_port_url()),
-                         env_report={"problems": [], "cuda_devices": 8}, check_server_routes=False)
+    plan = sb.build_plan(
+        Settings.build(backend="slime", slime_dir=tmp_path / "gap", vllm_url=closed_port_url()),
+        env_report={"problems": [], "cuda_devices": 8},
+        check_server_routes=False,
+    )
     assert any("slime 0.2.5" in p for p in plan.problems)
 
 
@@ -158,8 +179,9 @@ def test_a_server_that_cannot_take_new_weights_blocks_the_start_unless_allowed(t
 
 def test_batch_divisibility_lora_and_loo_are_refused(tmp_path):
     base = dict(backend="slime", slime_dir=fake_slime(tmp_path / "s"), vllm_url="http://127.0.0.1:1/v1")
-    plan = sb.build_plan(Settings.build(**base, slime_gpus=3), env_report={"problems": [], "cuda_devices": 8},
-                         check_server_routes=False)
+    plan = sb.build_plan(
+        Settings.build(**base, slime_gpus=3), env_report={"problems": [], "cuda_devices": 8}, check_server_routes=False
+    )
     assert any("not a multiple of the 3 training GPUs" in p for p in plan.problems)
     with pytest.raises(sb.SlimeBackendError, match="no LoRA"):
         sb.train_args(Settings.build(**base, lora_rank=8), gpus=1, model="m")
@@ -193,22 +215,35 @@ def test_the_package_is_linked_into_slimes_examples_and_a_foreign_copy_is_refuse
 
 
 def test_settings_travel_on_slimes_args(tmp_path):
-    s = Settings.build(backend="slime", slime_dir=tmp_path, vllm_url="http://h:1/v1", output_dir=tmp_path / "run",
-                 max_turns=7)
-    (path, text), = sb.extra_args_files(s).items()
+    s = Settings.build(
+        backend="slime", slime_dir=tmp_path, vllm_url="http://h:1/v1", output_dir=tmp_path / "run", max_turns=7
+    )
+    ((path, text),) = sb.extra_args_files(s).items()
     extra = yaml.safe_load(text)  # as slime v0.2.2 reads --custom-config-path
     args = Namespace(save=str(tmp_path / "run"), n_samples_per_prompt=4, rollout_batch_size=3, **extra)
     again = sb.settings_from_slime_args(args)
-    assert (again.inference.vllm_url, again.agent.max_turns, again.n_samples, again.rollout_batch_size) == ("http://h:1/v1", 7, 4, 3)
+    assert (again.inference.vllm_url, again.agent.max_turns, again.n_samples, again.rollout_batch_size) == (
+        "http://h:1/v1",
+        7,
+        4,
+        3,
+    )
     s.write(tmp_path / "run")
     from_file = sb.settings_from_slime_args(Namespace(save=str(tmp_path / "run")))
     assert from_file.agent.max_turns == 7 and from_file.inference.vllm_url == "http://h:1/v1"
 
 
 def sample(index: int, group: int, tokens: list[int], response_length: int, **kw) -> Sample:
-    x = Sample(group_index=group, index=index, tokens=tokens, response_length=response_length,
-               loss_mask=[1] * response_length, rollout_log_probs=[-0.1] * response_length, reward=1.0,
-               status=Status.COMPLETED)
+    x = Sample(
+        group_index=group,
+        index=index,
+        tokens=tokens,
+        response_length=response_length,
+        loss_mask=[1] * response_length,
+        rollout_log_probs=[-0.1] * response_length,
+        reward=1.0,
+        status=Status.COMPLETED,
+    )
     for k, v in kw.items():
         setattr(x, k, v)
     return x
@@ -217,12 +252,25 @@ def sample(index: int, group: int, tokens: list[int], response_length: int, **kw
 def test_batch_checker_finds_every_broken_invariant():
     good = [[sample(0, 0, [5, 6, 7], 2), sample(1, 0, [5, 6, 8], 2)]]
     sb.validate_rollout_batch(good, n_samples_per_prompt=2, rollout_batch_size=1)
-    bad = [[sample(0, 0, [5, 6, 0], 2, loss_mask=[1]), sample(1, 1, [5], 2, reward=None, rollout_log_probs=None),
-            sample(2, 0, [5, 9], 1, status=Status.ABORTED, remove_sample=False)]]
+    bad = [
+        [
+            sample(0, 0, [5, 6, 0], 2, loss_mask=[1]),
+            sample(1, 1, [5], 2, reward=None, rollout_log_probs=None),
+            sample(2, 0, [5, 9], 1, status=Status.ABORTED, remove_sample=False),
+        ]
+    ]
     problems = sb.batch_problems(bad, n_samples_per_prompt=2, rollout_batch_size=2)
-    for needle in ("1 groups, slime needs exactly rollout_batch_size=2", "some samples only", "has 3 samples",
-                   "mixes group_index", "loss_mask length 1 != response_length 2", "last token is id 0",
-                   "reward None is not a number", "response_length 2 outside", "ABORTED without remove_sample"):
+    for needle in (
+        "1 groups, slime needs exactly rollout_batch_size=2",
+        "some samples only",
+        "has 3 samples",
+        "mixes group_index",
+        "loss_mask length 1 != response_length 2",
+        "last token is id 0",
+        "reward None is not a number",
+        "response_length 2 outside",
+        "ABORTED without remove_sample",
+    ):
         assert any(needle in p for p in problems), needle
     with pytest.raises(sb.SlimeBackendError, match="breaks slime's contract"):
         sb.validate_rollout_batch(bad, n_samples_per_prompt=2, rollout_batch_size=2)

@@ -38,39 +38,85 @@ OK = {"problems": [], "cuda_devices": 8}
 
 # Hugging Face config.json values of the models slime v0.3.1 ships scripts/models files for
 QWEN3_30B_A3B = {**megatron.model_config(SEED_MODEL), "intermediate_size": 6144, "rope_theta": 1000000}
-QWEN3_0_6B = {"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072, "num_attention_heads": 16,
-              "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 28, "vocab_size": 151936,
-              "rms_norm_eps": 1e-6, "rope_theta": 1000000, "tie_word_embeddings": True, "hidden_act": "silu"}
-LLAMA3_2_3B = {"model_type": "llama", "hidden_size": 3072, "intermediate_size": 8192, "num_attention_heads": 24,
-               "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 28, "vocab_size": 128256,
-               "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": True, "hidden_act": "silu",
-               "max_position_embeddings": 131072, "rope_scaling": {"rope_type": "llama3", "factor": 32.0}}
-QWEN2_5_0_5B = {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_attention_heads": 14,
-                "num_key_value_heads": 2, "num_hidden_layers": 24, "vocab_size": 151936, "rms_norm_eps": 1e-6,
-                "rope_theta": 1000000.0, "tie_word_embeddings": True, "hidden_act": "silu"}
+QWEN3_0_6B = {
+    "model_type": "qwen3",
+    "hidden_size": 1024,
+    "intermediate_size": 3072,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "num_hidden_layers": 28,
+    "vocab_size": 151936,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000,
+    "tie_word_embeddings": True,
+    "hidden_act": "silu",
+}
+LLAMA3_2_3B = {
+    "model_type": "llama",
+    "hidden_size": 3072,
+    "intermediate_size": 8192,
+    "num_attention_heads": 24,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "num_hidden_layers": 28,
+    "vocab_size": 128256,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": True,
+    "hidden_act": "silu",
+    "max_position_embeddings": 131072,
+    "rope_scaling": {"rope_type": "llama3", "factor": 32.0},
+}
+QWEN2_5_0_5B = {
+    "model_type": "qwen2",
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 24,
+    "vocab_size": 151936,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "tie_word_embeddings": True,
+    "hidden_act": "silu",
+}
 
 
 def shipped_model_args(script: str, **env: str) -> list[str]:
     """MODEL_ARGS of one of slime v0.3.1's scripts/models files, as bash expands it."""
-    done = subprocess.run(["bash", "-c", 'source "$0" && printf "%s\\n" "${MODEL_ARGS[@]}"',
-                           str(V031 / "scripts" / "models" / script)], env={"PATH": os.environ["PATH"], **env},
-                          capture_output=True, text=True, timeout=30, check=True)
+    done = subprocess.run(
+        ["bash", "-c", 'source "$0" && printf "%s\\n" "${MODEL_ARGS[@]}"', str(V031 / "scripts" / "models" / script)],
+        env={"PATH": os.environ["PATH"], **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     return done.stdout.splitlines()
 
 
 def normal(argv: list[str]) -> dict[str, object]:
     """flag -> value, numbers compared as numbers (the scripts write 1e-6 where we write 1e-06)."""
+
     def value(v):
         try:
             return float(v)
         except (TypeError, ValueError):
             return v
+
     return {k: value(v) for k, v in flag_values(argv).items()}
 
 
-@pytest.mark.parametrize("config,script", [(QWEN3_30B_A3B, "qwen3-30B-A3B.sh"), (QWEN3_0_6B, "qwen3-0.6B.sh"),
-                                           (LLAMA3_2_3B, "llama3.2-3B-Instruct.sh"),
-                                           (QWEN2_5_0_5B, "qwen2.5-0.5B.sh")])
+@pytest.mark.parametrize(
+    "config,script",
+    [
+        (QWEN3_30B_A3B, "qwen3-30B-A3B.sh"),
+        (QWEN3_0_6B, "qwen3-0.6B.sh"),
+        (LLAMA3_2_3B, "llama3.2-3B-Instruct.sh"),
+        (QWEN2_5_0_5B, "qwen2.5-0.5B.sh"),
+    ],
+)
 def test_model_args_equal_the_ones_slime_ships_for_the_same_shapes(config, script):
     assert normal(megatron.model_args(config)) == normal(shipped_model_args(script))
 
@@ -83,10 +129,26 @@ def test_the_seed_model_and_the_embedded_model_get_their_own_shapes():
     config = embedded_model_dir() / "config.json"
     assert config.is_file(), f"{config} is missing: run scripts/setup.sh (it builds the embedded model)"
     small = normal(megatron.model_args(megatron.model_config(str(embedded_model_dir()))))
-    assert {k: small[k] for k in ("--num-layers", "--hidden-size", "--num-attention-heads", "--num-query-groups",
-                                  "--kv-channels", "--rotary-base", "--vocab-size")} == \
-        {"--num-layers": 30, "--hidden-size": 576, "--num-attention-heads": 9, "--num-query-groups": 3,
-         "--kv-channels": 64, "--rotary-base": 100000, "--vocab-size": 49152}
+    assert {
+        k: small[k]
+        for k in (
+            "--num-layers",
+            "--hidden-size",
+            "--num-attention-heads",
+            "--num-query-groups",
+            "--kv-channels",
+            "--rotary-base",
+            "--vocab-size",
+        )
+    } == {
+        "--num-layers": 30,
+        "--hidden-size": 576,
+        "--num-attention-heads": 9,
+        "--num-query-groups": 3,
+        "--kv-channels": 64,
+        "--rotary-base": 100000,
+        "--vocab-size": 49152,
+    }
     assert "--untie-embeddings-and-output-weights" not in small, "SmolLM2 ties its embeddings"
     llama = set(flag_values(shipped_model_args("llama3.2-3B-Instruct.sh")))
     assert set(small) == llama - {"--use-rope-scaling", "--rotary-scaling-factor"}
@@ -106,14 +168,14 @@ def dry_run(capsys, monkeypatch, slime_dir: Path, **env: str) -> tuple[list[list
         monkeypatch.setenv(k, v)
     assert sb.main(["--dry-run"]) == 0
     printed = capsys.readouterr().out
-    blocks = re.split(r"\n(?=cd )", printed[printed.index("cd "):].split("\n# would refuse:")[0])
+    blocks = re.split(r"\n(?=cd )", printed[printed.index("cd ") :].split("\n# would refuse:")[0])
     return [shlex.split(re.sub(r"^#.*$", "", b, flags=re.M).replace("\\\n", " ")) for b in blocks], printed
 
 
 def test_dry_run_prints_the_fsdp_plan_for_v022(seed_env, capsys, monkeypatch):  # noqa: F811 - the imported fixture
     (train,), printed = dry_run(capsys, monkeypatch, V022)
     assert train[0] == "cd" and Path(train[1]).resolve() == V022.resolve()  # ../shared may be a symlink
-    assert train[train.index("train.py") - 1:][1] == "train.py"
+    assert train[train.index("train.py") - 1 :][1] == "train.py"
     flags = flag_values(train)
     assert flags["--train-backend"] == "fsdp" and "--tensor-model-parallel-size" not in flags
     assert "tools/convert_hf_to_torch_dist.py" not in printed
@@ -125,19 +187,35 @@ def test_dry_run_prints_the_megatron_plan_for_v031(seed_env, capsys, monkeypatch
     assert convert[0] == "cd" and Path(convert[1]).resolve() == V031.resolve()  # ../shared may be a symlink
     assert "tools/convert_hf_to_torch_dist.py" in convert
     assert (V031 / megatron.CONVERTER).is_file(), "slime's own converter, run from its checkout"
-    assert f"# convert MODEL to Megatron's torch_dist format with slime's own tool, once (skipped when {out}/" \
-           "ref_torch_dist/latest_checkpointed_iteration.txt exists):" in printed
+    assert (
+        f"# convert MODEL to Megatron's torch_dist format with slime's own tool, once (skipped when {out}/"
+        "ref_torch_dist/latest_checkpointed_iteration.txt exists):" in printed
+    )
     conv = flag_values(convert)
-    assert (conv["--hf-checkpoint"], conv["--save"], conv["--nproc-per-node"]) == (SEED_MODEL, f"{out}/ref_torch_dist",
-                                                                                   "8")
+    assert (conv["--hf-checkpoint"], conv["--save"], conv["--nproc-per-node"]) == (
+        SEED_MODEL,
+        f"{out}/ref_torch_dist",
+        "8",
+    )
     assert conv["--num-experts"] == "128" and conv["--rotary-base"] == "10000000"
-    assert train[train.index("train.py") - 1:][1] == "train.py"
+    assert train[train.index("train.py") - 1 :][1] == "train.py"
     flags = flag_values(train)
-    expected = {"--train-backend": "megatron", "--hf-checkpoint": SEED_MODEL, "--ref-load": f"{out}/ref_torch_dist",
-                "--load": out, "--save": out, "--save-interval": "1",
-                "--save-hf": f"{out}/hf_export/slime_{{rollout_id}}", "--tensor-model-parallel-size": "4",
-                "--expert-model-parallel-size": "8", "--sequence-parallel": None, "--debug-train-only": None,
-                "--num-layers": "48", "--num-experts": "128", "--lr-decay-style": "constant"}
+    expected = {
+        "--train-backend": "megatron",
+        "--hf-checkpoint": SEED_MODEL,
+        "--ref-load": f"{out}/ref_torch_dist",
+        "--load": out,
+        "--save": out,
+        "--save-interval": "1",
+        "--save-hf": f"{out}/hf_export/slime_{{rollout_id}}",
+        "--tensor-model-parallel-size": "4",
+        "--expert-model-parallel-size": "8",
+        "--sequence-parallel": None,
+        "--debug-train-only": None,
+        "--num-layers": "48",
+        "--num-experts": "128",
+        "--lr-decay-style": "constant",
+    }
     assert {k: flags.get(k, "<absent>") for k in expected} == expected
     assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in train
     assert "--colocate" not in flags and "--partial-rollout" not in flags and "--train-backend fsdp" not in printed
@@ -155,19 +233,25 @@ def defined_flags(*files: Path) -> dict[str, dict]:
             tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
-                    "add_argument", "reset_arg"):
+                "add_argument",
+                "reset_arg",
+            ):
                 names = [a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")]
                 kw = {k.arg: k.value for k in node.keywords}
                 action = ast.unparse(kw["action"]) if "action" in kw else ""
                 choices = kw.get("choices")
-                flag = {"switch": action in ("'store_true'", "'store_false'", "argparse.BooleanOptionalAction"),
-                        "choices": ast.literal_eval(choices) if isinstance(choices, (ast.List, ast.Tuple)) else None}
+                flag = {
+                    "switch": action in ("'store_true'", "'store_false'", "argparse.BooleanOptionalAction"),
+                    "choices": ast.literal_eval(choices) if isinstance(choices, (ast.List, ast.Tuple)) else None,
+                }
                 found.update(dict.fromkeys(names, flag))
             if isinstance(node, ast.ClassDef) and node.name == "FSDPArgs":
                 for item in node.body:
                     if isinstance(item, ast.AnnAssign):
                         found["--" + item.target.id.replace("_", "-")] = {
-                            "switch": ast.unparse(item.annotation) == "bool", "choices": None}
+                            "switch": ast.unparse(item.annotation) == "bool",
+                            "choices": None,
+                        }
     return found
 
 
@@ -186,10 +270,20 @@ def seed_model_folder(tmp_path: Path) -> str:
 
 
 def full_plan(slime_dir: Path, tmp_path: Path, **kw) -> sb.LaunchPlan:
-    every_option = dict(lr_warmup_steps=3, kl_loss_coef=0.01, advantage_mode="mean", activation_checkpointing=True,
-                        model=seed_model_folder(tmp_path))
-    s = Settings.build(backend="slime", slime_dir=slime_dir, vllm_url=closed_port_url(), output_dir=tmp_path / "run",
-                       **{**every_option, **kw})
+    every_option = dict(
+        lr_warmup_steps=3,
+        kl_loss_coef=0.01,
+        advantage_mode="mean",
+        activation_checkpointing=True,
+        model=seed_model_folder(tmp_path),
+    )
+    s = Settings.build(
+        backend="slime",
+        slime_dir=slime_dir,
+        vllm_url=closed_port_url(),
+        output_dir=tmp_path / "run",
+        **{**every_option, **kw},
+    )
     return sb.build_plan(s, python="python", env_report=OK, check_server_routes=False)
 
 
@@ -198,12 +292,13 @@ def test_every_flag_of_each_plan_is_one_that_release_defines(release, tmp_path):
     root = SLIME_VENDOR / release
     plan = full_plan(root, tmp_path, slime_tp=2, slime_ep=4)
     assert not plan.problems, plan.problems
-    defined = defined_flags(root / "slime" / "utils" / "arguments.py",
-                            *(root / "slime" / "backends" / "fsdp_utils").glob("arguments.py"))
+    defined = defined_flags(
+        root / "slime" / "utils" / "arguments.py", *(root / "slime" / "backends" / "fsdp_utils").glob("arguments.py")
+    )
     evidence = megatron_evidence() if plan.backend == "megatron" else ""
     flags = flag_values(plan.argv)
     for step in plan.steps:
-        flags.update(flag_values(step.argv[step.argv.index(megatron.CONVERTER):]))
+        flags.update(flag_values(step.argv[step.argv.index(megatron.CONVERTER) :]))
     unknown = []
     for flag, value in flags.items():
         spec = defined.get(flag)
@@ -234,13 +329,22 @@ def test_off_policy_runs_slimes_async_loop_and_deeper_is_refused(release, tmp_pa
         full_plan(root, tmp_path, max_staleness=2)
 
 
-@pytest.mark.parametrize("setting,needle", [
-    ({"lora_rank": 8}, "LORA_RANK=8"), ({"advantage_mode": "loo"}, "ADVANTAGE_MODE=loo"),
-    ({"max_staleness": 3}, "MAX_STALENESS=3"), ({"save_interval": 2}, "SAVE_INTERVAL=2"),
-    ({"eval_interval": 5}, "EVAL_INTERVAL=5"), ({"rollout_backend": "ray"}, "ROLLOUT_BACKEND=ray"),
-    ({"train_mode": "sft", "kl_loss_coef": 0.0}, "TRAIN_MODE=sft"),
-    ({"load_rollout_data": "/r"}, "LOAD_ROLLOUT_DATA"), ({"colocate": True}, "COLOCATE=1"),
-    ({"train_procs": 4}, "TRAIN_PROCS=4"), ({"weight_loading": "meta"}, "WEIGHT_LOADING=meta")])
+@pytest.mark.parametrize(
+    "setting,needle",
+    [
+        ({"lora_rank": 8}, "LORA_RANK=8"),
+        ({"advantage_mode": "loo"}, "ADVANTAGE_MODE=loo"),
+        ({"max_staleness": 3}, "MAX_STALENESS=3"),
+        ({"save_interval": 2}, "SAVE_INTERVAL=2"),
+        ({"eval_interval": 5}, "EVAL_INTERVAL=5"),
+        ({"rollout_backend": "ray"}, "ROLLOUT_BACKEND=ray"),
+        ({"train_mode": "sft", "kl_loss_coef": 0.0}, "TRAIN_MODE=sft"),
+        ({"load_rollout_data": "/r"}, "LOAD_ROLLOUT_DATA"),
+        ({"colocate": True}, "COLOCATE=1"),
+        ({"train_procs": 4}, "TRAIN_PROCS=4"),
+        ({"weight_loading": "meta"}, "WEIGHT_LOADING=meta"),
+    ],
+)
 def test_settings_slime_cannot_honour_are_refused_by_name(setting, needle, tmp_path):
     for root in (V022, V031):
         with pytest.raises(sb.SlimeBackendError, match=rf"cannot honour these settings: {re.escape(needle)}"):
@@ -249,17 +353,25 @@ def test_settings_slime_cannot_honour_are_refused_by_name(setting, needle, tmp_p
 
 def test_fp32_training_is_named_as_what_slime_does_not_do(tmp_path, capsys):
     # unset, the built-in trainer's fp32 default: slime's bf16 is a warning, so the default settings still launch
-    assert any(w.startswith("MIXED_PRECISION is unset: slime trains in bf16")
-               for w in full_plan(V031, tmp_path).warnings)
+    assert any(
+        w.startswith("MIXED_PRECISION is unset: slime trains in bf16") for w in full_plan(V031, tmp_path).warnings
+    )
     assert not full_plan(V022, tmp_path, mixed_precision=True).warnings
     # asked for by the user: refused, by build_plan and by the launcher's own entry point
-    s = Settings.build(backend="slime", slime_dir=V022, vllm_url=closed_port_url(), output_dir=tmp_path / "run",
-                       model=seed_model_folder(tmp_path))
+    s = Settings.build(
+        backend="slime",
+        slime_dir=V022,
+        vllm_url=closed_port_url(),
+        output_dir=tmp_path / "run",
+        model=seed_model_folder(tmp_path),
+    )
     with pytest.raises(sb.SlimeBackendError, match="cannot honour these settings: MIXED_PRECISION=0"):
         sb.build_plan(s, python="python", env_report=OK, check_server_routes=False, given={"mixed_precision"})
     assert sb.launch(s, dry_run=True, given={"mixed_precision"}) == SETUP_EXIT_CODE
-    assert "MIXED_PRECISION=0: slime trains in bf16 on both its backends, fp32 is not available there" in \
-        capsys.readouterr().err
+    assert (
+        "MIXED_PRECISION=0: slime trains in bf16 on both its backends, fp32 is not available there"
+        in capsys.readouterr().err
+    )
 
 
 def test_the_megatron_layout_is_checked_against_the_gpus_and_the_model(tmp_path):
@@ -268,10 +380,17 @@ def test_the_megatron_layout_is_checked_against_the_gpus_and_the_model(tmp_path)
     assert any("SLIME_TP=3 must divide the 8 training GPUs" in p for p in bad)
     assert any("SLIME_EP=256 must divide the 8 training GPUs and the model's 128 experts" in p for p in bad)
     odd = full_plan(V031, tmp_path, slime_tp=1, slime_gpus=8, rollout_batch_size=3)
-    assert any("ROLLOUT_BATCH_SIZE*N_SAMPLES=6 is not a multiple of Megatron's data-parallel size 8" in p
-               for p in odd.problems)
-    dense = Settings.build(backend="slime", slime_dir=V031, vllm_url=closed_port_url(), slime_ep=2,
-                           model=str(embedded_model_dir()), output_dir=tmp_path / "d")
+    assert any(
+        "ROLLOUT_BATCH_SIZE*N_SAMPLES=6 is not a multiple of Megatron's data-parallel size 8" in p for p in odd.problems
+    )
+    dense = Settings.build(
+        backend="slime",
+        slime_dir=V031,
+        vllm_url=closed_port_url(),
+        slime_ep=2,
+        model=str(embedded_model_dir()),
+        output_dir=tmp_path / "d",
+    )
     problems = sb.build_plan(dense, python="python", env_report=OK, check_server_routes=False).problems
     assert any("SLIME_EP=2 but MODEL is dense" in p for p in problems)
 
@@ -333,8 +452,19 @@ def test_megatron_checkpoints_and_exports_are_pruned_to_keep_checkpoints(tmp_pat
 
 def test_zero_variance_groups_leave_the_loss_through_remove_sample():
     def group(*rewards):
-        return [Sample(group_index=0, index=i, tokens=[1, 2], response_length=1, loss_mask=[1], reward=r,
-                       status=Status.COMPLETED) for i, r in enumerate(rewards)]
+        return [
+            Sample(
+                group_index=0,
+                index=i,
+                tokens=[1, 2],
+                response_length=1,
+                loss_mask=[1],
+                reward=r,
+                status=Status.COMPLETED,
+            )
+            for i, r in enumerate(rewards)
+        ]
+
     flat, mixed = group(-1.0, -1.0), group(1.0, -1.0)
     assert remove_zero_variance([flat, mixed]) == 1
     assert [x.remove_sample for x in flat + mixed] == [True, True, False, False]

@@ -18,16 +18,35 @@ from qwen_swe.inference.launcher import ServeConfig, tool_call_parser_for
 from qwen_swe.inference.settings import DEFAULT_MODEL
 from tests.gpu_stand_in import nvidia_smi_path, vllm_env
 
-CLEAN_ENV = {k: v for k, v in os.environ.items()
-             if k not in {"MODEL", "VLLM_URL", "TP", "SERVED_MODEL_NAME", "MAX_MODEL_LEN", "LORA_RANK", "VLLM_PYTHON",
-                          "INFERENCE_GPUS", "CUDA_VISIBLE_DEVICES"}}
+CLEAN_ENV = {
+    k: v
+    for k, v in os.environ.items()
+    if k
+    not in {
+        "MODEL",
+        "VLLM_URL",
+        "TP",
+        "SERVED_MODEL_NAME",
+        "MAX_MODEL_LEN",
+        "LORA_RANK",
+        "VLLM_PYTHON",
+        "INFERENCE_GPUS",
+        "CUDA_VISIBLE_DEVICES",
+    }
+}
 
 
 def dry_run(*args: str, **env: str) -> tuple[dict[str, str], list[str]]:
     """Run the launcher as the seed does (a script path) and parse its printed env and argv."""
     script = paths.REPO_ROOT / "examples" / "qwen_swe" / "start_vllm.py"
-    out = subprocess.run([sys.executable, str(script), "--dry-run", *args], capture_output=True, text=True,
-                         timeout=120, env={**CLEAN_ENV, **env}, cwd="/")
+    out = subprocess.run(
+        [sys.executable, str(script), "--dry-run", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**CLEAN_ENV, **env},
+        cwd="/",
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     exports = dict(line.removeprefix("export ").split("=", 1) for line in lines if line.startswith("export "))
@@ -53,9 +72,28 @@ def test_dry_run_tp8_qwen3_coder_is_the_seed_command():
 
 
 def test_dry_run_defaults_to_qwen3_coder_and_runs_as_module():
-    out = subprocess.run([sys.executable, "-m", "qwen_swe.inference.launcher", "--dry-run", "--tp", "2", "--dp", "4",
-                          "--served-model-name", "qwen3-coder", "--", "--max-num-seqs", "64"],
-                         capture_output=True, text=True, timeout=120, env=CLEAN_ENV, cwd=paths.REPO_ROOT)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "qwen_swe.inference.launcher",
+            "--dry-run",
+            "--tp",
+            "2",
+            "--dp",
+            "4",
+            "--served-model-name",
+            "qwen3-coder",
+            "--",
+            "--max-num-seqs",
+            "64",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=CLEAN_ENV,
+        cwd=paths.REPO_ROOT,
+    )
     assert out.returncode == 0, out.stderr
     argv = shlex.split(out.stdout.strip().splitlines()[-1])
     assert flag(argv, "--model") == DEFAULT_MODEL
@@ -66,19 +104,30 @@ def test_dry_run_defaults_to_qwen3_coder_and_runs_as_module():
 
 def test_unknown_family_fails_with_the_fix():
     script = paths.REPO_ROOT / "examples" / "qwen_swe" / "start_vllm.py"
-    out = subprocess.run([sys.executable, str(script), "--dry-run"], capture_output=True, text=True, timeout=120,
-                         env={**CLEAN_ENV, "MODEL": "meta-llama/Llama-3.1-8B-Instruct"})
+    out = subprocess.run(
+        [sys.executable, str(script), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**CLEAN_ENV, "MODEL": "meta-llama/Llama-3.1-8B-Instruct"},
+    )
     assert out.returncode == 2 and out.stdout == ""
     assert "--tool-call-parser" in out.stderr and "Llama-3.1-8B" in out.stderr
     with pytest.raises(config.ConfigError, match="--tool-call-parser"):
         tool_call_parser_for("/ckpt/step_3")
 
 
-@pytest.mark.parametrize("model, parser", [
-    ("Qwen/Qwen3-Coder-480B-A35B-Instruct", "qwen3_coder"), ("Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", "qwen3_coder"),
-    ("Qwen/Qwen2.5-Coder-7B-Instruct", "hermes"), ("Qwen/Qwen3-8B", "hermes"),
-    ("/root/.cache/qwen_swe/models/smollm2-135m-instruct", "hermes"), ("embedded", "hermes"),
-])
+@pytest.mark.parametrize(
+    "model, parser",
+    [
+        ("Qwen/Qwen3-Coder-480B-A35B-Instruct", "qwen3_coder"),
+        ("Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", "qwen3_coder"),
+        ("Qwen/Qwen2.5-Coder-7B-Instruct", "hermes"),
+        ("Qwen/Qwen3-8B", "hermes"),
+        ("/root/.cache/qwen_swe/models/smollm2-135m-instruct", "hermes"),
+        ("embedded", "hermes"),
+    ],
+)
 def test_family_mapping(model, parser):
     assert tool_call_parser_for(model) == parser
 
@@ -107,7 +156,7 @@ def test_embedded_profile_is_the_measured_cpu_setup(tmp_path: Path):
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
     assert env["VLLM_SERVER_DEV_MODE"] == "1"
     assert env["VLLM_USE_AOT_COMPILE"] == "0"  # the CPU build's AOT artifact does not load back: compiled every start
-    names = argv[argv.index("--served-model-name") + 1: argv.index("--tensor-parallel-size")]
+    names = argv[argv.index("--served-model-name") + 1 : argv.index("--tensor-parallel-size")]
     assert names[0] == start_vllm.EMBEDDED_SERVED_NAME and str(tmp_path) in names
     assert serve.base_url == "http://127.0.0.1:8123/v1"
 
@@ -160,12 +209,19 @@ def test_with_a_gpu_the_launcher_starts_the_cuda_server_on_its_gpus(tmp_path: Pa
 def test_with_a_gpu_the_cpu_build_is_refused_with_the_fix(tmp_path: Path):
     gpu_path = nvidia_smi_path(tmp_path / "bin", gpus=8)
     cpu = vllm_env(tmp_path / "venv-cpu", "vllm-cpu")
-    out = subprocess.run([sys.executable, "-m", "qwen_swe.inference.launcher", "--dry-run", "--tp", "8"],
-                         capture_output=True, text=True, timeout=120, cwd=paths.REPO_ROOT,
-                         env={**CLEAN_ENV, "PATH": gpu_path, "VLLM_PYTHON": str(cpu)})
+    out = subprocess.run(
+        [sys.executable, "-m", "qwen_swe.inference.launcher", "--dry-run", "--tp", "8"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=paths.REPO_ROOT,
+        env={**CLEAN_ENV, "PATH": gpu_path, "VLLM_PYTHON": str(cpu)},
+    )
     assert out.returncode == 2
-    assert "holds vLLM's CPU build (vllm-cpu), but this machine has NVIDIA GPUs: run `bash scripts/setup.sh " \
-           "--gpu`" in out.stderr, out.stderr
+    assert (
+        "holds vLLM's CPU build (vllm-cpu), but this machine has NVIDIA GPUs: run `bash scripts/setup.sh "
+        "--gpu`" in out.stderr
+    ), out.stderr
 
 
 def test_the_embedded_server_runs_on_a_gpu_with_the_cuda_build(tmp_path: Path, monkeypatch):

@@ -30,5 +30,4 @@ def test_paired_sign_flip_is_exact_and_names_the_tasks():
         end = {t: rng.randint(0, 2) for t in start}
         d = [end[t] - start[t] for t in start]
         sums = [sum(x if (mask >> i) & 1 else -x for i, x in enumerate(d)) for mask in range(2 ** len(d))]
-        assert paired_sign_flip(start, end)["p_one_sided"] == pytest.approx(
-            sum(t >= sum(d) for t in sums) / len(sums))
+        assert paired_sign_flip(start, end)["p_one_sided"] == pytest.approx(sum(t >= sum(d) for t in sums) / len(sums))

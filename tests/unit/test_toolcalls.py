@@ -10,12 +10,24 @@ from qwen_swe.traffic.toolcalls import parse_completion, split_reasoning, struct
 from tests.toolcall_text import render_calls
 
 TOOLS = [
-    {"type": "function", "function": {"name": "run_shell_command", "description": "Run a command.",
-                                      "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
-                                                     "required": ["command"]}}},
-    {"type": "function", "function": {"name": "read_file", "parameters": {
-        "type": "object", "properties": {"path": {"type": "string"}, "limit": {"type": "integer"},
-                                         "flags": {"type": "array"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "run_shell_command",
+            "description": "Run a command.",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}, "flags": {"type": "array"}},
+            },
+        },
+    },
 ]
 
 
@@ -33,8 +45,10 @@ def test_hermes_single_call_with_preamble():
 
 
 def test_hermes_parallel_calls_get_distinct_ids():
-    text = render_calls([{"name": "read_file", "arguments": {"path": "a.py"}},
-                         {"name": "read_file", "arguments": {"path": "b.py"}}], "hermes")
+    text = render_calls(
+        [{"name": "read_file", "arguments": {"path": "a.py"}}, {"name": "read_file", "arguments": {"path": "b.py"}}],
+        "hermes",
+    )
     reply = parse_completion(text, "hermes", TOOLS)
     assert [a["path"] for _, a in _calls(reply)] == ["a.py", "b.py"]
     assert len({c["id"] for c in reply.tool_calls}) == 2
@@ -47,12 +61,15 @@ def test_hermes_non_canonical_json_and_unclosed_block():
     assert _calls(reply) == [("run_shell_command", {"command": "echo é"})]
 
 
-@pytest.mark.parametrize("bad", [
-    '<tool_call>\n{"name": "run_shell_command", "arguments": {"command": "ls"\n</tool_call>',  # broken JSON
-    '<tool_call>\n{"arguments": {"command": "ls"}}\n</tool_call>',  # no name
-    '<tool_call>\n{"name": "x", "arguments": [1, 2]}\n</tool_call>',  # arguments not an object
-    "<tool_call>\n</tool_call>",
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        '<tool_call>\n{"name": "run_shell_command", "arguments": {"command": "ls"\n</tool_call>',  # broken JSON
+        '<tool_call>\n{"arguments": {"command": "ls"}}\n</tool_call>',  # no name
+        '<tool_call>\n{"name": "x", "arguments": [1, 2]}\n</tool_call>',  # arguments not an object
+        "<tool_call>\n</tool_call>",
+    ],
+)
 def test_hermes_malformed_stays_content(bad):
     reply = parse_completion("prefix " + bad, "hermes", TOOLS)
     assert reply.tool_calls == []
@@ -66,22 +83,27 @@ def test_hermes_string_arguments_are_decoded():
 
 
 def test_qwen3_coder_xml_with_types_from_schema():
-    text = ("I will read it.\n<tool_call>\n<function=read_file>\n<parameter=path>\nsrc/a b.py\n</parameter>\n"
-            "<parameter=limit>\n20\n</parameter>\n<parameter=flags>\n[\"x\"]\n</parameter>\n</function>\n</tool_call>")
+    text = (
+        "I will read it.\n<tool_call>\n<function=read_file>\n<parameter=path>\nsrc/a b.py\n</parameter>\n"
+        '<parameter=limit>\n20\n</parameter>\n<parameter=flags>\n["x"]\n</parameter>\n</function>\n</tool_call>'
+    )
     reply = parse_completion(text, "qwen3_coder", TOOLS)
     assert reply.content == "I will read it."
     assert _calls(reply) == [("read_file", {"path": "src/a b.py", "limit": 20, "flags": ["x"]})]
 
 
 def test_qwen3_coder_multiline_value_and_two_calls():
-    calls = [{"name": "run_shell_command", "arguments": {"command": "cat <<EOF\nline 1\nline 2\nEOF"}},
-             {"name": "read_file", "arguments": {"path": "x", "limit": 3}}]
+    calls = [
+        {"name": "run_shell_command", "arguments": {"command": "cat <<EOF\nline 1\nline 2\nEOF"}},
+        {"name": "read_file", "arguments": {"path": "x", "limit": 3}},
+    ]
     reply = parse_completion(render_calls(calls, "qwen3_coder"), "qwen3_coder", TOOLS)
     assert _calls(reply) == [(c["name"], c["arguments"]) for c in calls]
 
 
-@pytest.mark.parametrize("bad", ["<tool_call>\nno function here\n</tool_call>",
-                                 "<tool_call>\n<function=>\n</function>\n</tool_call>"])
+@pytest.mark.parametrize(
+    "bad", ["<tool_call>\nno function here\n</tool_call>", "<tool_call>\n<function=>\n</function>\n</tool_call>"]
+)
 def test_qwen3_coder_malformed_stays_content(bad):
     reply = parse_completion(bad, "qwen3_coder", TOOLS)
     assert reply.tool_calls == [] and reply.content == bad and reply.errors

@@ -13,9 +13,16 @@ from qwen_swe.traffic.trajectory import Trajectory, TrajectoryError, Turn, build
 from tests.scripted_server import fake_logprob, qwen3_tokenizer, smollm2_tokenizer
 from tests.toolcall_text import render_calls
 
-TOOLS = [{"type": "function", "function": {
-    "name": "run_shell_command", "description": "Executes a shell command. Output is returned.",
-    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "run_shell_command",
+            "description": "Executes a shell command. Output is returned.",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+        },
+    }
+]
 SYSTEM = {"role": "system", "content": "You are a coding agent in a git repository."}
 USER = {"role": "user", "content": [{"type": "text", "text": "Fix the failing test in calc.py."}]}
 
@@ -26,8 +33,14 @@ def builder(request) -> PromptBuilder:
     return PromptBuilder(tok)
 
 
-def model_call(builder: PromptBuilder, session: list[Turn], messages: list[dict], reply: str,
-               tools=TOOLS, max_tokens: int | None = None) -> Turn:
+def model_call(
+    builder: PromptBuilder,
+    session: list[Turn],
+    messages: list[dict],
+    reply: str,
+    tools=TOOLS,
+    max_tokens: int | None = None,
+) -> Turn:
     """What the proxy does for one request in token mode, minus HTTP: plan, 'sample' ``reply``, parse, record."""
     plan = builder.plan(messages, tools, session)
     ids = builder.encode(reply)
@@ -37,10 +50,22 @@ def model_call(builder: PromptBuilder, session: list[Turn], messages: list[dict]
         ids, finish = ids + [builder.end_id], "stop"
     text = builder.decode(ids)
     message = parse_completion(text, "hermes", tools).message() if tools else {"role": "assistant", "content": text}
-    turn = Turn(index=len(session), session_id="s", request_messages=[dict(m) for m in messages], tools=tools,
-                message=message, completion_text=text, prompt_ids=plan.prompt_ids, sampled_ids=ids,
-                logprobs=[fake_logprob(t, i) for i, t in enumerate(ids)], finish_reason=finish, mode="tokens",
-                prompt_source=plan.source, drift=plan.drift, weight_version=3)
+    turn = Turn(
+        index=len(session),
+        session_id="s",
+        request_messages=[dict(m) for m in messages],
+        tools=tools,
+        message=message,
+        completion_text=text,
+        prompt_ids=plan.prompt_ids,
+        sampled_ids=ids,
+        logprobs=[fake_logprob(t, i) for i, t in enumerate(ids)],
+        finish_reason=finish,
+        mode="tokens",
+        prompt_source=plan.source,
+        drift=plan.drift,
+        weight_version=3,
+    )
     session.append(turn)
     return turn
 
@@ -49,14 +74,25 @@ def resend(message: dict) -> dict:
     """The agent's copy of an assistant reply: arguments re-serialised compactly, as qwen-code does."""
     out = dict(message)
     if out.get("tool_calls"):
-        out["tool_calls"] = [{**c, "function": {**c["function"], "arguments": json.dumps(
-            json.loads(c["function"]["arguments"]), separators=(",", ":"))}} for c in out["tool_calls"]]
+        out["tool_calls"] = [
+            {
+                **c,
+                "function": {
+                    **c["function"],
+                    "arguments": json.dumps(json.loads(c["function"]["arguments"]), separators=(",", ":")),
+                },
+            }
+            for c in out["tool_calls"]
+        ]
     return out
 
 
 def tool_result(turn: Turn, text: str) -> dict:
-    return {"role": "tool", "tool_call_id": turn.message["tool_calls"][0]["id"],
-            "content": [{"type": "text", "text": text}]}
+    return {
+        "role": "tool",
+        "tool_call_id": turn.message["tool_calls"][0]["id"],
+        "content": [{"type": "text", "text": text}],
+    }
 
 
 CALL_LS = '<tool_call>\n{"name": "run_shell_command", "arguments": {"command" : "ls  -la"}}\n</tool_call>'
@@ -86,7 +122,7 @@ def test_clean_session_masks_exactly_the_sampled_ids(builder):
     assert traj.tokens == last.prompt_ids + last.sampled_ids
     assert traj.prompt_length == len(turns[0].prompt_ids)
     assert len(traj.loss_mask) == len(traj.rollout_log_probs) == traj.response_length
-    response = traj.tokens[traj.prompt_length:]
+    response = traj.tokens[traj.prompt_length :]
     trained = [response[i] for i in sampled_positions(traj)]
     assert trained == [i for t in turns for i in t.sampled_ids]
     assert [traj.rollout_log_probs[i] for i in sampled_positions(traj)] == [lp for t in turns for lp in t.logprobs]
@@ -101,7 +137,7 @@ def test_every_later_prompt_extends_the_earlier_prompt_and_sample(builder):
     turns = three_turns(builder)
     for prev, cur in zip(turns, turns[1:]):
         held = prev.prompt_ids + prev.sampled_ids
-        assert cur.prompt_ids[:len(held)] == held
+        assert cur.prompt_ids[: len(held)] == held
 
 
 def test_splice_equals_full_render_when_the_model_wrote_the_template_text(builder):
@@ -115,9 +151,18 @@ def test_splice_equals_full_render_when_the_model_wrote_the_template_text(builde
     nxt = msgs + [message, {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"], "content": "a.py"}]
     full = builder.render(nxt, TOOLS)
     before = builder.render(msgs, TOOLS)
-    body = full[len(before):full.index("<|im_end|>", len(before))]  # exactly what the template shows
-    session.append(Turn(index=0, session_id="s", request_messages=msgs, tools=TOOLS, message=message,
-                        prompt_ids=plan0.prompt_ids, sampled_ids=builder.encode(body) + [builder.end_id]))
+    body = full[len(before) : full.index("<|im_end|>", len(before))]  # exactly what the template shows
+    session.append(
+        Turn(
+            index=0,
+            session_id="s",
+            request_messages=msgs,
+            tools=TOOLS,
+            message=message,
+            prompt_ids=plan0.prompt_ids,
+            sampled_ids=builder.encode(body) + [builder.end_id],
+        )
+    )
     plan1 = builder.plan(nxt, TOOLS, session)
     assert plan1.source == "splice"
     assert plan1.prompt_ids == builder.encode(full)
@@ -138,7 +183,9 @@ def test_rewritten_history_is_rendered_and_counted_as_drift(builder):
     assert meta["retained_sampled_tokens"] == len(t.sampled_ids) == sum(traj.loss_mask)
     assert traj.tokens == t.prompt_ids + t.sampled_ids
     # the retained sampled ids are the last call's, at the very end
-    assert traj.tokens[-len(t.sampled_ids):] == t.sampled_ids and traj.loss_mask[-len(t.sampled_ids):] == [1] * len(t.sampled_ids)
+    assert traj.tokens[-len(t.sampled_ids) :] == t.sampled_ids and traj.loss_mask[-len(t.sampled_ids) :] == [1] * len(
+        t.sampled_ids
+    )
     assert meta["retained_fraction"] == pytest.approx(len(t.sampled_ids) / (lost + len(t.sampled_ids)))
 
 
@@ -148,8 +195,16 @@ def test_re_tokenised_history_drift_masks_only_the_unprovable_tail(builder):
     t0, t1 = turns[0], turns[1]
     msgs = t1.request_messages
     forward_prompt = builder.encode(builder.render(msgs, TOOLS))  # what vLLM's chat endpoint would see
-    t1_fwd = Turn(index=1, session_id="s", request_messages=msgs, tools=TOOLS, message=t1.message,
-                  prompt_ids=forward_prompt, sampled_ids=t1.sampled_ids, logprobs=t1.logprobs)
+    t1_fwd = Turn(
+        index=1,
+        session_id="s",
+        request_messages=msgs,
+        tools=TOOLS,
+        message=t1.message,
+        prompt_ids=forward_prompt,
+        sampled_ids=t1.sampled_ids,
+        logprobs=t1.logprobs,
+    )
     traj = build_sample([t0, t1_fwd], max_response_len=100_000, mask_truncated=False)
     meta = traj.metadata
     assert meta["drift_count"] == 1
@@ -175,14 +230,16 @@ def test_retried_request_splices_from_the_turn_it_continues(builder):
 def test_length_cut_turn_gets_a_closing_end_token(builder):
     session: list[Turn] = []
     msgs = [SYSTEM, USER]
-    t0 = model_call(builder, session, msgs, "I will start by looking at the repository layout carefully",
-                    tools=None, max_tokens=5)
+    t0 = model_call(
+        builder, session, msgs, "I will start by looking at the repository layout carefully", tools=None, max_tokens=5
+    )
     assert t0.finish_reason == "length" and t0.sampled_ids[-1] != builder.end_id
-    t1 = model_call(builder, session, msgs + [resend(t0.message), {"role": "user", "content": "go on"}], "ok",
-                    tools=None)
+    t1 = model_call(
+        builder, session, msgs + [resend(t0.message), {"role": "user", "content": "go on"}], "ok", tools=None
+    )
     assert t1.prompt_source == "splice"
     held = t0.prompt_ids + t0.sampled_ids
-    assert t1.prompt_ids[:len(held)] == held and t1.prompt_ids[len(held)] == builder.end_id
+    assert t1.prompt_ids[: len(held)] == held and t1.prompt_ids[len(held)] == builder.end_id
 
 
 def test_changed_tools_force_a_full_render(builder):
@@ -199,7 +256,7 @@ def test_truncation_keeps_the_first_response_tokens(builder):
     cut = build_sample(turns, max_response_len=40, mask_truncated=False)
     assert cut.response_length == 40 and cut.metadata["truncated"] is True
     assert cut.metadata["truncated_tokens"] == full.response_length - 40
-    assert cut.tokens == full.tokens[:full.prompt_length + 40]
+    assert cut.tokens == full.tokens[: full.prompt_length + 40]
     assert cut.loss_mask == full.loss_mask[:40] and cut.rollout_log_probs == full.rollout_log_probs[:40]
     masked = build_sample(turns, max_response_len=40, mask_truncated=True)
     assert masked.loss_mask == [0] * 40 and masked.rollout_log_probs == [0.0] * 40
@@ -235,7 +292,8 @@ def spans(tok, ids, mask) -> list[str]:
         if m:
             cur.append(i)
         elif cur:
-            out.append(tok.decode(cur)); cur = []  # noqa: E702
+            out.append(tok.decode(cur))
+            cur = []  # noqa: E702
     if cur:
         out.append(tok.decode(cur))
     return out
@@ -243,16 +301,24 @@ def spans(tok, ids, mask) -> list[str]:
 
 def test_mask_from_messages_qwen3_matches_slime_semantics():
     tok = qwen3_tokenizer()
-    call = {"id": "call_1", "type": "function", "function": {"name": "run_shell_command", "arguments": '{"command": "ls"}'}}
-    messages = [SYSTEM, {"role": "user", "content": "Fix it."},
-                {"role": "assistant", "content": None, "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": "call_1", "content": "a.py"},
-                {"role": "tool", "tool_call_id": "call_2", "content": "b.py"},
-                {"role": "assistant", "content": "Done."}]
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "run_shell_command", "arguments": '{"command": "ls"}'},
+    }
+    messages = [
+        SYSTEM,
+        {"role": "user", "content": "Fix it."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "a.py"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "b.py"},
+        {"role": "assistant", "content": "Done."},
+    ]
     ids, mask = mask_from_messages(tok, messages, TOOLS)
     assert len(ids) == len(mask)
-    assert ids == tok.encode(tok.apply_chat_template(for_template(messages), tools=TOOLS, tokenize=False),
-                             add_special_tokens=False)
+    assert ids == tok.encode(
+        tok.apply_chat_template(for_template(messages), tools=TOOLS, tokenize=False), add_special_tokens=False
+    )
     assert spans(tok, ids, mask) == [
         '<tool_call>\n{"name": "run_shell_command", "arguments": {"command": "ls"}}\n</tool_call><|im_end|>\n',
         # last turn: `<think>\n` is 0 and the rest trained; the `\n\n` token straddling both starts untrained
@@ -264,14 +330,19 @@ def test_mask_from_messages_qwen3_matches_slime_semantics():
     assert [mask[i] for i in ends] == [0, 0, 1, 0, 1]
     assert all(ids[i + 1] == nl and mask[i + 1] == mask[i] for i in ends)
     header = tok.encode("<|im_start|>assistant\n")
-    for start in [i for i in range(len(ids)) if ids[i:i + 3] == header]:
-        assert mask[start:start + 3] == [0, 0, 0]
+    for start in [i for i in range(len(ids)) if ids[i : i + 3] == header]:
+        assert mask[start : start + 3] == [0, 0, 0]
 
 
 def test_mask_from_messages_step_loss_mask_and_smollm2():
     tok = smollm2_tokenizer()
-    messages = [SYSTEM, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!", "step_loss_mask": 0},
-                {"role": "user", "content": "again"}, {"role": "assistant", "content": "Hello again!"}]
+    messages = [
+        SYSTEM,
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "Hello!", "step_loss_mask": 0},
+        {"role": "user", "content": "again"},
+        {"role": "assistant", "content": "Hello again!"},
+    ]
     ids, mask = mask_from_messages(tok, messages)
     assert spans(tok, ids, mask) == ["Hello again!<|im_end|>\n"]
 

@@ -18,13 +18,20 @@ from qwen_swe.warmstart import __main__ as cli
 from qwen_swe.warmstart import phases, stage
 from qwen_swe.warmstart.stage import COMPLETE, MANIFEST, WarmStartSpec, ensure_warm_start, key
 
-PATCH = ("diff --git a/pkg/mod.py b/pkg/mod.py\n--- a/pkg/mod.py\n+++ b/pkg/mod.py\n"
-         "@@ -3,3 +3,3 @@ def f(x):\n     a = 1\n-    return x - a\n+    return x + a\n \n")
+PATCH = (
+    "diff --git a/pkg/mod.py b/pkg/mod.py\n--- a/pkg/mod.py\n+++ b/pkg/mod.py\n"
+    "@@ -3,3 +3,3 @@ def f(x):\n     a = 1\n-    return x - a\n+    return x + a\n \n"
+)
 
 
 def _row(i: int, site: str | None = None, repo: str = "gen/calc") -> dict:
-    return {"instance_id": f"calc__{i}", "repo": repo, "bug_site": site or f"pkg/mod.py::f{i}",
-            "problem_statement": f"f{i} returns the wrong value", "patch": PATCH}
+    return {
+        "instance_id": f"calc__{i}",
+        "repo": repo,
+        "bug_site": site or f"pkg/mod.py::f{i}",
+        "problem_statement": f"f{i} returns the wrong value",
+        "patch": PATCH,
+    }
 
 
 def _write(path: Path, rows: list[dict]) -> Path:
@@ -67,10 +74,12 @@ class FakePhases:
             out = Path(cmd[cmd.index("--out") + 1])
             out.mkdir(parents=True)
             rows = Path(env["DATASET"]).read_text().splitlines()
-            (out / "demos.jsonl").write_text("".join(json.dumps({"instance_id": json.loads(r)["instance_id"]}) + "\n"
-                                                     for r in rows))
-            (out / "demos_report.json").write_text(json.dumps({"tasks": len(rows), "demonstrations": len(rows),
-                                                               "dropped": 0, "drops": []}))
+            (out / "demos.jsonl").write_text(
+                "".join(json.dumps({"instance_id": json.loads(r)["instance_id"]}) + "\n" for r in rows)
+            )
+            (out / "demos_report.json").write_text(
+                json.dumps({"tasks": len(rows), "demonstrations": len(rows), "dropped": 0, "drops": []})
+            )
         else:
             if self.fail == "sft":
                 raise SetupError("run_grpo.sh exited 1")
@@ -89,9 +98,19 @@ def _spec(model: Path, tasks: Path, **changes) -> WarmStartSpec:
 def test_the_key_changes_with_every_input(model: Path, tasks: Path, tmp_path: Path, monkeypatch):
     digests = tmp_path / "digests.json"
     base = key(_spec(model, tasks), digests)
-    changed = {f"{name}={value}": key(_spec(model, tasks, **{name: value}), digests)
-               for name, value in (("demos", 5), ("demos", 0), ("recover", 0.5), ("steps", 9), ("batch", 4),
-                                   ("lr", 2e-4), ("seed", 1), ("mixed_precision", False))}
+    changed = {
+        f"{name}={value}": key(_spec(model, tasks, **{name: value}), digests)
+        for name, value in (
+            ("demos", 5),
+            ("demos", 0),
+            ("recover", 0.5),
+            ("steps", 9),
+            ("batch", 4),
+            ("lr", 2e-4),
+            ("seed", 1),
+            ("mixed_precision", False),
+        )
+    }
     monkeypatch.setattr(stage, "EXPERT_VERSION", stage.EXPERT_VERSION + 1)
     changed["expert"] = key(_spec(model, tasks), digests)
     monkeypatch.undo()
@@ -242,8 +261,9 @@ def test_a_phase_runs_with_its_own_settings_a_log_and_a_timeout(tmp_path: Path, 
     assert env == {"PATH": "/bin", "SANDBOX_CPUS": "2", "LR": "1"}
     monkeypatch.setenv("LORA_RANK", "8")
     log = tmp_path / "logs" / "phase.log"
-    phases.run_logged([sys.executable, "-c", "import os; print(os.environ.get('LORA_RANK'), os.environ['X'])"],
-                      {"X": "given"}, log)
+    phases.run_logged(
+        [sys.executable, "-c", "import os; print(os.environ.get('LORA_RANK'), os.environ['X'])"], {"X": "given"}, log
+    )
     assert log.read_text().split() == ["None", "given"]
     with pytest.raises(SetupError, match="exited 3") as failed:
         phases.run_logged([sys.executable, "-c", "print('why'); raise SystemExit(3)"], {}, log)
@@ -252,8 +272,7 @@ def test_a_phase_runs_with_its_own_settings_a_log_and_a_timeout(tmp_path: Path, 
         phases.run_logged([sys.executable, "-c", "import time; time.sleep(60)"], {}, log, timeout=0.5)
 
 
-def test_the_command_prints_the_key_or_the_folder_last(model: Path, tasks: Path, tmp_path: Path, monkeypatch,
-                                                        capsys):
+def test_the_command_prints_the_key_or_the_folder_last(model: Path, tasks: Path, tmp_path: Path, monkeypatch, capsys):
     monkeypatch.setenv("QWEN_SWE_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(cli, "install", lambda: None)
     fake = FakePhases()
@@ -268,7 +287,6 @@ def test_the_command_prints_the_key_or_the_folder_last(model: Path, tasks: Path,
     assert last == str(tmp_path / "home" / "warmstart" / printed[0] / "model") and Path(last).is_dir()
     with pytest.raises(SystemExit):
         cli.main(["build", "--max-turns", "3"])  # a run setting is no input of the stage
-
 
 
 def test_progress_counts_the_sft_steps_for_its_eta(tmp_path: Path):

@@ -54,8 +54,7 @@ def test_the_settings_pick_the_sync():
     client = InferenceClient("http://127.0.0.1:9")
     assert isinstance(make_weight_sync(InferenceSettings(), client), PathReload)
     assert isinstance(make_weight_sync(InferenceSettings(vllm_url="http://gpu:8000/v1"), client), PathReload)
-    assert isinstance(make_weight_sync(InferenceSettings(vllm_url="https://ws--app.modal.run/v1"), client),
-                      ModalVolume)
+    assert isinstance(make_weight_sync(InferenceSettings(vllm_url="https://ws--app.modal.run/v1"), client), ModalVolume)
     forced = InferenceSettings(vllm_url="https://ws--app.modal.run/v1", weight_sync="path")
     assert isinstance(make_weight_sync(forced, client), PathReload)
 
@@ -67,8 +66,14 @@ def test_path_reload_runs_vllms_sequence_and_the_probe_sees_new_weights(vllm_rou
     folder.mkdir()
     metrics = ProbedSync(PathReload(client), client, "policy").push(folder, 1)
     paths = [p for p, _ in state["calls"]]
-    assert paths == ["/v1/completions", "/pause?mode=wait", "/collective_rpc", "/reset_prefix_cache", "/resume",
-                     "/v1/completions"]
+    assert paths == [
+        "/v1/completions",
+        "/pause?mode=wait",
+        "/collective_rpc",
+        "/reset_prefix_cache",
+        "/resume",
+        "/v1/completions",
+    ]
     assert state["calls"][2][1]["kwargs"] == {"weights_path": str(folder.resolve())}
     assert metrics["sync/version"] == 1 and metrics["sync/reload_seconds"] >= 0.0
     assert metrics["sync/probe_logprob_before"] == -11.0 and metrics["sync/probe_logprob_after"] == -11.5

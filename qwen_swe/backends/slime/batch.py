@@ -24,13 +24,14 @@ def trim_trailing_pad(sample: Any) -> bool:
     return changed
 
 
-def batch_problems(groups: Sequence[Sequence[Any]], *, n_samples_per_prompt: int,
-                   rollout_batch_size: int) -> list[str]:
+def batch_problems(groups: Sequence[Sequence[Any]], *, n_samples_per_prompt: int, rollout_batch_size: int) -> list[str]:
     """Every way ``groups`` breaks what slime v0.2.2 asserts or silently assumes of a training batch."""
     problems = []
     if len(groups) != rollout_batch_size:
-        problems.append(f"{len(groups)} groups, slime needs exactly rollout_batch_size={rollout_batch_size} (else "
-                        "its GRPO normalisation treats the whole batch as one group)")
+        problems.append(
+            f"{len(groups)} groups, slime needs exactly rollout_batch_size={rollout_batch_size} (else "
+            "its GRPO normalisation treats the whole batch as one group)"
+        )
     with_logprobs = {x.rollout_log_probs is not None for g in groups for x in g}
     if len(with_logprobs) > 1:
         problems.append("rollout_log_probs are set on some samples only; slime takes them from samples[0] for all")
@@ -50,14 +51,17 @@ def batch_problems(groups: Sequence[Sequence[Any]], *, n_samples_per_prompt: int
             if not isinstance(n, int) or n < 1 or n > len(x.tokens):
                 problems.append(f"{where}: response_length {n!r} outside 1..len(tokens)={len(x.tokens)}")
             if x.loss_mask is None or len(x.loss_mask) != n:
-                problems.append(f"{where}: loss_mask length {None if x.loss_mask is None else len(x.loss_mask)} "
-                                f"!= response_length {n}")
+                problems.append(
+                    f"{where}: loss_mask length {None if x.loss_mask is None else len(x.loss_mask)} "
+                    f"!= response_length {n}"
+                )
             if x.rollout_log_probs is not None and len(x.rollout_log_probs) != n:
-                problems.append(f"{where}: rollout_log_probs length {len(x.rollout_log_probs)} != response_length "
-                                f"{n}")
+                problems.append(f"{where}: rollout_log_probs length {len(x.rollout_log_probs)} != response_length {n}")
             if x.tokens and x.tokens[-1] == 0:
-                problems.append(f"{where}: the last token is id 0, which slime's FSDP unpacking takes for padding "
-                                "(trim_trailing_pad fixes it)")
+                problems.append(
+                    f"{where}: the last token is id 0, which slime's FSDP unpacking takes for padding "
+                    "(trim_trailing_pad fixes it)"
+                )
             aborted = x.status == status_type.ABORTED
             if aborted and not x.remove_sample:
                 problems.append(f"{where}: ABORTED without remove_sample=True; slime would train on it")
@@ -66,11 +70,11 @@ def batch_problems(groups: Sequence[Sequence[Any]], *, n_samples_per_prompt: int
     return problems
 
 
-def validate_rollout_batch(groups: Sequence[Sequence[Any]], *, n_samples_per_prompt: int,
-                           rollout_batch_size: int) -> None:
+def validate_rollout_batch(
+    groups: Sequence[Sequence[Any]], *, n_samples_per_prompt: int, rollout_batch_size: int
+) -> None:
     """Raise SlimeBackendError listing every broken invariant (call it before returning a batch to slime)."""
-    problems = batch_problems(groups, n_samples_per_prompt=n_samples_per_prompt,
-                              rollout_batch_size=rollout_batch_size)
+    problems = batch_problems(groups, n_samples_per_prompt=n_samples_per_prompt, rollout_batch_size=rollout_batch_size)
     if problems:
         shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
         raise SlimeBackendError(f"the rollout batch breaks slime's contract: {shown}")

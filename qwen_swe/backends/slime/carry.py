@@ -35,9 +35,13 @@ def settings_from_slime_args(args: Any) -> Settings:
     else:
         path = Path(str(getattr(args, "save", "") or "")) / SETTINGS_FILE
         if not path.is_file():
-            raise ConfigError(f"slime's args carry no qwen_swe_settings and {path} does not exist: start slime "
-                              "through `BACKEND=slime bash examples/qwen_swe/run_grpo.sh`, which writes both")
+            raise ConfigError(
+                f"slime's args carry no qwen_swe_settings and {path} does not exist: start slime "
+                "through `BACKEND=slime bash examples/qwen_swe/run_grpo.sh`, which writes both"
+            )
         settings = Settings.from_json(path)
-    sizes = {"n_samples": getattr(args, "n_samples_per_prompt", None),
-             "rollout_batch_size": getattr(args, "rollout_batch_size", None)}
+    sizes = {
+        "n_samples": getattr(args, "n_samples_per_prompt", None),
+        "rollout_batch_size": getattr(args, "rollout_batch_size", None),
+    }
     return settings.replace(**{k: int(v) for k, v in sizes.items() if v})

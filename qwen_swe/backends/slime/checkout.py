@@ -46,8 +46,10 @@ def slime_version(slime_dir: Path) -> str | None:
 def detect_release(slime_dir: Path) -> Release:
     """The checkout's release and backend; raises naming the supported releases when it is none of them."""
     if not (slime_dir / "train.py").is_file() or not (slime_dir / "slime").is_dir():
-        raise SlimeBackendError(f"SLIME_DIR={slime_dir} is not a slime checkout (no train.py and slime/); clone "
-                                f"THUDM/slime and check out {SLIME_FSDP_TAG} or {SLIME_MEGATRON_TAG}")
+        raise SlimeBackendError(
+            f"SLIME_DIR={slime_dir} is not a slime checkout (no train.py and slime/); clone "
+            f"THUDM/slime and check out {SLIME_FSDP_TAG} or {SLIME_MEGATRON_TAG}"
+        )
     version = slime_version(slime_dir) or "unknown"
     major_minor = tuple(int(p) for p in re.findall(r"\d+", version)[:2])
     has_fsdp = (slime_dir / "slime" / "backends" / "fsdp_utils").is_dir()
@@ -55,12 +57,16 @@ def detect_release(slime_dir: Path) -> Release:
         return Release(version, "fsdp")
     if major_minor == (0, 3) and (slime_dir / "slime" / "backends" / "megatron_utils").is_dir():
         return Release(version, "megatron")
-    why = "it has no FSDP backend (removed on 2026-03-04, commit e4faf6330)" if major_minor == (0, 2) \
+    why = (
+        "it has no FSDP backend (removed on 2026-03-04, commit e4faf6330)"
+        if major_minor == (0, 2)
         else "this launcher does not know its command line"
+    )
     raise SlimeBackendError(
         f"SLIME_DIR={slime_dir} is slime {version}: {why}. Supported: {SUPPORTED}. Check out one of them "
         f"(git -C {slime_dir} checkout {SLIME_FSDP_TAG}, commit {SLIME_FSDP_COMMIT[:9]}, or {SLIME_MEGATRON_TAG}), "
-        "or use the built-in trainer (BACKEND=fsdp)")
+        "or use the built-in trainer (BACKEND=fsdp)"
+    )
 
 
 def link_problem(slime_dir: Path) -> str | None:
@@ -68,8 +74,10 @@ def link_problem(slime_dir: Path) -> str | None:
     link = slime_dir / "examples" / "qwen_swe"
     if not (link.exists() or link.is_symlink()) or link.resolve() == PACKAGE_DIR:
         return None
-    return (f"{link} exists and is not this repository's package (the seed's copy?). slime's examples package "
-            f"would import it instead of {PACKAGE_DIR}: move it away (mv {link} {link}.old) and run again")
+    return (
+        f"{link} exists and is not this repository's package (the seed's copy?). slime's examples package "
+        f"would import it instead of {PACKAGE_DIR}: move it away (mv {link} {link}.old) and run again"
+    )
 
 
 def ensure_link(slime_dir: Path) -> Path:

@@ -37,50 +37,74 @@ def refusals(s: Settings, given: Collection[str] = ()) -> list[str]:
     settings the user set (``given_settings``), for those refused only when asked for."""
     out = []
     if "mixed_precision" in given and not s.train.mixed_precision:
-        out.append("MIXED_PRECISION=0: slime trains in bf16 on both its backends, fp32 is not available there; unset "
-                   "MIXED_PRECISION (or set 1), or use BACKEND=fsdp for fp32")
+        out.append(
+            "MIXED_PRECISION=0: slime trains in bf16 on both its backends, fp32 is not available there; unset "
+            "MIXED_PRECISION (or set 1), or use BACKEND=fsdp for fp32"
+        )
     if s.train.lora_rank:
-        out.append(f"LORA_RANK={s.train.lora_rank}: slime trains every parameter (no LoRA in v0.2.2's FSDP actor "
-                   "nor in v0.3.x's Megatron actor); set LORA_RANK=0 or use BACKEND=fsdp")
+        out.append(
+            f"LORA_RANK={s.train.lora_rank}: slime trains every parameter (no LoRA in v0.2.2's FSDP actor "
+            "nor in v0.3.x's Megatron actor); set LORA_RANK=0 or use BACKEND=fsdp"
+        )
     if s.train.advantage_mode == "loo":
-        out.append("ADVANTAGE_MODE=loo: slime's GRPO has no leave-one-out baseline; set ADVANTAGE_MODE=mean or std, "
-                   "or use BACKEND=fsdp")
+        out.append(
+            "ADVANTAGE_MODE=loo: slime's GRPO has no leave-one-out baseline; set ADVANTAGE_MODE=mean or std, "
+            "or use BACKEND=fsdp"
+        )
     if s.train.max_staleness > 1:
-        out.append(f"MAX_STALENESS={s.train.max_staleness}: slime's fully-async loop (train_async.py) keeps exactly "
-                   "one rollout in flight; set MAX_STALENESS=1 (train_async.py) or 0 (train.py), or use "
-                   "BACKEND=fsdp")
+        out.append(
+            f"MAX_STALENESS={s.train.max_staleness}: slime's fully-async loop (train_async.py) keeps exactly "
+            "one rollout in flight; set MAX_STALENESS=1 (train_async.py) or 0 (train.py), or use "
+            "BACKEND=fsdp"
+        )
     if s.train.train_mode != "grpo":
-        out.append(f"TRAIN_MODE={s.train.train_mode}: the slime backend runs GRPO only; run the warm start with "
-                   "BACKEND=fsdp")
+        out.append(
+            f"TRAIN_MODE={s.train.train_mode}: the slime backend runs GRPO only; run the warm start with BACKEND=fsdp"
+        )
     if s.train.load_rollout_data:
-        out.append("LOAD_ROLLOUT_DATA: slime's --load-debug-rollout-data reads slime's own dump format, not ours; "
-                   "unset it or use BACKEND=fsdp")
+        out.append(
+            "LOAD_ROLLOUT_DATA: slime's --load-debug-rollout-data reads slime's own dump format, not ours; "
+            "unset it or use BACKEND=fsdp"
+        )
     if s.train.save_interval != 1:
-        out.append(f"SAVE_INTERVAL={s.train.save_interval}: under slime each step's checkpoint is how the new "
-                   "weights reach the vLLM server, so it must save every step; set SAVE_INTERVAL=1")
+        out.append(
+            f"SAVE_INTERVAL={s.train.save_interval}: under slime each step's checkpoint is how the new "
+            "weights reach the vLLM server, so it must save every step; set SAVE_INTERVAL=1"
+        )
     if s.eval_interval:
-        out.append(f"EVAL_INTERVAL={s.eval_interval}: slime's --eval-interval is not wired to EVAL_DATASET here; "
-                   "set EVAL_INTERVAL=0 (evaluate with python -m qwen_swe.evaluate) or "
-                   "use BACKEND=fsdp")
+        out.append(
+            f"EVAL_INTERVAL={s.eval_interval}: slime's --eval-interval is not wired to EVAL_DATASET here; "
+            "set EVAL_INTERVAL=0 (evaluate with python -m qwen_swe.evaluate) or "
+            "use BACKEND=fsdp"
+        )
     if s.placement.colocate:
-        out.append("COLOCATE=1: slime's --colocate puts slime's own SGLang engines on the training GPUs, and under "
-                   "this backend no slime engine runs (our rollouts use the vLLM server at VLLM_URL); set COLOCATE=0 "
-                   "and place the server with INFERENCE_GPUS or on another node")
+        out.append(
+            "COLOCATE=1: slime's --colocate puts slime's own SGLang engines on the training GPUs, and under "
+            "this backend no slime engine runs (our rollouts use the vLLM server at VLLM_URL); set COLOCATE=0 "
+            "and place the server with INFERENCE_GPUS or on another node"
+        )
     if s.train.train_procs:
-        out.append(f"TRAIN_PROCS={s.train.train_procs}: slime starts one actor per GPU; set SLIME_GPUS or TRAIN_GPUS "
-                   "instead")
+        out.append(
+            f"TRAIN_PROCS={s.train.train_procs}: slime starts one actor per GPU; set SLIME_GPUS or TRAIN_GPUS instead"
+        )
     if s.train.weight_loading != "full":
-        out.append(f"WEIGHT_LOADING={s.train.weight_loading}: slime loads the weights its own way (FSDP: the HF "
-                   "folder; Megatron: the converted torch_dist checkpoint); set WEIGHT_LOADING=full")
+        out.append(
+            f"WEIGHT_LOADING={s.train.weight_loading}: slime loads the weights its own way (FSDP: the HF "
+            "folder; Megatron: the converted torch_dist checkpoint); set WEIGHT_LOADING=full"
+        )
     if s.rollout.rollout_backend != "local":
-        out.append(f"ROLLOUT_BACKEND={s.rollout.rollout_backend}: inside slime our rollout function runs its "
-                   "samples in slime's rollout actor, one process; set ROLLOUT_BACKEND=local")
+        out.append(
+            f"ROLLOUT_BACKEND={s.rollout.rollout_backend}: inside slime our rollout function runs its "
+            "samples in slime's rollout actor, one process; set ROLLOUT_BACKEND=local"
+        )
     return out
 
 
 def warnings(s: Settings, given: Collection[str] = ()) -> list[str]:
     """Settings slime runs differently from the built-in trainer without changing what is learned from."""
     if not s.train.mixed_precision and "mixed_precision" not in given:
-        return ["MIXED_PRECISION is unset: slime trains in bf16 on both its backends (as MIXED_PRECISION=1 does), "
-                "not in the built-in trainer's default fp32"]
+        return [
+            "MIXED_PRECISION is unset: slime trains in bf16 on both its backends (as MIXED_PRECISION=1 does), "
+            "not in the built-in trainer's default fp32"
+        ]
     return []

@@ -60,14 +60,20 @@ class LaunchPlan:
         lines.append("  " + " ".join(shlex.quote(a) for a in argv[:first]))
         i = first
         while i < len(argv):
-            pair = argv[i:i + 2] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else argv[i:i + 1]
+            pair = argv[i : i + 2] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else argv[i : i + 1]
             lines.append("    " + " ".join(shlex.quote(a) for a in pair))
             i += len(pair)
         return " \\\n".join(lines)
 
 
-def build_plan(s: Settings, *, python: str | None = None, env_report: dict[str, Any] | None = None,
-               check_server_routes: bool = True, given: Collection[str] = ()) -> LaunchPlan:
+def build_plan(
+    s: Settings,
+    *,
+    python: str | None = None,
+    env_report: dict[str, Any] | None = None,
+    check_server_routes: bool = True,
+    given: Collection[str] = (),
+) -> LaunchPlan:
     """The full launch plan for ``s``, with every problem found. Raises SlimeBackendError when no command line can
     be built at all (a setting slime cannot honour, no SLIME_DIR, a model without Megatron arguments). ``given``:
     the settings the user set, as ``given_settings`` names them."""
@@ -83,8 +89,7 @@ def build_plan(s: Settings, *, python: str | None = None, env_report: dict[str, 
         release = detect_release(slime_dir)
         backend = release.backend
         if not release.tested:
-            warnings.append(f"slime {release.version} is not a release this backend was tested with (v0.2.2, "
-                            "v0.3.1)")
+            warnings.append(f"slime {release.version} is not a release this backend was tested with (v0.2.2, v0.3.1)")
     except SlimeBackendError as exc:
         problems.append(str(exc))
     python = python or s.slime_python or sys.executable
@@ -95,8 +100,10 @@ def build_plan(s: Settings, *, python: str | None = None, env_report: dict[str, 
     if s.slime_gpus and report.get("cuda_devices") and s.slime_gpus > report["cuda_devices"]:
         problems.append(f"SLIME_GPUS={s.slime_gpus} but only {report['cuda_devices']} CUDA GPUs are visible")
     if placed and gpus != len(placed):
-        problems.append(f"SLIME_GPUS={gpus} but TRAIN_GPUS={s.placement.train_gpus} places {len(placed)}: unset "
-                        "SLIME_GPUS or make them agree")
+        problems.append(
+            f"SLIME_GPUS={gpus} but TRAIN_GPUS={s.placement.train_gpus} places {len(placed)}: unset "
+            "SLIME_GPUS or make them agree"
+        )
     if link := link_problem(slime_dir):
         problems.append(link)
     frozen, notes = check_server(s) if check_server_routes else ([], [])
@@ -109,19 +116,35 @@ def build_plan(s: Settings, *, python: str | None = None, env_report: dict[str, 
     steps: list[Step] = []
     if backend == "fsdp":
         args = train_args(s, gpus=gpus, model=s.model_name)
-        problems += global_batch_problems(s, gpus, f"the {gpus} training GPUs; slime asserts the global batch "
-                                                   "divides evenly (set SLIME_GPUS)")
+        problems += global_batch_problems(
+            s, gpus, f"the {gpus} training GPUs; slime asserts the global batch divides evenly (set SLIME_GPUS)"
+        )
     else:
         config = megatron.model_config(s.model_name)
         args, layout = megatron_train_args(s, config, gpus=gpus, model=s.model_name)
         problems += layout
         if not Path(s.model_name).expanduser().is_dir():
-            problems.append(f"MODEL={s.model_name} is not a local folder: slime 0.3.x's --save-hf copies the config "
-                            "and tokenizer from --hf-checkpoint and refuses a hub name; download the model and set "
-                            "MODEL to its folder")
+            problems.append(
+                f"MODEL={s.model_name} is not a local folder: slime 0.3.x's --save-hf copies the config "
+                "and tokenizer from --hf-checkpoint and refuses a hub name; download the model and set "
+                "MODEL to its folder"
+            )
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # as slime's run scripts set it for Megatron's TP communication
-        steps.append(Step(megatron.conversion_argv(s, python, config, gpus),
-                          megatron.torch_dist_dir(s) / megatron.CONVERTED_MARKER, megatron.CONVERT_TIMEOUT,
-                          "convert MODEL to Megatron's torch_dist format with slime's own tool, once"))
-    return LaunchPlan(argv=[python, features.script(s), *args], env=env, cwd=slime_dir, backend=backend, steps=steps,
-                      files=extra_args_files(s), problems=problems, warnings=warnings)
+        steps.append(
+            Step(
+                megatron.conversion_argv(s, python, config, gpus),
+                megatron.torch_dist_dir(s) / megatron.CONVERTED_MARKER,
+                megatron.CONVERT_TIMEOUT,
+                "convert MODEL to Megatron's torch_dist format with slime's own tool, once",
+            )
+        )
+    return LaunchPlan(
+        argv=[python, features.script(s), *args],
+        env=env,
+        cwd=slime_dir,
+        backend=backend,
+        steps=steps,
+        files=extra_args_files(s),
+        problems=problems,
+        warnings=warnings,
+    )

@@ -44,12 +44,40 @@ from qwen_swe.backends.slime.train_args import (
 from qwen_swe.config.settings import Settings, given_settings, load_settings
 from qwen_swe.errors import SETUP_EXIT_CODE, ConfigError, SlimeBackendError
 
-__all__ = ["DATA_SOURCE_PATH", "EXTRA_ARGS_FILE", "IMAGE_HINT", "PACKAGES", "PACKAGE_DIR", "ROLLOUT_FUNCTION_PATH",
-           "SETTINGS_FILE", "SLIME_FSDP_COMMIT", "SLIME_FSDP_TAG", "LaunchPlan", "Release", "Settings",
-           "SlimeBackendError", "Step", "batch_problems", "build_plan", "check_packages", "check_packages_in",
-           "check_server", "detect_release", "ensure_link", "extra_args_files", "launch", "link_problem",
-           "load_settings", "main", "megatron_train_args", "settings_from_slime_args", "slime_version", "train_args",
-           "trim_trailing_pad", "validate_rollout_batch"]
+__all__ = [
+    "DATA_SOURCE_PATH",
+    "EXTRA_ARGS_FILE",
+    "IMAGE_HINT",
+    "PACKAGES",
+    "PACKAGE_DIR",
+    "ROLLOUT_FUNCTION_PATH",
+    "SETTINGS_FILE",
+    "SLIME_FSDP_COMMIT",
+    "SLIME_FSDP_TAG",
+    "LaunchPlan",
+    "Release",
+    "Settings",
+    "SlimeBackendError",
+    "Step",
+    "batch_problems",
+    "build_plan",
+    "check_packages",
+    "check_packages_in",
+    "check_server",
+    "detect_release",
+    "ensure_link",
+    "extra_args_files",
+    "launch",
+    "link_problem",
+    "load_settings",
+    "main",
+    "megatron_train_args",
+    "settings_from_slime_args",
+    "slime_version",
+    "train_args",
+    "trim_trailing_pad",
+    "validate_rollout_batch",
+]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -88,8 +116,12 @@ def launch(settings: Settings, *, dry_run: bool = False, given: Collection[str] 
             print(f"# would refuse: {problem}")
         return 0
     if plan.problems:
-        print("slime backend: refusing to start:\n  - " + "\n  - ".join(plan.problems) +
-              f"\nInstall missing packages into {plan.argv[0]} ({IMAGE_HINT[plan.backend]}).", file=sys.stderr)
+        print(
+            "slime backend: refusing to start:\n  - "
+            + "\n  - ".join(plan.problems)
+            + f"\nInstall missing packages into {plan.argv[0]} ({IMAGE_HINT[plan.backend]}).",
+            file=sys.stderr,
+        )
         return SETUP_EXIT_CODE
     ensure_link(plan.cwd)
     settings.write(settings.output_dir)
@@ -108,8 +140,11 @@ def launch(settings: Settings, *, dry_run: bool = False, given: Collection[str] 
             print(f"slime backend: {step.why} failed: {exc}", file=sys.stderr)
             return SETUP_EXIT_CODE
         if done.returncode != 0 or not step.done_when.exists():
-            print(f"slime backend: {step.why} failed (exit {done.returncode}; {step.done_when} not written): "
-                  f"{' '.join(step.argv)}", file=sys.stderr)
+            print(
+                f"slime backend: {step.why} failed (exit {done.returncode}; {step.done_when} not written): "
+                f"{' '.join(step.argv)}",
+                file=sys.stderr,
+            )
             return SETUP_EXIT_CODE
     os.chdir(plan.cwd)
     os.execve(plan.argv[0], plan.argv, env)

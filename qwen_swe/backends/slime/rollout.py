@@ -23,13 +23,18 @@ def weight_sync_for(settings: Settings, args: Any) -> SlimeWeightSync:
     """slime's checkpoints (``--save``, ``--hf-checkpoint``, or Megatron's ``--save-hf`` folders) pushed into the
     run's server the run's way."""
     assert settings.inference.url is not None  # slime's run has its server
-    client = InferenceClient(settings.inference.url, timeout=settings.inference.request_timeout,
-                             api_key=settings.inference.api_key)
-    return SlimeWeightSync(getattr(args, "save", None) or settings.output_dir,
-                           getattr(args, "hf_checkpoint", None) or settings.model_name,
-                           make_weight_sync(settings.inference, client),
-                           keep_checkpoints=settings.train.keep_checkpoints, allow_frozen=settings.allow_frozen_server,
-                           max_staleness=settings.train.max_staleness, hf_exports=getattr(args, "save_hf", None))
+    client = InferenceClient(
+        settings.inference.url, timeout=settings.inference.request_timeout, api_key=settings.inference.api_key
+    )
+    return SlimeWeightSync(
+        getattr(args, "save", None) or settings.output_dir,
+        getattr(args, "hf_checkpoint", None) or settings.model_name,
+        make_weight_sync(settings.inference, client),
+        keep_checkpoints=settings.train.keep_checkpoints,
+        allow_frozen=settings.allow_frozen_server,
+        max_staleness=settings.train.max_staleness,
+        hf_exports=getattr(args, "save_hf", None),
+    )
 
 
 def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
@@ -43,15 +48,15 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     return asyncio.run(_slime_rollout(settings_from_slime_args(args), args, rollout_id, data_source, evaluation))
 
 
-async def _slime_rollout(settings: Settings, args: Any, rollout_id: int, data_source: Any,
-                         evaluation: bool) -> Any:
+async def _slime_rollout(settings: Settings, args: Any, rollout_id: int, data_source: Any, evaluation: bool) -> Any:
     upstream = settings.inference.url
     assert upstream is not None  # slime's run has its server
     version = 0
     if not evaluation:
         version = await asyncio.to_thread(weight_sync_for(settings, args).before_rollout, rollout_id)
-    engine = RolloutEngine(settings, upstream=upstream, model=settings.model_name,
-                           served_model=settings.inference.served_model_name)
+    engine = RolloutEngine(
+        settings, upstream=upstream, model=settings.model_name, served_model=settings.inference.served_model_name
+    )
     await engine.start()
     try:
         engine.set_weight_version(version)
@@ -60,12 +65,15 @@ async def _slime_rollout(settings: Settings, args: Any, rollout_id: int, data_so
         def run(groups: list[list[Sample]]) -> list[list[Sample]]:  # from fill_batch's thread, on this loop
             return asyncio.run_coroutine_threadsafe(engine.run_groups(groups, stats), loop).result()
 
-        batch = await asyncio.to_thread(fill_batch, data_source.get_samples, run, want, dynamic=False,
-                                        rounds=REFILL_ROUNDS)
+        batch = await asyncio.to_thread(
+            fill_batch, data_source.get_samples, run, want, dynamic=False, rounds=REFILL_ROUNDS
+        )
         kept = batch.complete
         if len(kept) < want:
-            raise RuntimeError(f"rollout {rollout_id}: only {len(kept)} of {want} groups survived {REFILL_ROUNDS} "
-                               f"attempts; dropped samples by reason: {stats.reasons}")
+            raise RuntimeError(
+                f"rollout {rollout_id}: only {len(kept)} of {want} groups survived {REFILL_ROUNDS} "
+                f"attempts; dropped samples by reason: {stats.reasons}"
+            )
         kept = sorted(kept[:want], key=lambda g: g[0].index)
         for x in (x for g in kept for x in g):
             trim_trailing_pad(x)
@@ -74,8 +82,13 @@ async def _slime_rollout(settings: Settings, args: Any, rollout_id: int, data_so
             remove_zero_variance(kept)
         if evaluation:
             flat = [x for g in kept for x in g]
-            return {"swebench": {"rewards": [x.reward for x in flat],
-                                 "truncated": [x.status == Status.TRUNCATED for x in flat], "samples": flat}}
+            return {
+                "swebench": {
+                    "rewards": [x.reward for x in flat],
+                    "truncated": [x.status == Status.TRUNCATED for x in flat],
+                    "samples": flat,
+                }
+            }
         return kept
     finally:
         await engine.stop()

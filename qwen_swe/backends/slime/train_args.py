@@ -40,25 +40,52 @@ def common_args(s: Settings, *, gpus: int, model: str) -> list[str]:
     """The flags v0.2.2 and v0.3.x read alike: sizes, GRPO and its loss, data, our plugins, checkpoints."""
     out = str(s.output_dir)
     argv = [
-        "--hf-checkpoint", model,
-        "--actor-num-nodes", "1", "--actor-num-gpus-per-node", str(gpus),
+        "--hf-checkpoint",
+        model,
+        "--actor-num-nodes",
+        "1",
+        "--actor-num-gpus-per-node",
+        str(gpus),
         "--debug-train-only",
-        "--advantage-estimator", "grpo",
-        "--n-samples-per-prompt", str(s.n_samples),
-        "--rollout-batch-size", str(s.rollout_batch_size),
-        "--global-batch-size", str(s.rollout_batch_size * s.n_samples),
-        "--num-rollout", str(s.num_rollouts),
-        "--lr", repr(s.train.lr),
-        "--eps-clip", repr(s.train.clip_eps), "--eps-clip-high", repr(s.train.upper_clip),
-        "--clip-grad", repr(s.train.grad_clip),
-        "--rollout-temperature", repr(s.agent.temperature),
-        "--prompt-data", s.dataset_source,
-        "--rollout-shuffle", "--rollout-seed", str(s.seed),
-        "--data-source-path", DATA_SOURCE_PATH,
-        "--rollout-function-path", ROLLOUT_FUNCTION_PATH,
-        "--save", out, "--load", out, "--save-interval", "1",
-        "--custom-config-path", str(Path(out) / EXTRA_ARGS_FILE),
-        "--micro-batch-size", str(s.train.micro_batch_size),
+        "--advantage-estimator",
+        "grpo",
+        "--n-samples-per-prompt",
+        str(s.n_samples),
+        "--rollout-batch-size",
+        str(s.rollout_batch_size),
+        "--global-batch-size",
+        str(s.rollout_batch_size * s.n_samples),
+        "--num-rollout",
+        str(s.num_rollouts),
+        "--lr",
+        repr(s.train.lr),
+        "--eps-clip",
+        repr(s.train.clip_eps),
+        "--eps-clip-high",
+        repr(s.train.upper_clip),
+        "--clip-grad",
+        repr(s.train.grad_clip),
+        "--rollout-temperature",
+        repr(s.agent.temperature),
+        "--prompt-data",
+        s.dataset_source,
+        "--rollout-shuffle",
+        "--rollout-seed",
+        str(s.seed),
+        "--data-source-path",
+        DATA_SOURCE_PATH,
+        "--rollout-function-path",
+        ROLLOUT_FUNCTION_PATH,
+        "--save",
+        out,
+        "--load",
+        out,
+        "--save-interval",
+        "1",
+        "--custom-config-path",
+        str(Path(out) / EXTRA_ARGS_FILE),
+        "--micro-batch-size",
+        str(s.train.micro_batch_size),
     ]
     if s.train.advantage_mode == "mean":
         argv.append("--disable-grpo-std-normalization")
@@ -66,8 +93,7 @@ def common_args(s: Settings, *, gpus: int, model: str) -> list[str]:
     if warmup >= 2:  # slime's update k (from 1) runs at init + (LR - init) * (k - 1) / iters: ours with these two
         argv += ["--lr-warmup-iters", str(warmup - 1), "--lr-warmup-init", repr(s.train.lr / warmup)]
     if s.train.kl_loss_coef:
-        argv += ["--use-kl-loss", "--kl-loss-coef", repr(s.train.kl_loss_coef), "--kl-loss-type",
-                 s.train.kl_loss_type]
+        argv += ["--use-kl-loss", "--kl-loss-coef", repr(s.train.kl_loss_coef), "--kl-loss-type", s.train.kl_loss_type]
     if s.train.loss_norm == "token":
         argv.append("--calculate-per-token-loss")
     return argv
@@ -88,19 +114,28 @@ def megatron_train_args(s: Settings, config: dict[str, Any], *, gpus: int, model
     """(slime v0.3.x train.py arguments for the Megatron backend, problems with the parallel layout)."""
     _refuse(s)
     parallel, problems = megatron.parallel_args(s, config, gpus)
-    argv = (["--train-backend", "megatron"] + common_args(s, gpus=gpus, model=model) + megatron.model_args(config)
-            + parallel + [
-                # the converted start weights: train.py's first checkpoint while --load holds none, and the KL's
-                # reference
-                "--ref-load", str(megatron.torch_dist_dir(s)),
-                # Megatron writes an HF copy of every checkpoint itself; the rollout function serves it
-                "--save-hf", str(Path(s.output_dir) / HF_EXPORT_PATTERN),
-                "--lr-decay-style", "constant",  # Megatron's default decays linearly; ours holds LR after warm-up
-            ])
+    argv = (
+        ["--train-backend", "megatron"]
+        + common_args(s, gpus=gpus, model=model)
+        + megatron.model_args(config)
+        + parallel
+        + [
+            # the converted start weights: train.py's first checkpoint while --load holds none, and the KL's
+            # reference
+            "--ref-load",
+            str(megatron.torch_dist_dir(s)),
+            # Megatron writes an HF copy of every checkpoint itself; the rollout function serves it
+            "--save-hf",
+            str(Path(s.output_dir) / HF_EXPORT_PATTERN),
+            "--lr-decay-style",
+            "constant",  # Megatron's default decays linearly; ours holds LR after warm-up
+        ]
+    )
     if s.train.activation_checkpointing:
         argv += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
-    problems += global_batch_problems(s, gpus // s.slime_tp,
-                                      f"Megatron's data-parallel size {gpus // s.slime_tp} (SLIME_GPUS / SLIME_TP)")
+    problems += global_batch_problems(
+        s, gpus // s.slime_tp, f"Megatron's data-parallel size {gpus // s.slime_tp} (SLIME_GPUS / SLIME_TP)"
+    )
     return argv, problems
 
 

@@ -42,9 +42,19 @@ TRACKER = "latest_checkpointed_iteration.txt"
 MODEL_PREFIX = "model_state.model."  # how DCP flattens slime's {"model_state": ModelState} -> {"model": sd}
 WRAPPER_INFIXES = ("_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
 EXPORT_DIR = "hf_export"
-AUX_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "vocab.json",
-             "merges.txt", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
-             "chat_template.json", "tokenizer.model")
+AUX_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "merges.txt",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "tokenizer.model",
+)
 _ITER_RE = re.compile(r"^iter_(\d{7,})$")
 MEGATRON_EXPORT_DONE = "model.safetensors.index.json"  # slime 0.3.x's --save-hf writes it last (config.json first)
 DEFAULT_SHARD_BYTES = 4 << 30
@@ -70,6 +80,7 @@ class SlimeCheckpoint:
 # ------------------------------------------------------------------------------------------------
 # finding checkpoints
 # ------------------------------------------------------------------------------------------------
+
 
 def read_tracker(save_dir: str | os.PathLike[str]) -> int | None:
     """The iteration in ``latest_checkpointed_iteration.txt`` (slime writes it after the checkpoint), or None."""
@@ -106,20 +117,28 @@ def newest_checkpoint(save_dir: str | os.PathLike[str]) -> SlimeCheckpoint | Non
 # DCP -> HF conversion
 # ------------------------------------------------------------------------------------------------
 
+
 def hf_name(dcp_key: str) -> str:
     """The HF parameter name of one DCP key of slime's model checkpoint."""
     if not dcp_key.startswith(MODEL_PREFIX):
-        raise WeightSyncError(f"checkpoint key {dcp_key!r} does not start with {MODEL_PREFIX!r}: this is not "
-                                   "a model checkpoint written by slime v0.2.2's FSDP backend")
-    name = dcp_key[len(MODEL_PREFIX):]
+        raise WeightSyncError(
+            f"checkpoint key {dcp_key!r} does not start with {MODEL_PREFIX!r}: this is not "
+            "a model checkpoint written by slime v0.2.2's FSDP backend"
+        )
+    name = dcp_key[len(MODEL_PREFIX) :]
     for infix in WRAPPER_INFIXES:
         name = name.replace(infix, "")
     return name
 
 
-def convert_checkpoint(model_dir: str | os.PathLike[str], hf_source: str | os.PathLike[str],
-                       out_dir: str | os.PathLike[str], *, dtype: Any = "auto",
-                       shard_bytes: int = DEFAULT_SHARD_BYTES) -> Path:
+def convert_checkpoint(
+    model_dir: str | os.PathLike[str],
+    hf_source: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    dtype: Any = "auto",
+    shard_bytes: int = DEFAULT_SHARD_BYTES,
+) -> Path:
     """Write the DCP model checkpoint in ``model_dir`` as an HF folder ``out_dir``: safetensors shards with the
     model's own parameter names, cast to ``dtype`` ("auto" = the dtype in the config; None = as stored), plus
     the config and tokenizer files of ``hf_source``. Loads one shard's worth of tensors at a time, so memory
@@ -162,15 +181,20 @@ def _plan_conversion(model_dir: Path, source: Path, dtype: Any, shard_bytes: int
     try:
         meta = dcp.FileSystemReader(str(model_dir)).read_metadata()
     except Exception as exc:  # noqa: BLE001 - any reader failure means "not a readable DCP folder"
-        raise WeightSyncError(f"cannot read the DCP checkpoint in {model_dir} ({exc.__class__.__name__}: "
-                              f"{exc}); is the save complete?") from None
+        raise WeightSyncError(
+            f"cannot read the DCP checkpoint in {model_dir} ({exc.__class__.__name__}: {exc}); is the save complete?"
+        ) from None
     entries = {k: v for k, v in meta.state_dict_metadata.items() if isinstance(v, TensorStorageMetadata)}
     names = {k: hf_name(k) for k in entries}
     tied = bool(config.get("tie_word_embeddings", False))
     keys = [k for k in entries if not (tied and names[k] == "lm_head.weight")]  # the HF folder stores it once
     _check_names([names[k] for k in keys], source, tied)
-    dtypes = {k: target if target is not None and entries[k].properties.dtype.is_floating_point
-              else entries[k].properties.dtype for k in keys}
+    dtypes = {
+        k: target
+        if target is not None and entries[k].properties.dtype.is_floating_point
+        else entries[k].properties.dtype
+        for k in keys
+    }
     shards: list[list[str]] = [[]]
     size = 0
     for k in keys:
@@ -218,9 +242,11 @@ def resolve_hf_dir(hf_checkpoint: str | os.PathLike[str]) -> Path:
 
         return Path(snapshot_download(str(hf_checkpoint), allow_patterns=list(AUX_FILES)))
     except Exception as exc:  # noqa: BLE001 - hub errors vary; the message says what to do
-        raise WeightSyncError(f"--hf-checkpoint {hf_checkpoint!r} is neither a folder with config.json nor a "
-                                   f"downloadable Hugging Face model ({exc.__class__.__name__}); pass a local "
-                                   "folder") from None
+        raise WeightSyncError(
+            f"--hf-checkpoint {hf_checkpoint!r} is neither a folder with config.json nor a "
+            f"downloadable Hugging Face model ({exc.__class__.__name__}); pass a local "
+            "folder"
+        ) from None
 
 
 def _target_dtype(config: dict[str, Any], dtype: Any) -> Any:
@@ -247,9 +273,11 @@ def _check_names(names: list[str], source: Path, tied: bool) -> None:
     got = set(names)
     missing, extra = sorted(expected - got), sorted(got - expected)
     if missing or extra:
-        raise WeightSyncError(f"the checkpoint's parameters do not match {source}: missing {missing[:5]} "
-                                   f"({len(missing)}), unexpected {extra[:5]} ({len(extra)}); was it trained "
-                                   "from this --hf-checkpoint?")
+        raise WeightSyncError(
+            f"the checkpoint's parameters do not match {source}: missing {missing[:5]} "
+            f"({len(missing)}), unexpected {extra[:5]} ({len(extra)}); was it trained "
+            "from this --hf-checkpoint?"
+        )
 
 
 def _hf_weight_names(source: Path) -> set[str] | None:
@@ -269,6 +297,7 @@ def _hf_weight_names(source: Path) -> set[str] | None:
 # the sync before each rollout
 # ------------------------------------------------------------------------------------------------
 
+
 class SlimeWeightSync:
     """Called by the rollout function before each training rollout; see the module docstring.
 
@@ -278,13 +307,24 @@ class SlimeWeightSync:
     kept for the whole run.
     """
 
-    def __init__(self, save_dir: str | os.PathLike[str] | None, hf_checkpoint: str | None, sync: WeightSync, *,
-                 export_root: str | os.PathLike[str] | None = None, keep_exports: int = 2,
-                 keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS, allow_frozen: bool = False,
-                 max_staleness: int = 0, hf_exports: str | None = None) -> None:
+    def __init__(
+        self,
+        save_dir: str | os.PathLike[str] | None,
+        hf_checkpoint: str | None,
+        sync: WeightSync,
+        *,
+        export_root: str | os.PathLike[str] | None = None,
+        keep_exports: int = 2,
+        keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS,
+        allow_frozen: bool = False,
+        max_staleness: int = 0,
+        hf_exports: str | None = None,
+    ) -> None:
         if not save_dir:
-            raise WeightSyncError("no checkpoint folder: slime's --save (or OUTPUT_DIR) must be set, with "
-                                  "--save-interval 1, for the vLLM server to follow training")
+            raise WeightSyncError(
+                "no checkpoint folder: slime's --save (or OUTPUT_DIR) must be set, with "
+                "--save-interval 1, for the vLLM server to follow training"
+            )
         self.save_dir = Path(save_dir).expanduser()
         self.hf_checkpoint = hf_checkpoint
         self.sync = sync
@@ -308,10 +348,16 @@ class SlimeWeightSync:
             version, newest = (checkpoint.iteration, checkpoint) if checkpoint else (0, None)
             wanted, flag = self.save_dir / f"iter_{rollout_id:07d}" / "model", "--save"
         if rollout_id >= 1 and version < rollout_id - self.max_staleness:
-            have = f"the newest is {(newest.path if isinstance(newest, SlimeCheckpoint) else newest).name}" if newest else "there is none"
-            message = (f"rollout {rollout_id} must run on the weights trained on rollout {rollout_id - 1}: "
-                       f"{wanted} is missing ({have}). Run slime with --save-interval 1 and the same {flag} folder "
-                       f"as this rollout function reads")
+            have = (
+                f"the newest is {(newest.path if isinstance(newest, SlimeCheckpoint) else newest).name}"
+                if newest
+                else "there is none"
+            )
+            message = (
+                f"rollout {rollout_id} must run on the weights trained on rollout {rollout_id - 1}: "
+                f"{wanted} is missing ({have}). Run slime with --save-interval 1 and the same {flag} folder "
+                f"as this rollout function reads"
+            )
             if not self.allow_frozen:
                 raise WeightSyncError(message)
             log.warning("ALLOW_FROZEN_SERVER: %s; serving older weights", message)
@@ -325,8 +371,7 @@ class SlimeWeightSync:
         except InferenceError as exc:
             if not self.allow_frozen:
                 raise WeightSyncError(f"reloading {target} into the inference server failed: {exc}") from exc
-            log.warning("ALLOW_FROZEN_SERVER: reload of %s failed (%s); the server keeps its old weights",
-                        target, exc)
+            log.warning("ALLOW_FROZEN_SERVER: reload of %s failed (%s); the server keeps its old weights", target, exc)
             return 0
         self.timings = {"convert_seconds": round(t1 - t0, 3), "reload_seconds": round(time.monotonic() - t1, 3)}
         if isinstance(newest, Path):
@@ -362,19 +407,27 @@ class SlimeWeightSync:
         name = re.compile(re.escape(Path(self.hf_exports).name).replace(re.escape("{rollout_id}"), r"(\d+)") + "$")
         parent = Path(self.hf_exports).parent
         exports = sorted((p for p in parent.iterdir() if name.match(p.name)), key=lambda p: _number(name, p.name))
-        _remove(p for p in exports[:-self.keep_exports] if p != served)
+        _remove(p for p in exports[: -self.keep_exports] if p != served)
         done = read_tracker(self.save_dir) or 0
-        saved = sorted((p for p in self.save_dir.iterdir() if (m := _ITER_RE.match(p.name)) and int(m[1]) <= done),
-                       key=lambda p: p.name)
-        _remove(saved[:-self.keep_checkpoints])
+        saved = sorted(
+            (p for p in self.save_dir.iterdir() if (m := _ITER_RE.match(p.name)) and int(m[1]) <= done),
+            key=lambda p: p.name,
+        )
+        _remove(saved[: -self.keep_checkpoints])
 
     def _prune(self, served: SlimeCheckpoint) -> None:
         """Drop old exports (the served one and the one before stay) and all but the newest ``keep_checkpoints``
         slime checkpoints: with one checkpoint per step (model + optimizer) they would otherwise fill the disk."""
-        exports = sorted((p for p in self.export_root.iterdir() if _ITER_RE.match(p.name)),
-                         key=lambda p: _number(_ITER_RE, p.name)) if self.export_root.is_dir() else []
-        _remove(p for p in exports[:-self.keep_exports] if p.name != served.path.name)
-        old = list_checkpoints(self.save_dir)[:-self.keep_checkpoints]
+        exports = (
+            sorted(
+                (p for p in self.export_root.iterdir() if _ITER_RE.match(p.name)),
+                key=lambda p: _number(_ITER_RE, p.name),
+            )
+            if self.export_root.is_dir()
+            else []
+        )
+        _remove(p for p in exports[: -self.keep_exports] if p.name != served.path.name)
+        old = list_checkpoints(self.save_dir)[: -self.keep_checkpoints]
         _remove(c.path for c in old if c.iteration < served.iteration)
 
 

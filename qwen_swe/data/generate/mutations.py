@@ -15,8 +15,14 @@ from dataclasses import dataclass
 
 BINOP_SWAPS = {ast.Add: "-", ast.Sub: "+", ast.Mult: "//", ast.FloorDiv: "*", ast.Div: "//", ast.Mod: "//"}
 BINOP_TEXT = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Div: "/", ast.Mod: "%"}
-COMPARE_SWAPS = {ast.Lt: ("<", "<="), ast.LtE: ("<=", "<"), ast.Gt: (">", ">="), ast.GtE: (">=", ">"),
-                 ast.Eq: ("==", "!="), ast.NotEq: ("!=", "==")}
+COMPARE_SWAPS = {
+    ast.Lt: ("<", "<="),
+    ast.LtE: ("<=", "<"),
+    ast.Gt: (">", ">="),
+    ast.GtE: (">=", ">"),
+    ast.Eq: ("==", "!="),
+    ast.NotEq: ("!=", "=="),
+}
 DROPPABLE_METHODS = {"strip", "lstrip", "rstrip", "lower", "upper", "casefold", "title"}
 SIMPLE_ARGS = (ast.Name, ast.Constant, ast.Attribute, ast.Subscript)
 
@@ -61,8 +67,11 @@ def _docstring_lines(tree: ast.AST) -> set[int]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
-                    and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 lines.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
     return lines
 
@@ -76,17 +85,21 @@ Edit = Callable[[bytes], "bytes | None"]  # one source line (bytes: ast columns 
 
 def _swap_token(start: int | None, end: int | None, old: str, new: str) -> Edit:
     """Replace the operator ``old`` that is all there is (besides spaces) between columns ``start`` and ``end``."""
+
     def edit(line: bytes) -> bytes | None:
         gap = line[start:end].decode()
         return line[:start] + gap.replace(old, new, 1).encode() + line[end:] if gap.strip() == old else None
+
     return edit
 
 
 def _rewrite(start: int | None, end: int | None, new: Callable[[str, bytes], str | None]) -> Edit:
     """Replace columns ``start:end`` by ``new(segment, line)`` (None: no mutation here)."""
+
     def edit(line: bytes) -> bytes | None:
         text = new(line[start:end].decode(), line)
         return None if text is None else line[:start] + text.encode() + line[end:]
+
     return edit
 
 
@@ -107,23 +120,50 @@ def _swapped(a0: int | None, a1: int | None, b0: int | None, b1: int | None) -> 
 def _candidates(tree: ast.AST) -> Iterator[tuple[str, int, Edit]]:
     """(kind, line number, edit of that line) for every place an operator applies."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.BinOp) and type(node.op) in BINOP_SWAPS and _one_line(node) \
-                and node.left.end_lineno == node.lineno == node.right.lineno:
-            yield "binop_swap", node.lineno, _swap_token(node.left.end_col_offset, node.right.col_offset,
-                                                         BINOP_TEXT[type(node.op)], BINOP_SWAPS[type(node.op)])
-        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in COMPARE_SWAPS \
-                and _one_line(node):
-            yield "compare_swap", node.lineno, _swap_token(node.left.end_col_offset, node.comparators[0].col_offset,
-                                                           *COMPARE_SWAPS[type(node.ops[0])])
+        if (
+            isinstance(node, ast.BinOp)
+            and type(node.op) in BINOP_SWAPS
+            and _one_line(node)
+            and node.left.end_lineno == node.lineno == node.right.lineno
+        ):
+            yield (
+                "binop_swap",
+                node.lineno,
+                _swap_token(
+                    node.left.end_col_offset,
+                    node.right.col_offset,
+                    BINOP_TEXT[type(node.op)],
+                    BINOP_SWAPS[type(node.op)],
+                ),
+            )
+        if (
+            isinstance(node, ast.Compare)
+            and len(node.ops) == 1
+            and type(node.ops[0]) in COMPARE_SWAPS
+            and _one_line(node)
+        ):
+            yield (
+                "compare_swap",
+                node.lineno,
+                _swap_token(
+                    node.left.end_col_offset, node.comparators[0].col_offset, *COMPARE_SWAPS[type(node.ops[0])]
+                ),
+            )
         if isinstance(node, ast.BoolOp) and len(node.values) == 2 and _one_line(node):
             old, new = ("and", "or") if isinstance(node.op, ast.And) else ("or", "and")
-            yield "boolop_swap", node.lineno, _swap_token(node.values[0].end_col_offset, node.values[1].col_offset,
-                                                          old, new)
+            yield (
+                "boolop_swap",
+                node.lineno,
+                _swap_token(node.values[0].end_col_offset, node.values[1].col_offset, old, new),
+            )
         if isinstance(node, ast.Constant) and type(node.value) is int and _one_line(node):
             for value in (node.value + 1, node.value - 1):
                 if value >= 0:
-                    yield "off_by_one", node.lineno, _rewrite(node.col_offset, node.end_col_offset,
-                                                              _constant(str(value)))
+                    yield (
+                        "off_by_one",
+                        node.lineno,
+                        _rewrite(node.col_offset, node.end_col_offset, _constant(str(value))),
+                    )
         if isinstance(node, (ast.If, ast.While)) and _one_line(node.test):
             test = node.test
             if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
@@ -133,20 +173,45 @@ def _candidates(tree: ast.AST) -> Iterator[tuple[str, int, Edit]]:
             else:
                 invert = lambda seg, _l: f"not {seg}"  # noqa: E731
             yield "invert_condition", test.lineno, _rewrite(test.col_offset, test.end_col_offset, invert)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _one_line(node) \
-                and node.func.attr in DROPPABLE_METHODS and not node.args and not node.keywords \
-                and node.func.value.lineno == node.lineno:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and _one_line(node)
+            and node.func.attr in DROPPABLE_METHODS
+            and not node.args
+            and not node.keywords
+            and node.func.value.lineno == node.lineno
+        ):
             r = node.func.value
-            yield "drop_call", node.lineno, _rewrite(node.col_offset, node.end_col_offset,
-                                                     _columns(r.col_offset, r.end_col_offset))
-        if isinstance(node, ast.Call) and len(node.args) == 2 and not node.keywords and _one_line(node) \
-                and all(isinstance(a, SIMPLE_ARGS) for a in node.args):
+            yield (
+                "drop_call",
+                node.lineno,
+                _rewrite(node.col_offset, node.end_col_offset, _columns(r.col_offset, r.end_col_offset)),
+            )
+        if (
+            isinstance(node, ast.Call)
+            and len(node.args) == 2
+            and not node.keywords
+            and _one_line(node)
+            and all(isinstance(a, SIMPLE_ARGS) for a in node.args)
+        ):
             a, b = node.args
-            yield "swap_args", node.lineno, _rewrite(a.col_offset, b.end_col_offset,
-                                                     _swapped(a.col_offset, a.end_col_offset, b.col_offset,
-                                                              b.end_col_offset))
-        if isinstance(node, ast.If) and len(node.body) == 1 and isinstance(node.body[0], ast.Return) \
-                and _one_line(node.body[0]) and node.body[0].lineno != node.lineno:
+            yield (
+                "swap_args",
+                node.lineno,
+                _rewrite(
+                    a.col_offset,
+                    b.end_col_offset,
+                    _swapped(a.col_offset, a.end_col_offset, b.col_offset, b.end_col_offset),
+                ),
+            )
+        if (
+            isinstance(node, ast.If)
+            and len(node.body) == 1
+            and isinstance(node.body[0], ast.Return)
+            and _one_line(node.body[0])
+            and node.body[0].lineno != node.lineno
+        ):
             ret = node.body[0]
             yield "drop_return", ret.lineno, _rewrite(ret.col_offset, ret.end_col_offset, lambda _s, _l: "pass")
 

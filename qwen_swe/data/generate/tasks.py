@@ -51,8 +51,11 @@ def shipped_repos() -> list[Path]:
 
 def repo_files(folder: Path) -> tuple[list[str], list[str]]:
     """(source files to mutate, test files to run) of a repository folder, repository-relative."""
-    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.py")
-                   if not {"__pycache__", ".git", ".venv"} & set(p.relative_to(folder).parts))
+    files = sorted(
+        p.relative_to(folder).as_posix()
+        for p in folder.rglob("*.py")
+        if not {"__pycache__", ".git", ".venv"} & set(p.relative_to(folder).parts)
+    )
     tests = [f for f in files if is_test_path(f) and Path(f).name.startswith("test")]
     sources = [f for f in files if not is_test_path(f) and Path(f).name not in SKIP_FILES]
     if not tests:
@@ -72,17 +75,32 @@ def problem_statement(repo_name: str, verdict: Verdict, test_source: str = "") -
     exception raised there (as a reporter would paste it too); never the fix."""
     code, *errors = verdict.failure.splitlines() or [""]
     names = set(re.findall(r"[A-Za-z_]\w*", code))
-    imports = [line for line in test_source.splitlines() if line.startswith(("from ", "import "))
-               and names & set(re.findall(r"[A-Za-z_]\w*", line.split(" import ", 1)[-1]))]
+    imports = [
+        line
+        for line in test_source.splitlines()
+        if line.startswith(("from ", "import "))
+        and names & set(re.findall(r"[A-Za-z_]\w*", line.split(" import ", 1)[-1]))
+    ]
     shown = code if len(code) <= 70 else code[:67] + "..."
     others = len(verdict.fail_to_pass) - 1
-    text = [f"{repo_name}: `{shown}` fails", "", "This check fails on the current code:", "",
-            "```python", *imports, code, "```", ""]
+    text = [
+        f"{repo_name}: `{shown}` fails",
+        "",
+        "This check fails on the current code:",
+        "",
+        "```python",
+        *imports,
+        code,
+        "```",
+        "",
+    ]
     if errors:
         trace = ["Traceback (most recent call last):", *verdict.frames] if verdict.frames else []
         text += ["It fails with:", "", "```", *trace, *errors, "```", ""]
-    text.append("It should pass." + (f" {others} other check{'s' if others > 1 else ''} of the project fail "
-                                     "the same way." if others else ""))
+    text.append(
+        "It should pass."
+        + (f" {others} other check{'s' if others > 1 else ''} of the project fail the same way." if others else "")
+    )
     return "\n".join(text) + "\n"
 
 
@@ -114,16 +132,36 @@ def commit_bug(work: Path, mutation: Mutation, instance: str) -> str:
     return sha
 
 
-def build_row(repo_name: str, mutation: Mutation, verdict: Verdict, base: str, clean: str, image: str,
-              test_files: list[str], patch: str, test_source: str) -> dict[str, Any]:
+def build_row(
+    repo_name: str,
+    mutation: Mutation,
+    verdict: Verdict,
+    base: str,
+    clean: str,
+    image: str,
+    test_files: list[str],
+    patch: str,
+    test_source: str,
+) -> dict[str, Any]:
     return {
-        "repo": f"{OWNER}/{repo_name}", "instance_id": instance_id(repo_name, mutation), "base_commit": base,
-        "patch": patch, "test_patch": "", "problem_statement": problem_statement(repo_name, verdict, test_source),
-        "hints_text": "", "created_at": CREATED_AT, "version": VERSION,
-        "FAIL_TO_PASS": json.dumps(list(verdict.fail_to_pass)), "PASS_TO_PASS": json.dumps(list(verdict.pass_to_pass)),
-        "environment_setup_commit": clean, "difficulty": mutation.kind, "image": image,
-        "eval_script": eval_script(base, "", test_files), "log_parser": "parse_log_pytest",
-        "eval_type": "pass_and_fail", "bug_site": mutation.site,
+        "repo": f"{OWNER}/{repo_name}",
+        "instance_id": instance_id(repo_name, mutation),
+        "base_commit": base,
+        "patch": patch,
+        "test_patch": "",
+        "problem_statement": problem_statement(repo_name, verdict, test_source),
+        "hints_text": "",
+        "created_at": CREATED_AT,
+        "version": VERSION,
+        "FAIL_TO_PASS": json.dumps(list(verdict.fail_to_pass)),
+        "PASS_TO_PASS": json.dumps(list(verdict.pass_to_pass)),
+        "environment_setup_commit": clean,
+        "difficulty": mutation.kind,
+        "image": image,
+        "eval_script": eval_script(base, "", test_files),
+        "log_parser": "parse_log_pytest",
+        "eval_type": "pass_and_fail",
+        "bug_site": mutation.site,
     }
 
 
@@ -141,9 +179,17 @@ def passes_through(verdict: Verdict) -> bool:
     return any(where in frame for frame in verdict.frames)
 
 
-def generate(repos: Sequence[Path], seed: int, count: int, heldout_fraction: float, workdir: Path,
-             jobs: int = 2, log: Callable[[str], None] = print, localized: bool = False,
-             cache: Path | None = None) -> Generation:
+def generate(
+    repos: Sequence[Path],
+    seed: int,
+    count: int,
+    heldout_fraction: float,
+    workdir: Path,
+    jobs: int = 2,
+    log: Callable[[str], None] = print,
+    localized: bool = False,
+    cache: Path | None = None,
+) -> Generation:
     """Mutate, validate, split and commit: the tasks of every repository, ``count`` at most in all. ``localized``
     keeps only the bugs whose failure's traceback passes through the faulty line (the symptom points at it);
     ``cache`` is validate's verdict cache."""
@@ -160,8 +206,9 @@ def generate(repos: Sequence[Path], seed: int, count: int, heldout_fraction: flo
     with show(meter, "generate: judging mutations", unit="mutations"):
         for folder, mutations in mutations_of_repo.items():
             name = _repo_name(folder)
-            for verdict in validate(folder, mutations, test_files_of[name], jobs=jobs, log=log, cache=cache,
-                                    judged=meter.advance):
+            for verdict in validate(
+                folder, mutations, test_files_of[name], jobs=jobs, log=log, cache=cache, judged=meter.advance
+            ):
                 if not verdict.reject and localized and not passes_through(verdict):
                     verdict = replace(verdict, reject=NOT_LOCALIZED)
                 if verdict.reject:
@@ -175,8 +222,14 @@ def generate(repos: Sequence[Path], seed: int, count: int, heldout_fraction: flo
     return _commit_all(chosen, heldout, rejects, test_files_of, {_repo_name(f): f for f in repos}, workdir)
 
 
-def _commit_all(chosen: list[tuple[str, Verdict]], heldout: set[str], rejects: dict[str, int],
-                test_files_of: dict[str, list[str]], folders: dict[str, Path], workdir: Path) -> Generation:
+def _commit_all(
+    chosen: list[tuple[str, Verdict]],
+    heldout: set[str],
+    rejects: dict[str, int],
+    test_files_of: dict[str, list[str]],
+    folders: dict[str, Path],
+    workdir: Path,
+) -> Generation:
     tasks: list[Task] = []
     testbeds: dict[str, Path] = {}
     images: dict[str, str] = {}
@@ -191,8 +244,9 @@ def _commit_all(chosen: list[tuple[str, Verdict]], heldout: set[str], rejects: d
         for verdict, base in zip(mine, bases):
             patch = git(work, "diff", "--no-color", "--no-ext-diff", base, clean, "--", verdict.mutation.path)
             test_source = (folders[name] / verdict.fail_to_pass[0].split("::")[0]).read_text()
-            row = build_row(name, verdict.mutation, verdict, base, clean, image, test_files_of[name], patch,
-                            test_source)
+            row = build_row(
+                name, verdict.mutation, verdict, base, clean, image, test_files_of[name], patch, test_source
+            )
             split = "heldout" if f"{name}/{verdict.mutation.site}" in heldout else "train"
             tasks.append(Task(row, verdict.mutation, split))
     tasks.sort(key=lambda t: t.row["instance_id"])

@@ -96,8 +96,10 @@ def baseline(repo: Path, test_files: list[str]) -> dict[str, str]:
     if not statuses:
         raise TaskPackError(f"pytest found no tests in {', '.join(test_files)} of {repo}:\n{log[-1500:]}")
     if broken:
-        raise TaskPackError(f"the clean repository {repo.name} fails tests ({', '.join(broken[:5])}): "
-                            "generate tasks only from a repository whose tests pass")
+        raise TaskPackError(
+            f"the clean repository {repo.name} fails tests ({', '.join(broken[:5])}): "
+            "generate tasks only from a repository whose tests pass"
+        )
     return statuses
 
 
@@ -131,17 +133,32 @@ def cache_key(source_repo: Path, mutations: list[Mutation], test_files: list[str
 def _load(path: Path, mutations: list[Mutation]) -> list[Verdict] | None:
     try:
         rows = json.loads(path.read_text())
-        verdicts = [Verdict(**{**r, "mutation": Mutation(**r["mutation"]), "fail_to_pass": tuple(r["fail_to_pass"]),
-                               "pass_to_pass": tuple(r["pass_to_pass"]), "frames": tuple(r["frames"])})
-                    for r in rows]
+        verdicts = [
+            Verdict(
+                **{
+                    **r,
+                    "mutation": Mutation(**r["mutation"]),
+                    "fail_to_pass": tuple(r["fail_to_pass"]),
+                    "pass_to_pass": tuple(r["pass_to_pass"]),
+                    "frames": tuple(r["frames"]),
+                }
+            )
+            for r in rows
+        ]
     except (OSError, ValueError, TypeError, KeyError):
         return None  # absent or unreadable: judge again
     return verdicts if [v.mutation for v in verdicts] == mutations else None
 
 
-def validate(source_repo: Path, mutations: Iterable[Mutation], test_files: list[str], jobs: int = 2,
-             log: Callable[[str], None] = lambda _: None, cache: Path | None = None,
-             judged: Callable[[int], None] = lambda _: None) -> list[Verdict]:
+def validate(
+    source_repo: Path,
+    mutations: Iterable[Mutation],
+    test_files: list[str],
+    jobs: int = 2,
+    log: Callable[[str], None] = lambda _: None,
+    cache: Path | None = None,
+    judged: Callable[[int], None] = lambda _: None,
+) -> list[Verdict]:
     """Judge every mutation of one repository (``jobs`` pytest runs at a time), in input order; with ``cache``,
     reuse the verdicts an earlier run judged from the same inputs, and keep new ones there. ``judged(n)`` is told
     as verdicts are reached, for the progress display."""
@@ -149,8 +166,10 @@ def validate(source_repo: Path, mutations: Iterable[Mutation], test_files: list[
     stored = cache / f"{source_repo.name}-{cache_key(source_repo, mutations, test_files)}.json" if cache else None
     if stored and (verdicts := _load(stored, mutations)) is not None:
         judged(len(verdicts))
-        log(f"{source_repo.name}: {sum(not v.reject for v in verdicts)}/{len(verdicts)} mutations break a test "
-            f"(verdicts reused from {stored})")
+        log(
+            f"{source_repo.name}: {sum(not v.reject for v in verdicts)}/{len(verdicts)} mutations break a test "
+            f"(verdicts reused from {stored})"
+        )
         return verdicts
     verdicts = _judge_all(source_repo, mutations, test_files, jobs, judged)
     log(f"{source_repo.name}: {sum(not v.reject for v in verdicts)}/{len(verdicts)} mutations break a test")
@@ -164,8 +183,9 @@ def validate(source_repo: Path, mutations: Iterable[Mutation], test_files: list[
     return verdicts
 
 
-def _judge_all(source_repo: Path, mutations: list[Mutation], test_files: list[str], jobs: int,
-               judged: Callable[[int], None]) -> list[Verdict]:
+def _judge_all(
+    source_repo: Path, mutations: list[Mutation], test_files: list[str], jobs: int, judged: Callable[[int], None]
+) -> list[Verdict]:
     with tempfile.TemporaryDirectory(prefix="qwen-swe-gen-") as tmp:
         copies = []
         for i in range(max(1, jobs)):

@@ -15,9 +15,12 @@ from qwen_swe.data.taskpack import REPOS_DIR
 from qwen_swe.errors import TaskPackError
 
 IDENTITY = {
-    "GIT_AUTHOR_NAME": "qwen-swe", "GIT_AUTHOR_EMAIL": "tasks@qwen-swe.invalid",
-    "GIT_COMMITTER_NAME": "qwen-swe", "GIT_COMMITTER_EMAIL": "tasks@qwen-swe.invalid",
-    "GIT_AUTHOR_DATE": "2025-01-01T00:00:00+0000", "GIT_COMMITTER_DATE": "2025-01-01T00:00:00+0000",
+    "GIT_AUTHOR_NAME": "qwen-swe",
+    "GIT_AUTHOR_EMAIL": "tasks@qwen-swe.invalid",
+    "GIT_COMMITTER_NAME": "qwen-swe",
+    "GIT_COMMITTER_EMAIL": "tasks@qwen-swe.invalid",
+    "GIT_AUTHOR_DATE": "2025-01-01T00:00:00+0000",
+    "GIT_COMMITTER_DATE": "2025-01-01T00:00:00+0000",
 }
 BRANCH = "main"
 IGNORED = {"__pycache__", ".pytest_cache", ".git"}
@@ -26,13 +29,28 @@ GIT_TIMEOUT = 60
 
 def git(repo: Path, *args: str, stdin: str | None = None) -> str:
     """Run git in ``repo`` with a clean, fixed configuration (no user or system config leaks in)."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(repo), "LC_ALL": "C",
-           "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, **IDENTITY}
-    cmd = ["git", "-c", "core.autocrlf=false", "-c", "core.fileMode=true", "-c", "init.defaultBranch=" + BRANCH,
-           "-c", "commit.gpgSign=false", *args]
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(repo),
+        "LC_ALL": "C",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        **IDENTITY,
+    }
+    cmd = [
+        "git",
+        "-c",
+        "core.autocrlf=false",
+        "-c",
+        "core.fileMode=true",
+        "-c",
+        "init.defaultBranch=" + BRANCH,
+        "-c",
+        "commit.gpgSign=false",
+        *args,
+    ]
     try:
-        proc = subprocess.run(cmd, cwd=repo, env=env, input=stdin, capture_output=True, text=True,
-                              timeout=GIT_TIMEOUT)
+        proc = subprocess.run(cmd, cwd=repo, env=env, input=stdin, capture_output=True, text=True, timeout=GIT_TIMEOUT)
     except subprocess.TimeoutExpired:
         raise TaskPackError(f"git {' '.join(args)} timed out in {repo}") from None
     if proc.returncode != 0:
@@ -42,8 +60,11 @@ def git(repo: Path, *args: str, stdin: str | None = None) -> str:
 
 def tree_files(src: Path) -> list[Path]:
     """A source tree's files, not its caches or git folder, sorted."""
-    return [path for path in sorted(src.rglob("*")) if path.is_file() and path.suffix != ".pyc"
-            and not IGNORED.intersection(path.relative_to(src).parts)]
+    return [
+        path
+        for path in sorted(src.rglob("*"))
+        if path.is_file() and path.suffix != ".pyc" and not IGNORED.intersection(path.relative_to(src).parts)
+    ]
 
 
 def copy_files(src: Path, dest: Path) -> list[str]:

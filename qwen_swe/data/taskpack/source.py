@@ -69,9 +69,19 @@ def load_sources(src_dir: Path = SRC_DIR) -> list[TaskSource]:
         for sub in ("gold", "test"):
             if not (folder / sub).is_dir():
                 raise TaskPackError(f"{folder.name}: missing {sub}/ with the changed files")
-        sources.append(TaskSource(folder.name, repo, meta["created_at"], meta.get("kind", ""),
-                                  meta.get("difficulty", ""), tuple(meta["FAIL_TO_PASS"]),
-                                  tuple(meta.get("PASS_TO_PASS", [])), problem, folder))
+        sources.append(
+            TaskSource(
+                folder.name,
+                repo,
+                meta["created_at"],
+                meta.get("kind", ""),
+                meta.get("difficulty", ""),
+                tuple(meta["FAIL_TO_PASS"]),
+                tuple(meta.get("PASS_TO_PASS", [])),
+                problem,
+                folder,
+            )
+        )
     if not sources:
         raise TaskPackError(f"no task folders under {src_dir}")
     return sources
@@ -128,12 +138,15 @@ def build_row(task: TaskSource, base_commit: str) -> dict[str, Any]:
     test_files = patch_files(test_patch)
     wrong = [p for p in patch_files(patch) if is_test_path(p)] + [p for p in test_files if not is_test_path(p)]
     if wrong:
-        raise TaskPackError(f"{task.instance_id}: gold/ must hold source files and test/ test files; misplaced: "
-                            f"{', '.join(wrong)}")
+        raise TaskPackError(
+            f"{task.instance_id}: gold/ must hold source files and test/ test files; misplaced: {', '.join(wrong)}"
+        )
     for test in task.fail_to_pass + task.pass_to_pass:
         if test.split("::", 1)[0] not in test_files:
-            raise TaskPackError(f"{task.instance_id}: {test} is not in a file the test patch touches "
-                                f"({', '.join(test_files)}), so the eval script would not run it")
+            raise TaskPackError(
+                f"{task.instance_id}: {test} is not in a file the test patch touches "
+                f"({', '.join(test_files)}), so the eval script would not run it"
+            )
     return {
         "repo": task.repo,
         "instance_id": task.instance_id,
