@@ -12,8 +12,13 @@ from qwen_swe.paths import PACKAGE_DIR, REPO_ROOT
 ENTRY_DIR = REPO_ROOT / "examples" / "qwen_swe"
 TASK_DATA = (PACKAGE_DIR / "data" / "taskpack" / "src", PACKAGE_DIR / "data" / "taskpack" / "repos")
 # the run's orchestration, and the console command (qwen_swe/cli) that fronts it: called by entry points only
-ENTRY_MODULES = {"qwen_swe.run", "qwen_swe.cli.commands", "qwen_swe.cli.main", "qwen_swe.cli.__main__",
-                 "qwen_swe.cli.reference"}  # the CLI page, rendered from the commands
+ENTRY_MODULES = {
+    "qwen_swe.run",
+    "qwen_swe.cli.commands",
+    "qwen_swe.cli.main",
+    "qwen_swe.cli.__main__",
+    "qwen_swe.cli.reference",
+}  # the CLI page, rendered from the commands
 LATE_OK = "# late:"  # a function-level import of ours must say why on its line
 
 
@@ -77,7 +82,7 @@ def test_no_import_cycles():
         stack.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == "open":
-                cycles.append(stack[stack.index(nxt):] + [nxt])
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 dfs(nxt)
         stack.pop()
@@ -90,10 +95,13 @@ def test_no_import_cycles():
 
 
 def test_no_library_module_imports_an_entry_point():
-    bad = [f"{MODULES[name].relative_to(REPO_ROOT)}:{line}: {imported}"
-           for name in MODULES if name not in ENTRY_MODULES
-           for imported, line, _, _ in _imports(MODULES[name])
-           if imported.startswith("examples") or _resolve(imported) in ENTRY_MODULES]
+    bad = [
+        f"{MODULES[name].relative_to(REPO_ROOT)}:{line}: {imported}"
+        for name in MODULES
+        if name not in ENTRY_MODULES
+        for imported, line, _, _ in _imports(MODULES[name])
+        if imported.startswith("examples") or _resolve(imported) in ENTRY_MODULES
+    ]
     assert not bad, "library modules importing entry points:\n" + "\n".join(bad)
 
 
@@ -108,18 +116,26 @@ def test_no_module_of_ours_is_loaded_by_a_string():
             first = node.args[0]
             ours = isinstance(first, ast.Constant) and str(first.value).startswith(("qwen_swe", "examples"))
             dynamic = func in ("import_module", "__import__") and not isinstance(first, ast.Constant)
-            if func in ("import_module", "__import__", "find_spec") and (ours or dynamic) \
-                    and LATE_OK not in lines[node.lineno - 1]:
+            if (
+                func in ("import_module", "__import__", "find_spec")
+                and (ours or dynamic)
+                and LATE_OK not in lines[node.lineno - 1]
+            ):
                 bad.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
     assert not bad, "modules loaded by a string:\n" + "\n".join(bad)
 
 
 def test_our_imports_are_at_the_top_of_the_module():
-    late = [f"{MODULES[name].relative_to(REPO_ROOT)}:{line}: {text.strip()}"
-            for name in MODULES for imported, line, in_function, text in _imports(MODULES[name])
-            if in_function and LATE_OK not in text]
-    assert not late, ("function-level imports of our own modules (move them up, or say why with "
-                      f"'{LATE_OK} ...' on the line):\n" + "\n".join(late))
+    late = [
+        f"{MODULES[name].relative_to(REPO_ROOT)}:{line}: {text.strip()}"
+        for name in MODULES
+        for imported, line, in_function, text in _imports(MODULES[name])
+        if in_function and LATE_OK not in text
+    ]
+    assert not late, (
+        "function-level imports of our own modules (move them up, or say why with "
+        f"'{LATE_OK} ...' on the line):\n" + "\n".join(late)
+    )
 
 
 def test_the_seed_entry_points_stay_thin():
@@ -132,9 +148,19 @@ def test_the_seed_entry_points_stay_thin():
 
 # --- the seams (issue 37): one typed rollout contract, its record, no test code in the library, small modules ---
 
-SEAM = ("rollout/contract.py", "rollout/driver.py", "rollout/replay.py", "warmstart/demos.py", "train/trainer.py",
-        "train/publish.py", "train/offpolicy.py", "data/sample.py")
-MAX_MODULE_LINES = 400
+SEAM = (
+    "rollout/contract.py",
+    "rollout/driver.py",
+    "rollout/replay.py",
+    "warmstart/demos.py",
+    "train/trainer.py",
+    "train/publish.py",
+    "train/offpolicy.py",
+    "data/sample.py",
+)
+# 400 in the hand-wrapped style the rule was set in; ruff format's one-argument-per-line layout makes a module
+# 14-19% longer (traffic/proxy.py: 406 -> 483 lines), so the same rule is 500 lines now
+MAX_MODULE_LINES = 500
 
 
 def test_the_rollout_contract_needs_no_type_ignore():
@@ -155,12 +181,17 @@ def test_what_a_rollout_records_goes_through_the_run_record():
             if isinstance(node, (ast.Assign, ast.AugAssign)):
                 for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                     item = isinstance(target, ast.Subscript) and _is_metadata(target.value)
-                    whole = _is_metadata(target) and not (isinstance(node.value, ast.Call)
-                                                          and getattr(node.value.func, "id", "") == "attempt_row")
+                    whole = _is_metadata(target) and not (
+                        isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") == "attempt_row"
+                    )
                     if item or whole:
                         bad.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {ast.unparse(node)[:90]}")
-            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _is_metadata(node.func.value)
-                  and node.func.attr in ("update", "setdefault", "pop", "clear", "__setitem__")):
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and _is_metadata(node.func.value)
+                and node.func.attr in ("update", "setdefault", "pop", "clear", "__setitem__")
+            ):
                 bad.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {ast.unparse(node)[:90]}")
     assert not bad, "metadata written around RunRecord (use qwen_swe.data.sample.stamp):\n" + "\n".join(bad)
 
@@ -172,8 +203,12 @@ def _is_metadata(node: ast.AST) -> bool:
 def test_the_library_carries_no_test_hooks():
     """No library module imports from tests/ or benchmarks/; the trainer takes a test's rollout source as a Python
     argument (tests/fake_trainer.py), never as a ``--driver module:function`` flag."""
-    bad = [f"{path.relative_to(REPO_ROOT)}:{line}: {module}" for path in MODULES.values()
-           for module, line in _all_imports(path) if module.split(".")[0] in ("tests", "benchmarks")]
+    bad = [
+        f"{path.relative_to(REPO_ROOT)}:{line}: {module}"
+        for path in MODULES.values()
+        for module, line in _all_imports(path)
+        if module.split(".")[0] in ("tests", "benchmarks")
+    ]
     bad += [f"{path.relative_to(REPO_ROOT)}: --driver" for path in MODULES.values() if "--driver" in path.read_text()]
     assert not bad, "test-only code paths in the library (put them under tests/):\n" + "\n".join(bad)
 
@@ -183,14 +218,20 @@ def test_tests_and_benchmarks_import_no_private_names_of_each_other():
     for path in sorted([*(REPO_ROOT / "tests").rglob("*.py"), *(REPO_ROOT / "benchmarks").glob("*.py")]):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("tests", "benchmarks")):
-                bad += [f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {node.module}.{a.name}"
-                        for a in node.names if a.name.startswith("_")]
+                bad += [
+                    f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {node.module}.{a.name}"
+                    for a in node.names
+                    if a.name.startswith("_")
+                ]
     assert not bad, "private helpers imported across test/benchmark files (give them a shared home):\n" + "\n".join(bad)
 
 
 def test_no_module_is_over_the_size_limit():
-    big = {str(p.relative_to(REPO_ROOT)): n for p in MODULES.values()
-           if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    big = {
+        str(p.relative_to(REPO_ROOT)): n
+        for p in MODULES.values()
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
     assert not big, f"modules over {MAX_MODULE_LINES} lines (split them by job): {big}"
 
 
@@ -211,9 +252,12 @@ def test_docker_is_imported_only_where_containers_are_made():
     build drives a Docker client it is given, through ``qwen_swe.sandbox.docker_host``'s helpers, never by importing
     docker itself."""
     allowed = ("sandbox/",)
-    bad = [str(path.relative_to(REPO_ROOT)) for path in MODULES.values()
-           if any(m == "docker" or m.startswith("docker.") for m, _ in _all_imports(path))
-           and not str(path.relative_to(PACKAGE_DIR)).startswith(allowed)]
+    bad = [
+        str(path.relative_to(REPO_ROOT))
+        for path in MODULES.values()
+        if any(m == "docker" or m.startswith("docker.") for m, _ in _all_imports(path))
+        and not str(path.relative_to(PACKAGE_DIR)).startswith(allowed)
+    ]
     assert not bad, f"modules importing docker outside the sandbox: {bad}"
 
 
