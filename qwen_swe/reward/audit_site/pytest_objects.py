@@ -104,32 +104,44 @@ def checks(origin, finding, watch, modules, get_objects, root, added):
                 watch(node, "add_marker", "marks a test", deep=True)  # the patch's code marking a test
                 node.add_marker = add_marker(node.add_marker)  # marks added through pytest's API are known
 
+    def relays(manager, kind):
+        """The manager's relay and those its plugins keep (pytest's config.hook, a proxy with its own cache)."""
+        return [manager.hook] + [getattr(p, "__dict__", {}).get("hook") for p in kind.get_plugins(manager)]
+
     def hooks(manager, kind, gone, only=None):
         """Check the hook table (``only``: these hooks); ``gone`` collects implementations taken out (None: skip)."""
-        relays = [manager.hook] + [getattr(p, "__dict__", {}).get("hook") for p in kind.get_plugins(manager)]
-        for name, caller in [e for relay in relays for e in list(getattr(relay, "__dict__", {}).items())]:
-            if only is not None and name not in only:
-                continue
-            source = origin(caller)
+        for relay in relays(manager, kind):
+            space = getattr(relay, "__dict__", {})
+            names = [n for n in only if n in space] if only is not None else list(space)
+            for name in names:
+                caller(manager, kind, gone, name, space.get(name))
+
+    def foreign(value):
+        """``origin`` of a value whose class is not pluggy's or pytest's own (theirs hold no patch code unless the
+        namespace watchdog sees it; walking their methods for every hook at every test costs milliseconds)."""
+        return None if getattr(type(value), "__module__", "").startswith(("pluggy", "_pytest")) else origin(value)
+
+    def caller(manager, kind, gone, name, hook):
+        source = foreign(hook)
+        if source:
+            finding("replaces the test runner's hook %s" % name, source)
+        if source or not hasattr(type(hook), "get_hookimpls"):
+            return
+        impls = {id(impl): impl for impl in type(hook).get_hookimpls(hook)}
+        for impl in impls.values():
+            function = getattr(impl, "function", None)
+            source = foreign(impl) or origin(function)
             if source:
-                finding("replaces the test runner's hook %s" % name, source)
-            if source or not hasattr(type(caller), "get_hookimpls"):
-                continue
-            impls = {id(impl): impl for impl in type(caller).get_hookimpls(caller)}
-            for impl in impls.values():
-                function = getattr(impl, "function", None)
-                source = origin(impl) or origin(function)
-                if source:
-                    finding("adds the patch's code to the test runner's hook %s" % name, source)
-                elif type(getattr(function, "__func__", function)) is not FunctionType:  # plugins are Python
-                    finding("makes the test runner's hook %s call %r" % (name, function), "the hook table")
-            key = (id(manager), name)
-            for ident, impl in impls_seen.get(key, {}).items() if gone is not None else ():
-                if ident not in impls and kind.is_registered(manager, getattr(impl, "plugin", None)):
-                    gone[(key, ident)] = impls[ident] = impl  # a finding if still gone at the next check:
-                    # pluggy's own unregister takes a plugin out of one hook at a time
-            if gone is not None:
-                impls_seen[key] = impls
+                finding("adds the patch's code to the test runner's hook %s" % name, source)
+            elif type(getattr(function, "__func__", function)) is not FunctionType:  # plugins are Python
+                finding("makes the test runner's hook %s call %r" % (name, function), "the hook table")
+        key = (id(manager), name)
+        for ident, impl in impls_seen.get(key, {}).items() if gone is not None else ():
+            if ident not in impls and kind.is_registered(manager, getattr(impl, "plugin", None)):
+                gone[(key, ident)] = impls[ident] = impl  # a finding if still gone at the next check:
+                # pluggy's own unregister takes a plugin out of one hook at a time
+        if gone is not None:
+            impls_seen[key] = impls
 
     def items(manager, kind):
         for item in list(getattr(kind.get_plugin(manager, "session"), "items", None) or ()):
