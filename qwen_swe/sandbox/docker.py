@@ -40,7 +40,6 @@ from qwen_swe.errors import SandboxError
 from qwen_swe.paths import TESTBED
 from qwen_swe.sandbox.base import ExecResult, Sandbox
 from qwen_swe.sandbox.docker_host import ENGINE_ERRORS, LABEL, docker_client, ensure_image, image_for, labels_for
-from qwen_swe.sandbox.docker_host import reap as reap  # tests/integration/test_reward_hacking.py's import
 from qwen_swe.sandbox.settings import SandboxSettings
 from qwen_swe.sandbox.shell import CHECKOUT_BASE, EXEC_WRAPPER, HIDE_FUTURE, KILL_GROUP, CappedOutput, sh
 

@@ -23,7 +23,7 @@ from qwen_swe.paths import TASK_PACK
 from qwen_swe.reward import tamper
 from qwen_swe.reward.harness import Grade, grade_async
 from qwen_swe.reward.settings import RewardSettings
-from qwen_swe.sandbox.docker import reap
+from qwen_swe.sandbox.docker_host import reap
 from qwen_swe.sandbox.settings import SandboxSettings
 from tests.task_pack import BUILD_HINT, missing, require_images
 
