@@ -68,6 +68,12 @@ def _pids_current(container_id: str) -> Path | None:
     return None
 
 
+def _at_most(counter: Path, n: int) -> int | None:
+    """The counter's value if it is at most ``n``, else None."""
+    value = int(counter.read_text())
+    return value if value <= n else None
+
+
 def test_a_fork_bomb_stays_inside_the_pids_limit(image, run_id):
     """The bomb stays within the container's pids limit; the host keeps forking all along; the exec ends by its timeout
     (the agent's outcome is then ``timeout``, graded): a kill from inside cannot start in a container at its limit,
@@ -89,8 +95,10 @@ def test_a_fork_bomb_stays_inside_the_pids_limit(image, run_id):
                     peak = max(peak, int(counter.read_text()))
                 host_ok = host_ok and await asyncio.to_thread(_host_still_forks)
                 await asyncio.sleep(0.5)
+            # the killed processes leave the pids counter as the container's init reaps them: on busy cores that
+            # takes a while, and until then a new exec may find no pid free
+            left = -1 if counter is None else await _eventually(lambda: _at_most(counter, 4), timeout=120)
             after = await box.exec("cat /testbed/kept.txt", timeout=60)
-            left = int(counter.read_text()) if counter is not None else -1
             return await bomb, int(attrs["HostConfig"]["PidsLimit"]), peak, host_ok, after, left
 
     t0 = time.monotonic()
@@ -106,7 +114,7 @@ def test_a_fork_bomb_stays_inside_the_pids_limit(image, run_id):
     assert bomb.seconds < 20 + 3 * KILL_GRACE + RESTART_GRACE
     assert 0 < limit <= PIDS_LIMIT and peak <= limit
     assert after.exit_code == 0 and after.output == "the agent's edit\n", after  # the files stayed, the bomb did not
-    assert left <= 4  # init and `sleep infinity` again (-1: no counter readable on this host)
+    assert left is not None and left <= 4  # init and `sleep infinity` again (-1: no counter readable on this host)
     assert host_ok and _host_still_forks()
 
 
