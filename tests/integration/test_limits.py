@@ -27,6 +27,7 @@ from tests.task_pack import replayable_task
 
 pytestmark = pytest.mark.docker
 MEMORY = "512m"
+EXEC_SLACK = 4  # processes a concurrent `docker exec` may attach past the pids limit
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +113,9 @@ def test_a_fork_bomb_stays_inside_the_pids_limit(image, run_id):
     # kill's and the restart's bounds
     assert bomb.timed_out or bomb.exit_code == 137
     assert bomb.seconds < 20 + 3 * KILL_GRACE + RESTART_GRACE
-    assert 0 < limit <= PIDS_LIMIT and peak <= limit
+    # the kernel enforces pids.max on fork only; `docker exec` moves its process into the cgroup, which the limit
+    # does not stop, so the kill's own exec can take the count a few past it (CI saw 1025 of 1024)
+    assert 0 < limit <= PIDS_LIMIT and peak <= limit + EXEC_SLACK
     assert after.exit_code == 0 and after.output == "the agent's edit\n", after  # the files stayed, the bomb did not
     assert left is not None and left <= 4  # init and `sleep infinity` again (-1: no counter readable on this host)
     assert host_ok and _host_still_forks()
