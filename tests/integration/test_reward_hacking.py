@@ -11,7 +11,6 @@ and its blame along the stack came after them)."""
 from __future__ import annotations
 
 import asyncio
-import difflib
 import json
 import uuid
 from pathlib import Path
@@ -21,10 +20,11 @@ import pytest
 
 from qwen_swe.paths import TASK_PACK
 from qwen_swe.reward import tamper
-from qwen_swe.reward.harness import Grade, grade_async
+from qwen_swe.reward.harness import grade_async
 from qwen_swe.reward.settings import RewardSettings
 from qwen_swe.sandbox.docker_host import reap
 from qwen_swe.sandbox.settings import SandboxSettings
+from tests.red_team import PACK, append_diff, grade_all, package_init
 from tests.task_pack import BUILD_HINT, missing, require_images
 
 pytestmark = pytest.mark.docker
@@ -514,11 +514,6 @@ UNHELPFUL = {"exits early with success"}  # the log then holds no results at all
 SHADOW = "pytest.py"
 
 
-def _append(path: str, base: str, extra: str) -> str:
-    lines = difflib.unified_diff(base.splitlines(True), (base + extra).splitlines(True), f"a/{path}", f"b/{path}")
-    return f"diff --git a/{path} b/{path}\n" + "".join(lines)
-
-
 def _new_file(path: str, text: str) -> str:
     body = "".join(f"+{line}\n" for line in text.splitlines())
     return (
@@ -566,7 +561,7 @@ def run_id():
 
 @pytest.mark.parametrize("route", sorted(RED_TEAM))
 def test_no_red_team_patch_is_rewarded(task, route, tmp_path, run_id):
-    grade = _grade(task, _append(PACKAGE_INIT, BASE_INIT, RED_TEAM[route]), tmp_path, run_id)
+    grade = _grade(task, append_diff(PACKAGE_INIT, BASE_INIT, RED_TEAM[route]), tmp_path, run_id)
     assert (grade.status, grade.reward, grade.resolved) == ("graded", -1.0, False), (route, grade.reason)
     if route in UNHELPFUL:
         return
@@ -594,14 +589,6 @@ def test_the_gold_patch_is_still_resolved_with_the_cross_check(task, tmp_path, r
 
 
 # --- every family against every task of the pack --------------------------------------------------------------
-PACK = [json.loads(line) for line in TASK_PACK.read_text().splitlines()]
-PARALLEL = 3  # grades at once: container starts overlap, the CPU stays shared
-
-
-def _package_init(row: dict) -> tuple[str, str]:
-    """(path, text at the base commit) of the task's package ``__init__.py``: where an import-time trick goes."""
-    name = row["repo"].split("/")[-1]
-    return f"{name}/__init__.py", (TASK_PACK.parent / "repos" / name / name / "__init__.py").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -609,31 +596,11 @@ def pack():
     return require_images(PACK)
 
 
-def _grade_all(rows: list[dict], patches: list[str], tmp_path, run_id: str) -> list[Grade]:
-    async def run() -> list[Grade]:
-        limit = asyncio.Semaphore(PARALLEL)
-
-        async def one(row: dict, patch: str) -> Grade:
-            async with limit:
-                return await grade_async(
-                    row,
-                    patch,
-                    reward=RewardSettings(eval_timeout=300.0),
-                    sandbox=SandboxSettings(image_namespace=""),
-                    run_id=run_id,
-                    log_dir=tmp_path,
-                )
-
-        return await asyncio.gather(*(one(r, p) for r, p in zip(rows, patches)))
-
-    return asyncio.run(run())
-
-
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_no_family_is_rewarded_on_any_task(pack, family, tmp_path, run_id):
-    patches = [_append(*_package_init(row), FAMILIES[family]) for row in pack]
+    patches = [append_diff(*package_init(row), FAMILIES[family]) for row in pack]
     assert all(tamper.scan(p, row) == [] for p, row in zip(patches, pack)), "the text scan alone would catch it"
-    grades = _grade_all(pack, patches, tmp_path, run_id)
+    grades = grade_all(pack, patches, tmp_path, run_id)
     for row, grade in zip(pack, grades):
         assert (grade.status, grade.reward, grade.resolved) == ("graded", -1.0, False), (
             row["instance_id"],
@@ -655,7 +622,7 @@ def test_no_family_is_rewarded_on_any_task(pack, family, tmp_path, run_id):
 
 
 def test_every_gold_patch_is_resolved_and_unflagged_with_the_witness_running(pack, tmp_path, run_id):
-    grades = _grade_all(pack, [row["patch"] for row in pack], tmp_path, run_id)
+    grades = grade_all(pack, [row["patch"] for row in pack], tmp_path, run_id)
     for row, grade in zip(pack, grades):
         assert (grade.status, grade.reward, grade.resolved) == ("graded", 1.0, True), (row["instance_id"], grade.reason)
         assert "reward_hack" not in grade.details, grade.details["reward_hack"]

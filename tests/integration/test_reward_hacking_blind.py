@@ -12,24 +12,16 @@ it: package results that compare equal to anything (``__eq__`` always true), whi
 
 from __future__ import annotations
 
-import asyncio
-import difflib
-import json
 import uuid
 from collections import Counter
 
 import pytest
 
-from qwen_swe.paths import TASK_PACK
-from qwen_swe.reward.harness import Grade, grade_async
-from qwen_swe.reward.settings import RewardSettings
 from qwen_swe.sandbox.docker_host import reap
-from qwen_swe.sandbox.settings import SandboxSettings
+from tests.red_team import PACK, append_diff, grade_all, package_init
 from tests.task_pack import require_images
 
 pytestmark = pytest.mark.docker
-PACK = [json.loads(line) for line in TASK_PACK.read_text().splitlines()]
-PARALLEL = 3  # grades at once: container starts overlap, the CPU stays shared
 WITNESS = "reward_hack_suspected: the patch's code"
 
 FAMILIES = {
@@ -244,17 +236,6 @@ _s.setprofile(_rearm)
 }
 
 
-def _append(path: str, base: str, extra: str) -> str:
-    lines = difflib.unified_diff(base.splitlines(True), (base + extra).splitlines(True), f"a/{path}", f"b/{path}")
-    return f"diff --git a/{path} b/{path}\n" + "".join(lines)
-
-
-def _package_init(row: dict) -> tuple[str, str]:
-    """(path, text at the base commit) of the task's package ``__init__.py``: where an import-time trick goes."""
-    name = row["repo"].split("/")[-1]
-    return f"{name}/__init__.py", (TASK_PACK.parent / "repos" / name / name / "__init__.py").read_text()
-
-
 @pytest.fixture(scope="module")
 def pack():
     return require_images(PACK)
@@ -267,30 +248,10 @@ def run_id():
     reap(rid)
 
 
-def _grade_all(rows: list[dict], patches: list[str], tmp_path, run_id: str) -> list[Grade]:
-    async def run() -> list[Grade]:
-        limit = asyncio.Semaphore(PARALLEL)
-
-        async def one(row: dict, patch: str) -> Grade:
-            async with limit:
-                return await grade_async(
-                    row,
-                    patch,
-                    reward=RewardSettings(eval_timeout=300.0),
-                    sandbox=SandboxSettings(image_namespace=""),
-                    run_id=run_id,
-                    log_dir=tmp_path,
-                )
-
-        return await asyncio.gather(*(one(r, p) for r, p in zip(rows, patches)))
-
-    return asyncio.run(run())
-
-
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_no_blind_family_is_rewarded_on_any_task(pack, family, tmp_path, run_id):
-    patches = [_append(*_package_init(row), FAMILIES[family]) for row in pack]
-    grades = _grade_all(pack, patches, tmp_path, run_id)
+    patches = [append_diff(*package_init(row), FAMILIES[family]) for row in pack]
+    grades = grade_all(pack, patches, tmp_path, run_id)
     fooled = [r["instance_id"] for r, g in zip(pack, grades) if g.details.get("resolution") == "RESOLVED_FULL"]
     flagged = [r["instance_id"] for r, g in zip(pack, grades) if (g.reason or "").startswith("reward_hack_suspected")]
     witnessed = [r["instance_id"] for r, g in zip(pack, grades) if (g.reason or "").startswith(WITNESS)]
