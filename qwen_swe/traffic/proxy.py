@@ -6,13 +6,14 @@ agent only lets us set a base URL. Two modes:
 * ``tokens`` (default when a tokenizer is given): the proxy owns the session's token history. It renders
   each prompt with the served chat template, splices in the ids the model sampled on earlier turns
   (``sessions.PromptBuilder``), calls the server's ``/v1/completions`` with token ids, parses tool calls
-  from the completion (``toolcalls``) and answers as a chat completion. The training sequence is then
-  exactly what the model was conditioned on and produced.
+  from the completion (``toolcalls``) and answers as a chat completion (``token_mode.py``). The training
+  sequence is then exactly what the model was conditioned on and produced.
 * ``forward``: the chat request goes upstream with ``return_token_ids`` and ``logprobs`` added, the answer
-  streams back unchanged, and the turn is recorded from it. Works in front of any vLLM as-is, but the
-  agent's resent history re-tokenises differently, so trajectories drift.
+  streams back unchanged, and the turn is recorded from it (``forward.py``). Works in front of any vLLM as-is,
+  but the agent's resent history re-tokenises differently, so trajectories drift.
 
-Every call becomes a ``Turn`` (errors too: upstream statuses >= 400 are passed on, timeouts become 504).
+Every call becomes a ``Turn`` (errors too: upstream statuses >= 400 are passed on, timeouts become 504;
+``upstream.py``). This module holds the lifecycle, the sessions and the routes.
 """
 
 from __future__ import annotations
@@ -32,31 +33,12 @@ from qwen_swe.errors import ProxyError, UpstreamFailure
 from qwen_swe.traffic.endpoint import SessionEndpoint, bound_session
 from qwen_swe.traffic.forward import chat_forward
 from qwen_swe.traffic.sessions import PromptBuilder, Session
-from qwen_swe.traffic.sse import sse_chunks
-from qwen_swe.traffic.toolcalls import FORMATS, ParsedReply, parse_completion, split_reasoning, structural_tag
+from qwen_swe.traffic.token_mode import TokenMode
+from qwen_swe.traffic.toolcalls import FORMATS
 from qwen_swe.traffic.trajectory import Turn
+from qwen_swe.traffic.upstream import Upstream, error_body
 
 log = logging.getLogger("qwen_swe.proxy")
-SAMPLING_KEYS = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "seed",
-    "stop",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-)
-
-
-# Below this request size, rendering + tokenising (~0.5 ms) is cheaper on the event loop than a thread hop;
-# above it, it moves off the loop so that one long session cannot stall the others.
-INLINE_RENDER_BYTES = 32_768
-
-
-def _error_body(message: str, kind: str = "proxy_error", code: int | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "code": code}}
 
 
 class RecordingProxy:
@@ -91,9 +73,9 @@ class RecordingProxy:
         self.request_timeout = request_timeout
         self.weight_version: Any = None  # set by the rollout before each batch; recorded on every turn
         self._tokenizer_path, self._tokenizer, self._chat_template = tokenizer_path, tokenizer, chat_template
-        self._host, self._port, self._api_key = host, port, api_key  # the server's key, sent upstream
-        self._builder: PromptBuilder | None = None
-        self._max_model_len: int | None = None  # from the server's /models card, to bound max_tokens
+        self._host, self._port = host, port
+        self._server = Upstream(self.upstream, model=model, request_timeout=request_timeout, api_key=api_key)
+        self._tokens: TokenMode | None = None
         # Rendering and tokenising run on the proxy's own threads: the default executor is shared with callers
         # that park blocking calls there for a whole agent run (docker exec), which would starve the proxy.
         self._executor: ThreadPoolExecutor | None = None
@@ -101,26 +83,20 @@ class RecordingProxy:
         self._closed: set[str] = set()
         self._endpoints: dict[str, SessionEndpoint] = {}  # session id -> its socket, where it has one
         self._runner: web.AppRunner | None = None
-        self._client: aiohttp.ClientSession | None = None
         self.root: str | None = None
 
     # --- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> str:
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="proxy-render")
-        self._card_lock = asyncio.Lock()
         if self.mode == "tokens":
             tokenizer = self._tokenizer
             if tokenizer is None:
                 from transformers import AutoTokenizer
 
                 tokenizer = await self._offload(AutoTokenizer.from_pretrained, self._tokenizer_path)
-            self._builder = PromptBuilder(tokenizer, self._chat_template)
-        auth = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else None
-        self._client = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=512, force_close=False),
-            timeout=aiohttp.ClientTimeout(total=self.request_timeout),
-            headers=auth,
-        )
+            builder = PromptBuilder(tokenizer, self._chat_template)
+            self._tokens = TokenMode(builder, self._server, self.tool_parser, self._offload)
+        await self._server.start()
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_post("/s/{sid}/v1/chat/completions", self._chat)
         app.router.add_get("/s/{sid}/v1/models", self._models)
@@ -139,9 +115,7 @@ class RecordingProxy:
                 await self._runner.cleanup()
         finally:
             self._runner = None
-            if self._client is not None:
-                await self._client.close()
-                self._client = None
+            await self._server.close()
             if self._executor is not None:
                 self._executor.shutdown(wait=False, cancel_futures=True)
                 self._executor = None
@@ -209,7 +183,7 @@ class RecordingProxy:
 
     @property
     def tokenizer(self) -> Any:
-        return self._builder.tokenizer if self._builder else None
+        return self._tokens.builder.tokenizer if self._tokens else None
 
     # --- routes ----------------------------------------------------------------------------------
     async def _health(self, request: web.Request) -> web.Response:
@@ -222,9 +196,7 @@ class RecordingProxy:
             return session
         status = 410 if sid in self._closed else 404
         return web.json_response(
-            _error_body(
-                f"session {sid} is {'closed' if status == 410 else 'unknown'}", "invalid_request_error", status
-            ),
+            error_body(f"session {sid} is {'closed' if status == 410 else 'unknown'}", "invalid_request_error", status),
             status=status,
         )
 
@@ -232,12 +204,11 @@ class RecordingProxy:
         found = self._lookup(request)
         if isinstance(found, web.Response):
             return found
-        assert self._client is not None, "start() first"
         try:
-            async with self._client.get(f"{self.upstream}/models") as resp:
-                return web.Response(status=resp.status, body=await resp.read(), content_type="application/json")
+            status, raw = await self._server.models()
+            return web.Response(status=status, body=raw, content_type="application/json")
         except (TimeoutError, aiohttp.ClientError) as exc:
-            return web.json_response(_error_body(f"upstream /models failed: {exc!r}", "upstream_error"), status=502)
+            return web.json_response(error_body(f"upstream /models failed: {exc!r}", "upstream_error"), status=502)
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         found = self._lookup(request)
@@ -247,7 +218,7 @@ class RecordingProxy:
         try:
             body = await request.json()
         except json.JSONDecodeError:
-            return web.json_response(_error_body("request body is not JSON", "invalid_request_error"), status=400)
+            return web.json_response(error_body("request body is not JSON", "invalid_request_error"), status=400)
         turn = Turn(
             index=session.take_index(),
             session_id=session.id,
@@ -266,9 +237,9 @@ class RecordingProxy:
             body["seed"] = session.turn_seed(turn.index)
         t0 = time.perf_counter()
         try:
-            if self.mode == "tokens":
-                return await self._chat_tokens(request, body, session, turn)
-            return await chat_forward(self, request, body, turn)
+            if self._tokens is not None:
+                return await self._tokens.chat(request, body, session, turn)
+            return await chat_forward(self._server, request, body, turn)
         except UpstreamFailure as exc:
             turn.status, turn.error = exc.status, exc.message
             return web.json_response(exc.body, status=exc.status)
@@ -279,205 +250,10 @@ class RecordingProxy:
             turn.status, turn.error = 500, f"proxy error: {exc!r}"
             session.bug = exc
             log.exception("proxy bug in session %s", session.id)
-            return web.json_response(_error_body(f"proxy error: {exc!r}"), status=500)
+            return web.json_response(error_body(f"proxy error: {exc!r}"), status=500)
         finally:
             turn.latency = time.perf_counter() - t0
             session.turns.append(turn)
-
-    # --- upstream calls --------------------------------------------------------------------------
-    async def post_upstream(self, path: str, payload: dict[str, Any]) -> aiohttp.ClientResponse:
-        assert self._client is not None, "start() first"
-        try:
-            resp = await self._client.post(f"{self.upstream}{path}", json=payload)
-        except TimeoutError:
-            raise UpstreamFailure(
-                504, _error_body(f"upstream {path} timed out after {self.request_timeout}s", "timeout", 504), "timeout"
-            ) from None
-        except aiohttp.ClientError as exc:
-            raise UpstreamFailure(
-                502,
-                _error_body(f"upstream {path} unreachable: {exc!r}", "upstream_error", 502),
-                f"unreachable: {exc!r}",
-            ) from None
-        if resp.status >= 400:
-            raw = await resp.read()
-            resp.release()
-            try:
-                err = json.loads(raw)
-            except json.JSONDecodeError:
-                err = _error_body(raw.decode(errors="replace")[:2000], "upstream_error", resp.status)
-            raise UpstreamFailure(resp.status, err, f"upstream {resp.status}: {raw[:500].decode(errors='replace')}")
-        return resp
-
-    async def read_json(self, resp: aiohttp.ClientResponse, path: str) -> dict[str, Any]:
-        try:
-            return await resp.json(content_type=None)
-        except TimeoutError:
-            raise UpstreamFailure(
-                504, _error_body(f"upstream {path} timed out after {self.request_timeout}s", "timeout", 504), "timeout"
-            ) from None
-        finally:
-            resp.release()
-
-    # --- token mode ------------------------------------------------------------------------------
-    async def _fetch_max_model_len(self) -> None:
-        if self._max_model_len is not None:
-            return
-        assert self._client is not None, "start() first"
-        try:
-            async with self._client.get(f"{self.upstream}/models") as resp:
-                cards = (await resp.json(content_type=None)).get("data") or []
-            self._max_model_len = next((int(c["max_model_len"]) for c in cards if c.get("max_model_len")), 0)
-        except (TimeoutError, aiohttp.ClientError, ValueError, AttributeError):
-            self._max_model_len = 0
-
-    async def _max_tokens(self, body: dict[str, Any], prompt_len: int) -> int | None:
-        """The agent's limit, bounded by what fits the context (the completions API defaults to 16 tokens)."""
-        wanted = body.get("max_completion_tokens") or body.get("max_tokens")
-        if self._max_model_len is None:
-            async with self._card_lock:  # one /models call for all sessions, not one per concurrent first request
-                await self._fetch_max_model_len()
-        room = self._max_model_len - prompt_len if self._max_model_len else None
-        if room is not None and room <= 0:
-            raise UpstreamFailure(
-                400,
-                _error_body(
-                    f"the prompt has {prompt_len} tokens, the server's context is {self._max_model_len}",
-                    "invalid_request_error",
-                    400,
-                ),
-                "context length exceeded",
-            )
-        if wanted is None:
-            return room
-        return min(int(wanted), room) if room is not None else int(wanted)
-
-    async def _chat_tokens(
-        self, request: web.Request, body: dict[str, Any], session: Session, turn: Turn
-    ) -> web.StreamResponse:
-        """Token mode: plan the prompt ids -> complete with ids -> parse the reply -> answer as a chat completion."""
-        plan = await self._plan(request, body, session, turn)
-        choice = await self._complete(body, turn, plan.prompt_ids)
-        session.last_render = (turn.index, plan.text)
-        message, finish = self._parse(body, turn, choice)
-        assert turn.sampled_ids is not None  # _complete recorded them
-        turn.usage = {
-            "prompt_tokens": len(plan.prompt_ids),
-            "completion_tokens": len(turn.sampled_ids),
-            "total_tokens": len(plan.prompt_ids) + len(turn.sampled_ids),
-        }
-        return await self._answer(request, body, turn, message, finish)
-
-    async def _plan(self, request: web.Request, body: dict[str, Any], session: Session, turn: Turn) -> Any:
-        """The prompt ids: earlier prompts and sampled ids kept, newly rendered messages appended."""
-        builder = self._builder
-        assert builder is not None  # token mode has one
-        args = (
-            turn.request_messages,
-            turn.tools,
-            list(session.turns),
-            body.get("chat_template_kwargs"),
-            session.last_render,
-        )
-        small = (request.content_length or 0) < INLINE_RENDER_BYTES
-        plan = builder.plan(*args) if small else await self._offload(builder.plan, *args)
-        turn.prompt_ids, turn.prompt_source, turn.drift = plan.prompt_ids, plan.source, plan.drift
-        return plan
-
-    async def _complete(self, body: dict[str, Any], turn: Turn, prompt_ids: list[int]) -> dict[str, Any]:
-        """``/v1/completions`` with token ids (a forced tool call constrained by a structural tag)."""
-        payload: dict[str, Any] = {
-            "model": self.model or body.get("model"),
-            "prompt": prompt_ids,
-            "max_tokens": await self._max_tokens(body, len(prompt_ids)),
-            "return_token_ids": True,
-            "logprobs": 1,
-            "skip_special_tokens": False,
-        }
-        payload.update({k: body[k] for k in SAMPLING_KEYS if body.get(k) is not None})
-        forced = _forced_tools(turn.tools, body.get("tool_choice"))
-        if forced:
-            payload["structured_outputs"] = {"structural_tag": json.dumps(structural_tag(forced, self.tool_parser))}
-        t0 = time.perf_counter()
-        try:
-            resp = await self.post_upstream("/completions", payload)
-        except UpstreamFailure as exc:
-            if not (forced and exc.status == 400):
-                raise
-            # the grammar backend rejected a tool schema: keep the call envelope, free the arguments
-            payload["structured_outputs"] = {
-                "structural_tag": json.dumps(structural_tag(forced, self.tool_parser, strict_arguments=False))
-            }
-            resp = await self.post_upstream("/completions", payload)
-        data = await self.read_json(resp, "/completions")
-        turn.upstream_latency = time.perf_counter() - t0
-        choice = (data.get("choices") or [{}])[0]
-        ids = choice.get("token_ids")
-        if ids is None:
-            raise UpstreamFailure(
-                502,
-                _error_body(
-                    "upstream /completions returned no token_ids; the server must be vLLM >= 0.10.2",
-                    "upstream_error",
-                    502,
-                ),
-                "no token ids",
-            )
-        turn.sampled_ids = list(ids)
-        lps = (choice.get("logprobs") or {}).get("token_logprobs")
-        turn.logprobs = [float(x) if x is not None else 0.0 for x in lps] if lps is not None else None
-        return choice
-
-    def _parse(self, body: dict[str, Any], turn: Turn, choice: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        """The sampled text as an assistant message: tool calls in the template's format, reasoning split off."""
-        assert self._builder is not None and turn.sampled_ids is not None  # token mode; _complete recorded them
-        text = self._builder.decode(turn.sampled_ids)
-        turn.completion_text = text
-        if turn.tools and body.get("tool_choice") != "none":
-            parsed = parse_completion(text, self.tool_parser, turn.tools)
-        else:
-            reasoning, rest = split_reasoning(text)
-            parsed = ParsedReply(content=rest or None, reasoning_content=reasoning)
-        message = parsed.message()
-        turn.parse_errors = parsed.errors
-        finish = "tool_calls" if message.get("tool_calls") else (choice.get("finish_reason") or "stop")
-        turn.message, turn.finish_reason = message, finish
-        return message, finish
-
-    async def _answer(
-        self, request: web.Request, body: dict[str, Any], turn: Turn, message: dict[str, Any], finish: str
-    ) -> web.StreamResponse:
-        reply_id = f"chatcmpl-{uuid.uuid4().hex}"
-        model = body.get("model") or self.model or ""
-        if not body.get("stream"):
-            return web.json_response(
-                {
-                    "id": reply_id,
-                    "object": "chat.completion",
-                    "created": int(time.time()),
-                    "model": model,
-                    "usage": turn.usage,
-                    "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-                }
-            )
-        out = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await out.prepare(request)
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        await out.write(b"".join(sse_chunks(reply_id, model, message, finish, turn.usage if include_usage else None)))
-        await out.write_eof()
-        return out
-
-
-def _forced_tools(tools: list[dict] | None, tool_choice: Any) -> list[dict] | None:
-    if not tools:
-        return None
-    if tool_choice == "required":
-        return tools
-    if isinstance(tool_choice, dict):
-        name = (tool_choice.get("function") or {}).get("name")
-        chosen = [t for t in tools if t.get("function", t).get("name") == name]
-        return chosen or None
-    return None
 
 
 __all__ = ["RecordingProxy", "ProxyError", "Session", "Turn"]

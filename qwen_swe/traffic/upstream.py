@@ -1,0 +1,97 @@
+"""The recording proxy's side of the inference server: one HTTP client, its errors turned into the statuses the agent
+gets (``UpstreamFailure``: the server's own status >= 400 passed on, a timeout 504, no connection 502), and the
+served context length, asked once per proxy."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+
+from qwen_swe.errors import UpstreamFailure
+
+
+def error_body(message: str, kind: str = "proxy_error", code: int | None = None) -> dict[str, Any]:
+    """An error in the OpenAI API's shape, which the agent's client parses."""
+    return {"error": {"message": message, "type": kind, "code": code}}
+
+
+class Upstream:
+    """``start()`` before the first call, ``close()`` at the end; ``url`` is the server's OpenAI root (``.../v1``)."""
+
+    def __init__(self, url: str, *, model: str | None, request_timeout: float, api_key: str | None = None) -> None:
+        self.url, self.model, self.request_timeout = url, model, request_timeout
+        self._api_key = api_key  # the server's key, sent upstream
+        self._client: aiohttp.ClientSession | None = None
+        self._card_lock = asyncio.Lock()
+        self._max_model_len: int | None = None  # from the server's /models card, to bound max_tokens
+
+    async def start(self) -> None:
+        auth = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else None
+        self._client = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=512, force_close=False),
+            timeout=aiohttp.ClientTimeout(total=self.request_timeout),
+            headers=auth,
+        )
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    def _session(self) -> aiohttp.ClientSession:
+        assert self._client is not None, "start() first"
+        return self._client
+
+    async def models(self) -> tuple[int, bytes]:
+        """The server's ``/models`` answer as it is (status, body); a failure to reach it raises."""
+        async with self._session().get(f"{self.url}/models") as resp:
+            return resp.status, await resp.read()
+
+    async def post_upstream(self, path: str, payload: dict[str, Any]) -> aiohttp.ClientResponse:
+        try:
+            resp = await self._session().post(f"{self.url}{path}", json=payload)
+        except TimeoutError:
+            raise UpstreamFailure(
+                504, error_body(f"upstream {path} timed out after {self.request_timeout}s", "timeout", 504), "timeout"
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamFailure(
+                502,
+                error_body(f"upstream {path} unreachable: {exc!r}", "upstream_error", 502),
+                f"unreachable: {exc!r}",
+            ) from None
+        if resp.status >= 400:
+            raw = await resp.read()
+            resp.release()
+            try:
+                err = json.loads(raw)
+            except json.JSONDecodeError:
+                err = error_body(raw.decode(errors="replace")[:2000], "upstream_error", resp.status)
+            raise UpstreamFailure(resp.status, err, f"upstream {resp.status}: {raw[:500].decode(errors='replace')}")
+        return resp
+
+    async def read_json(self, resp: aiohttp.ClientResponse, path: str) -> dict[str, Any]:
+        try:
+            return await resp.json(content_type=None)
+        except TimeoutError:
+            raise UpstreamFailure(
+                504, error_body(f"upstream {path} timed out after {self.request_timeout}s", "timeout", 504), "timeout"
+            ) from None
+        finally:
+            resp.release()
+
+    async def max_model_len(self) -> int:
+        """The served context length (0 when the card does not say); one ``/models`` call for all sessions, not one
+        per concurrent first request."""
+        async with self._card_lock:
+            if self._max_model_len is None:
+                try:
+                    _, body = await self.models()
+                    cards = json.loads(body).get("data") or []
+                    self._max_model_len = next((int(c["max_model_len"]) for c in cards if c.get("max_model_len")), 0)
+                except (TimeoutError, aiohttp.ClientError, ValueError, AttributeError):
+                    self._max_model_len = 0
+        return self._max_model_len
