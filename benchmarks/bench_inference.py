@@ -30,7 +30,7 @@ from pathlib import Path
 from qwen_swe import paths
 from qwen_swe.config import settings as config
 from qwen_swe.inference.client import InferenceClient
-from qwen_swe.inference.launcher import EMBEDDED_SERVED_NAME, embedded_server
+from qwen_swe.inference.embedded_server import EMBEDDED_SERVED_NAME, embedded_server
 
 LOAD_SCRIPT = (
     "import torch, time\ntorch.set_num_threads(1)\na = torch.randn(512, 512)\nwhile True:\n    a = torch.tanh(a @ a)\n"

@@ -25,7 +25,7 @@ from typing import NamedTuple
 from benchmarks.bench_inference import generate
 from qwen_swe.config import settings as config
 from qwen_swe.inference.client import InferenceClient
-from qwen_swe.inference.launcher import embedded_server
+from qwen_swe.inference.embedded_server import embedded_server
 
 MODES = {"vLLM default (AOT compile)": "1", "embedded profile (inductor cache)": "0"}
 _STAMP = re.compile(r"(\d\d-\d\d \d\d:\d\d:\d\d) \[cpu_model_runner\.py:\d+\] Warming up (model for|done)")

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from qwen_swe.config import settings as config
-from qwen_swe.inference.launcher import embedded_server
+from qwen_swe.inference.embedded_server import embedded_server
 from qwen_swe.paths import embedded_model_dir
 from tests.vllm_sync import run_against
 

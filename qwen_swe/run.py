@@ -19,7 +19,7 @@ from qwen_swe.config.show import precedence
 from qwen_swe.config.show import render as show_config
 from qwen_swe.errors import SETUP_EXIT_CODE, SetupError, TaskPackError
 from qwen_swe.evaluate.__main__ import main as evaluate_main
-from qwen_swe.inference.launcher import serving
+from qwen_swe.inference.embedded_server import serving
 from qwen_swe.paths import REPO_ROOT, cache_home, embedded_model_dir, python_path
 from qwen_swe.plan.placement import devices_env
 from qwen_swe.sandbox.docker_host import reap, reap_until_quiet

@@ -25,7 +25,7 @@ from qwen_swe.evaluate.agent_runs import missing, run_attempts
 from qwen_swe.evaluate.grade_only import grade_predictions, load_done
 from qwen_swe.evaluate.predictions import read_predictions
 from qwen_swe.evaluate.report import build_report
-from qwen_swe.inference.launcher import serving
+from qwen_swe.inference.embedded_server import serving
 from qwen_swe.sandbox.docker_host import reap
 from qwen_swe.supervise import Interrupted
 from qwen_swe.supervise import install as install_supervisor

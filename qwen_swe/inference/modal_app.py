@@ -32,7 +32,7 @@ import modal
 from qwen_swe.config import settings as config
 from qwen_swe.errors import ConfigError
 from qwen_swe.inference.client import InferenceClient
-from qwen_swe.inference.launcher import ServeConfig
+from qwen_swe.inference.serve_config import ServeConfig
 from qwen_swe.inference.server_auth import KEY_ENV
 from qwen_swe.inference.settings import DEFAULT_MODEL
 

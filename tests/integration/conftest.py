@@ -23,7 +23,7 @@ def embedded_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if os.environ.get("EMBEDDED_VLLM_URL"):
         yield os.environ["EMBEDDED_VLLM_URL"]
         return
-    from qwen_swe.inference.launcher import embedded_server
+    from qwen_swe.inference.embedded_server import embedded_server
 
     settings = config.load_settings([], env={})
     with embedded_server(settings, log_dir=tmp_path_factory.mktemp("vllm-logs"), startup_timeout=900) as url:

@@ -28,7 +28,7 @@ from tests.vllm_sync import run_against
 @pytest.mark.slow
 def test_broadcast_serves_exactly_what_the_disk_reload_serves(tmp_path):
     from qwen_swe.config import settings as config
-    from qwen_swe.inference.launcher import embedded_server
+    from qwen_swe.inference.embedded_server import embedded_server
 
     settings = config.load_settings([], env={"WEIGHT_SYNC": "broadcast"})
     with embedded_server(settings, log_dir=tmp_path / "logs") as url:  # our own server: it needs the extension

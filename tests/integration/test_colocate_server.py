@@ -16,7 +16,8 @@ from qwen_swe import paths, preflight
 from qwen_swe.config import settings as config
 from qwen_swe.errors import InferenceError
 from qwen_swe.inference.client import InferenceClient
-from qwen_swe.inference.launcher import EMBEDDED_SERVED_NAME, VLLMServer, embedded_serve_config
+from qwen_swe.inference.embedded_server import EMBEDDED_SERVED_NAME, embedded_serve_config
+from qwen_swe.inference.server import VLLMServer
 from qwen_swe.inference.sleep import KV_CACHE, WEIGHTS, ServerSleep, sleep_mode_of
 
 pytestmark = pytest.mark.vllm

@@ -14,7 +14,7 @@ import pytest
 from qwen_swe import paths
 from qwen_swe.config import settings as config
 from qwen_swe.inference.client import InferenceClient
-from qwen_swe.inference.launcher import EMBEDDED_SERVED_NAME, serving
+from qwen_swe.inference.embedded_server import EMBEDDED_SERVED_NAME, serving
 
 pytestmark = pytest.mark.vllm
 

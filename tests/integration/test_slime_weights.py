@@ -22,7 +22,7 @@ from qwen_swe.backends.slime.weights import (
     list_checkpoints,
     newest_checkpoint,
 )
-from qwen_swe.inference.launcher import free_port
+from qwen_swe.inference.server import free_port
 from qwen_swe.supervise import run_rank
 
 PERTURBED = "mlp.down_proj.weight"  # the worker flips the sign of these before saving

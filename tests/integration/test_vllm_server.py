@@ -13,7 +13,7 @@ import pytest
 from qwen_swe import paths
 from qwen_swe.config import settings as config
 from qwen_swe.inference.client import InferenceClient
-from qwen_swe.inference.launcher import EMBEDDED_SERVED_NAME
+from qwen_swe.inference.embedded_server import EMBEDDED_SERVED_NAME
 
 pytestmark = pytest.mark.vllm
 
@@ -217,7 +217,8 @@ def test_preflight_refuses_a_server_that_serves_temperature_one_logprobs(tmp_pat
 
     from qwen_swe import preflight
     from qwen_swe.errors import ConfigError
-    from qwen_swe.inference.launcher import VLLMServer, embedded_serve_config
+    from qwen_swe.inference.embedded_server import embedded_serve_config
+    from qwen_swe.inference.server import VLLMServer
 
     serve = dataclasses.replace(
         embedded_serve_config(config.load_settings([], env={})), extra_args=("--logprobs-mode", "raw_logprobs")
@@ -285,7 +286,7 @@ def test_lora_adapter_hot_loads_and_reloads_in_place(tmp_path: Path):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from qwen_swe.inference.launcher import embedded_server
+    from qwen_swe.inference.embedded_server import embedded_server
 
     def adapter(seed: int) -> Path:
         torch.manual_seed(seed)

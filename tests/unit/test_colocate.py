@@ -12,7 +12,7 @@ import torch
 from qwen_swe.config.settings import Settings
 from qwen_swe.errors import InferenceError, TrainerError
 from qwen_swe.inference.client import InferenceClient
-from qwen_swe.inference.launcher import ServeConfig
+from qwen_swe.inference.serve_config import ServeConfig
 from qwen_swe.inference.sleep import sleep_mode_of
 from qwen_swe.inference.weight_sync import make_weight_sync
 from qwen_swe.train.colocate import Colocation

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from qwen_swe.config import settings as config
-from qwen_swe.inference import launcher
+from qwen_swe.inference import embedded_server
 from qwen_swe.inference.server_auth import KEY_ENV, MIDDLEWARE, RequireKey
 
 KEY = "k3y-" + "x" * 40
@@ -68,11 +68,15 @@ def test_health_answers_anyone_and_a_missing_key_stops_the_server(monkeypatch):
 
 
 def test_the_launcher_passes_the_key_in_the_environment_only(tmp_path: Path):
-    serve = launcher.embedded_serve_config(config.load_settings([], env={}), port=8123, model_dir=tmp_path, api_key=KEY)
+    serve = embedded_server.embedded_serve_config(
+        config.load_settings([], env={}), port=8123, model_dir=tmp_path, api_key=KEY
+    )
     argv, env = serve.argv(), serve.env()
     assert argv[argv.index("--middleware") + 1] == MIDDLEWARE and KEY not in " ".join(argv)
     assert env[KEY_ENV] == KEY and KEY not in serve.shell()
     assert (
         "--middleware"
-        not in launcher.embedded_serve_config(config.load_settings([], env={}), port=8123, model_dir=tmp_path).argv()
+        not in embedded_server.embedded_serve_config(
+            config.load_settings([], env={}), port=8123, model_dir=tmp_path
+        ).argv()
     )

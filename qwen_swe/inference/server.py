@@ -1,0 +1,93 @@
+"""A vLLM server as a child process: started in its own process group, waited for until /health answers, and
+stopped by that group's id (the API server and its engine workers), never by name."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import IO
+
+from qwen_swe.inference.client import InferenceClient, InferenceError
+from qwen_swe.inference.serve_config import ServeConfig
+from qwen_swe.supervise import SUPERVISOR
+
+
+class VLLMServer:
+    """A vLLM server subprocess in its own process group, its output in a log file. ``start`` waits for /health;
+    ``stop`` terminates the group (SIGTERM, then SIGKILL). Use as a context manager so it always stops."""
+
+    def __init__(self, serve: ServeConfig, log_path: Path) -> None:
+        self.serve = serve
+        self.log_path = Path(log_path)
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return self.serve.base_url
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def start(self, timeout: float = 900.0) -> str:
+        """Start the server and wait until it answers /health; returns the OpenAI base URL (ends with /v1)."""
+        if self.process is not None:
+            raise InferenceError(f"server {self.base_url} was already started (pid {self.pid})")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - the server writes it until stop() closes it
+        env = {**os.environ, **self.serve.env()}
+        self.process = SUPERVISOR.spawn(
+            self.serve.argv(), env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
+        )
+        client = InferenceClient(self.base_url, timeout=5.0, api_key=self.serve.api_key)
+        deadline = time.monotonic() + timeout
+        try:
+            while not client.health():
+                if self.process.poll() is not None:
+                    raise InferenceError(
+                        f"vLLM exited with code {self.process.returncode} before {self.base_url} "
+                        f"was ready; last log lines of {self.log_path}:\n{self.log_tail()}"
+                    )
+                if time.monotonic() > deadline:
+                    raise InferenceError(
+                        f"vLLM at {self.base_url} was not ready within {timeout:.0f} s; see "
+                        f"{self.log_path}:\n{self.log_tail()}"
+                    )
+                time.sleep(1.0)
+        except BaseException:
+            self.stop()
+            raise
+        return self.base_url
+
+    def stop(self, grace: float = 30.0) -> None:
+        """Terminate the server's process group (the API server and its engine workers); idempotent."""
+        proc, self.process = self.process, None
+        try:
+            if proc is not None:
+                SUPERVISOR.stop(proc, grace)  # the API server and its engine workers share its group
+        finally:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self) -> VLLMServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
