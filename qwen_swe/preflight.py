@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from qwen_swe.config.settings import Settings
-from qwen_swe.data.source import load_instances
+from qwen_swe.data.instances import load_instances
 from qwen_swe.errors import ConfigError, InferenceError
 from qwen_swe.inference.client import InferenceClient
 from qwen_swe.inference.sleep import sleep_mode_of

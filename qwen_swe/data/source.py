@@ -1,9 +1,8 @@
-"""SWE-bench instances for the run: loading, validation, per-epoch shuffle, groups, and a resumable position.
+"""The run's data source: per-epoch shuffle, groups of ``n_samples_per_prompt`` samples, and a resumable position.
 
-``load_instances`` turns a Hugging Face dataset (hub name or local folder) or a .json/.jsonl/.parquet file into
-validated rows, so a bad row fails at start (naming the file, the row and the field) instead of inside a rollout.
 ``SWEBenchDataSource`` follows slime's DataSource plugin contract (``cls(args)``, ``get_samples``,
-``add_samples``, ``save``/``load``, ``__len__``) so the same class serves the built-in trainer and slime.
+``add_samples``, ``save``/``load``, ``__len__``) so the same class serves the built-in trainer and slime. Its
+instances come from ``load_instances`` (``instances.py``).
 """
 
 from __future__ import annotations
@@ -15,11 +14,12 @@ import logging
 import os
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from qwen_swe.data.instances import load_instances
 from qwen_swe.data.prompts import build_prompt
 from qwen_swe.data.sample import Sample
 from qwen_swe.errors import DataError
@@ -31,236 +31,8 @@ except ImportError:
 
 log = logging.getLogger(__name__)
 
-STRING_FIELDS = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch", "version")
-LIST_FIELDS = ("FAIL_TO_PASS", "PASS_TO_PASS")
-V5_FIELDS = ("image", "eval_script", "log_parser", "eval_type")  # swebench 5.x carries these per row
-EVAL_TYPES = ("pass_and_fail", "fail_only")
-LOCAL_SUFFIXES = (".json", ".jsonl", ".parquet")
 STATE_VERSION = 1
 _STATE_RE = re.compile(r"^data_source_state_(-?\d+)\.json$")
-
-
-# ------------------------------------------------------------------------------------------------
-# loading and validation
-# ------------------------------------------------------------------------------------------------
-
-
-def load_instances(
-    source: str | os.PathLike[str], instance_list: str | os.PathLike[str] | Sequence[str] | None = None
-) -> list[dict[str, Any]]:
-    """Validated rows from ``source`` (HF ``name[:split]``, a HF dataset folder, or a local file), in order,
-    optionally restricted to the ids in ``instance_list`` (a file of ids, one a line, or a list of ids)."""
-    origin, located = _read_rows(str(source))
-    if not located:
-        raise DataError(f"{origin} holds no rows; give a SWE-bench dataset with at least one instance")
-    rows = [_validate_row(raw, where, origin) for where, raw in located]
-    seen: dict[str, str] = {}
-    for (where, _), row in zip(located, rows):
-        iid = row["instance_id"]
-        if iid in seen:
-            raise DataError(
-                f"{origin}: instance id {iid} appears twice ({seen[iid]} and {where}); remove the duplicate row"
-            )
-        seen[iid] = where
-    if instance_list is None:
-        return rows
-    wanted, list_origin = read_instance_list(instance_list)
-    unknown = [iid for iid in wanted if iid not in seen]
-    if unknown:
-        raise DataError(
-            f"{len(unknown)} instance id(s) from {list_origin} are not in {origin}: "
-            f"{', '.join(unknown)}; fix the ids or use the dataset that holds them"
-        )
-    keep = set(wanted)
-    return [row for row in rows if row["instance_id"] in keep]
-
-
-def read_instance_list(instance_list: str | os.PathLike[str] | Sequence[str]) -> tuple[list[str], str]:
-    """The ids of an instance list and a description of where they came from (for error messages)."""
-    if isinstance(instance_list, (str, os.PathLike)):
-        path = Path(instance_list).expanduser()
-        origin = f"instance list {path}"
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise DataError(
-                f"{origin} cannot be read ({exc.__class__.__name__}: {exc}); "
-                "give a readable text file of instance ids, one a line"
-            ) from None
-        ids = [line.split("#", 1)[0].strip() for line in text.splitlines()]
-        ids = [i for i in ids if i]
-    else:
-        origin = "the given instance list"
-        ids = list(instance_list)
-        bad = [i for i in ids if not isinstance(i, str) or not i.strip()]
-        if bad:
-            raise DataError(f"{origin} holds entries that are not instance ids: {bad[:5]!r}; give non-empty strings")
-        ids = [i.strip() for i in ids]
-    if not ids:
-        raise DataError(f"{origin} holds no instance ids; list at least one (one a line; '#' starts a comment)")
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
-    if dupes:
-        raise DataError(f"{origin} lists these instance ids more than once: {', '.join(dupes)}; list each once")
-    return ids, origin
-
-
-def _read_rows(source: str) -> tuple[str, list[tuple[str, Any]]]:
-    """(origin, [(location, raw row)]) from a local file or a HF dataset."""
-    path = Path(source).expanduser()
-    folder, _, split = source.rpartition(":") if ":" in source else (source, "", "")
-    if path.is_dir() or (folder and Path(folder).expanduser().is_dir()):
-        # a Hugging Face dataset folder (e.g. a downloaded copy of the hub repo): datasets reads it offline
-        return _read_hf(str(path) if path.is_dir() else f"{Path(folder).expanduser()}:{split}")
-    if path.exists():
-        suffix = path.suffix.lower()
-        if suffix not in LOCAL_SUFFIXES:
-            raise DataError(
-                f"dataset {path} has the unknown extension {suffix or '(none)'!r}; "
-                "give a .json, .jsonl or .parquet file, or a Hugging Face dataset name"
-            )
-        origin = str(path)
-        try:
-            if suffix == ".parquet":
-                return origin, _read_parquet(path)
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise DataError(
-                f"dataset {path} cannot be read ({exc.__class__.__name__}: {exc}); check the file and its permissions"
-            ) from None
-        if suffix == ".json":
-            return origin, _parse_json(text, origin)
-        return origin, _parse_jsonl(text, origin)
-    if path.suffix.lower() in LOCAL_SUFFIXES or source.startswith(("/", ".", "~")):
-        raise DataError(f"dataset file {path} does not exist; check the path, or give a Hugging Face dataset name")
-    return _read_hf(source)
-
-
-def _parse_json(text: str, origin: str) -> list[tuple[str, Any]]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        if exc.msg != "Extra data":
-            raise DataError(
-                f"{origin} line {exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno}); "
-                "fix the file (a JSON list of rows, or one JSON object a line)"
-            ) from None
-        return _parse_jsonl(text, origin)  # several top-level values: JSON lines under a .json name
-    if isinstance(data, dict):
-        return [("row 1", data)]
-    if not isinstance(data, list):
-        raise DataError(
-            f"{origin} holds a JSON {type(data).__name__}, not a list of rows; give a JSON list of row objects"
-        )
-    return [(f"row {n}", row) for n, row in enumerate(data, 1)]
-
-
-def _parse_jsonl(text: str, origin: str) -> list[tuple[str, Any]]:
-    out = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append((f"line {n}", json.loads(line)))
-        except json.JSONDecodeError as exc:
-            raise DataError(
-                f"{origin} line {n}: not valid JSON ({exc.msg}, column {exc.colno}); "
-                "fix or remove that line (one JSON object a line)"
-            ) from None
-    return out
-
-
-def _read_parquet(path: Path) -> list[tuple[str, Any]]:
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except Exception as exc:  # noqa: BLE001 - pyarrow raises several unrelated types for a bad file
-        raise DataError(
-            f"dataset {path} is not a readable parquet file ({exc.__class__.__name__}: {exc}); "
-            "regenerate it or give a .jsonl file"
-        ) from None
-    return [(f"row {n}", row) for n, row in enumerate(table.to_pylist(), 1)]
-
-
-def _read_hf(source: str) -> tuple[str, list[tuple[str, Any]]]:
-    name, _, split = source.rpartition(":") if ":" in source else (source, "", "")
-    split = split or "test"
-    origin = f"Hugging Face dataset {name} (split {split})"
-    try:
-        import datasets
-
-        # the hub client's own HF_HUB_ETAG_TIMEOUT / HF_HUB_DOWNLOAD_TIMEOUT bound each request
-        ds = datasets.load_dataset(name, split=split)
-    except Exception as exc:  # noqa: BLE001 - datasets wraps network, auth and naming errors in many types
-        raise DataError(
-            f"cannot load {origin}: {exc.__class__.__name__}: {str(exc)[:300]}; check the name and "
-            "split (write name:split), network access to the hub, or give a local .jsonl file"
-        ) from None
-    return origin, [(f"row {n}", dict(row)) for n, row in enumerate(ds, 1)]
-
-
-def _validate_row(raw: Any, where: str, origin: str) -> dict[str, Any]:
-    """A copy of the row with FAIL_TO_PASS / PASS_TO_PASS as lists; any defect names the row and the field."""
-    if not isinstance(raw, dict):
-        raise DataError(f"{origin} {where}: a row must be a JSON object, got {type(raw).__name__}")
-    iid = raw.get("instance_id")
-    label = f"{origin} {where} (instance {iid if isinstance(iid, str) and iid else '?'})"
-
-    def fail(field: str, problem: str, fix: str) -> DataError:
-        return DataError(f"{label}: field {field} {problem}; {fix}")
-
-    row = dict(raw)
-    for name in STRING_FIELDS:
-        value = row.get(name)
-        if name not in row or value is None:
-            raise fail(name, "is missing", "every SWE-bench row needs " + ", ".join(STRING_FIELDS + LIST_FIELDS))
-        if not isinstance(value, str) or (
-            name in ("instance_id", "repo", "base_commit", "problem_statement") and not value.strip()
-        ):
-            raise fail(
-                name, f"must be a non-empty string, got {type(value).__name__} {str(value)[:40]!r}", "fix the row"
-            )
-    for name in LIST_FIELDS:
-        if name not in row or row[name] is None:
-            raise fail(name, "is missing", "give a JSON list of test names (a string or a list)")
-        row[name] = _test_list(row[name], lambda p, f, n=name: fail(n, p, f))
-    if not row["FAIL_TO_PASS"]:
-        raise fail("FAIL_TO_PASS", "is empty", "an instance needs at least one test that the fix makes pass")
-    for name in V5_FIELDS:
-        value = row.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, str) or not value.strip():
-            raise fail(
-                name,
-                f"must be a non-empty string, got {type(value).__name__} {str(value)[:40]!r}",
-                "fix the row or drop the column (swebench 5.x columns are optional)",
-            )
-    if row.get("eval_type") is not None and row["eval_type"] not in EVAL_TYPES:
-        raise fail("eval_type", f"is {row['eval_type']!r}", f"use one of {', '.join(EVAL_TYPES)}")
-    return row
-
-
-def _test_list(value: Any, fail: Any) -> list[str]:
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise fail(
-                f"is not valid JSON ({exc.msg} at column {exc.colno})",
-                'write it as a JSON list of test names, e.g. ["tests/test_x.py::test_y"]',
-            ) from None
-    if not isinstance(value, (list, tuple)) or not all(isinstance(t, str) for t in value):
-        raise fail(
-            f"must be a list of test-name strings, got {str(value)[:60]!r}",
-            'write it as a JSON list of test names, e.g. ["tests/test_x.py::test_y"]',
-        )
-    return list(value)
-
-
-# ------------------------------------------------------------------------------------------------
-# the data source
-# ------------------------------------------------------------------------------------------------
 
 
 class SWEBenchDataSource(_Base):  # type: ignore[misc,valid-type]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from qwen_swe import preflight
 from qwen_swe.config.settings import Settings, load_settings
-from qwen_swe.data.source import load_instances
+from qwen_swe.data.instances import load_instances
 from qwen_swe.errors import SETUP_EXIT_CODE, SetupError
 from qwen_swe.evaluate.agent_runs import missing, run_attempts
 from qwen_swe.evaluate.grade_only import grade_predictions, load_done

@@ -22,7 +22,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from qwen_swe.config.settings import load_settings
-from qwen_swe.data.source import load_instances
+from qwen_swe.data.instances import load_instances
 from qwen_swe.errors import SETUP_EXIT_CODE, SetupError
 from qwen_swe.paths import cache_home
 from qwen_swe.sandbox.docker_host import reap
