@@ -26,6 +26,7 @@ from qwen_swe.reward.tamper import SELF_TESTING_REPOS
 FILE = "sitecustomize.py"  # the name Python imports at start-up, before any repository code
 SITE = Path(__file__).with_name("audit_site") / FILE
 OBJECTS = SITE.with_name("pytest_objects.py")  # its checks of pytest's objects, carried in its settings
+WILDCARDS = SITE.with_name("wildcards.py")  # its check of what the tests compare, carried the same way
 MARK = "\x1eqwen-swe-audit"
 MACHINERY = ("_pytest", "pytest", "pluggy", "unittest", "py._")
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
@@ -70,6 +71,7 @@ def setup(patch: str, site_dir: str, report: str | None, root: str = TESTBED) ->
         "machinery": MACHINERY,
         "report": report,
         "objects": OBJECTS.read_text(),
+        "wildcards": WILDCARDS.read_text(),
     }
     site = SITE.read_text().replace("\nCONFIG = None ", f"\nCONFIG = {json.dumps(config)!r} ", 1)
     q = shlex.quote(site_dir)

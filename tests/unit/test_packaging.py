@@ -73,5 +73,6 @@ def test_the_package_data_globs_find_the_assets():
         "data/taskpack/repos/semver/.gitignore",
         "reward/audit_site/sitecustomize.py",
         "reward/audit_site/pytest_objects.py",
+        "reward/audit_site/wildcards.py",
     ):
         assert PACKAGE_DIR / asset in shipped, asset

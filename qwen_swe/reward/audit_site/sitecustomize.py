@@ -9,7 +9,8 @@ Python imports ``sitecustomize`` before it runs any repository code, so this ins
 - a watchdog that compares the test machinery's modules and classes, ``builtins``, ``sys``, ``sys.modules`` and the
   import hooks with their first-seen state: a value that changed and whose code comes from a patched file is a
   finding, whoever assigned it; and the checks of ``pytest_objects.py`` (pluggy's hook table, pytest's test items,
-  test code running without its asserts).
+  test code running without its asserts); and ``wildcards.py``'s questions to the values the tests compare (a
+  result equal to anything).
 
 Evidence leaves the process at once, as one ``os.write`` per record to a duplicate of the log's own pipe taken
 before anything else runs: what the tests do later cannot take back a record. Each process writes START, then
@@ -293,6 +294,10 @@ def _install():
     space = {"__builtins__": __builtins__}
     exec(compile(config["objects"], os.path.join(os.path.dirname(own_file), "pytest_objects.py"), "exec"), space)
     dispatch, stripped = space["checks"](origin, finding, watch, modules, get_objects, os.getcwd() + os.sep, added)
+    # what the tests compare (a value equal to anything): wildcards.py, carried and compiled the same way
+    space = {"__builtins__": __builtins__}
+    exec(compile(config["wildcards"], os.path.join(os.path.dirname(own_file), "wildcards.py"), "exec"), space)
+    space["install"](origin, finding, getframe, patched)
 
     def check(final=False):
         with lock:
