@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from qwen_swe import preflight
+from qwen_swe.backends.slime.checkpoints import TRACKER as SLIME_TRACKER
 from qwen_swe.backends.slime.launcher import launch as launch_slime
-from qwen_swe.backends.slime.weights import TRACKER as SLIME_TRACKER
 from qwen_swe.config.resume import resumed_settings, run_folder
 from qwen_swe.config.settings import Settings, given_settings, given_with_sources, with_profile
 from qwen_swe.config.show import precedence

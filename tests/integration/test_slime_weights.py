@@ -1,6 +1,6 @@
 """slime checkpoint -> HF folder -> vLLM, without slime: a checkpoint in slime v0.2.2's FSDP layout is written
 by torch.distributed.checkpoint from an FSDP2 model on 2 gloo ranks (this file is also the torchrun worker),
-converted by ``qwen_swe.backends.slime.weights``, compared tensor by tensor with the weights that were saved,
+converted by ``qwen_swe.backends.slime.convert``, compared tensor by tensor with the weights that were saved,
 and (marker vllm) reloaded into the embedded vLLM server, whose greedy output must change."""
 
 from __future__ import annotations
@@ -15,13 +15,10 @@ from pathlib import Path
 import pytest
 
 from qwen_swe import paths
-from qwen_swe.backends.slime.weights import (
-    SlimeWeightSync,
-    WeightSyncError,
-    convert_checkpoint,
-    list_checkpoints,
-    newest_checkpoint,
-)
+from qwen_swe.backends.slime.checkpoints import list_checkpoints, newest_checkpoint
+from qwen_swe.backends.slime.convert import convert_checkpoint
+from qwen_swe.backends.slime.weights import SlimeWeightSync
+from qwen_swe.errors import WeightSyncError
 from qwen_swe.inference.server import free_port
 from qwen_swe.supervise import run_rank
 

@@ -17,285 +17,37 @@ is the checkpoint's iteration: the number of training steps baked into the serve
 slime 0.3.x (Megatron) converts nothing here: the launcher passes ``--save-hf OUTPUT_DIR/hf_export/slime_{rollout_id}``
 and Megatron writes an HF folder after each step's checkpoint; the newest complete one before rollout ``r`` (its
 ``model.safetensors.index.json``, written last, exists) is served as it is.
+
+The layout is read by ``checkpoints.py`` and the conversion is ``convert.py``; this module decides what is served
+before each rollout and which old checkpoints and exports are removed.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 import shutil
 import time
-import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from qwen_swe.backends.slime.checkpoints import (
+    ITER_RE,
+    SlimeCheckpoint,
+    list_checkpoints,
+    newest_checkpoint,
+    read_tracker,
+)
+from qwen_swe.backends.slime.convert import convert_checkpoint
 from qwen_swe.errors import InferenceError, WeightSyncError
 from qwen_swe.inference.weight_sync import WeightSync
 
 log = logging.getLogger(__name__)
 
-TRACKER = "latest_checkpointed_iteration.txt"
-MODEL_PREFIX = "model_state.model."  # how DCP flattens slime's {"model_state": ModelState} -> {"model": sd}
-WRAPPER_INFIXES = ("_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
 EXPORT_DIR = "hf_export"
-AUX_FILES = (
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "vocab.json",
-    "merges.txt",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "chat_template.jinja",
-    "chat_template.json",
-    "tokenizer.model",
-)
-_ITER_RE = re.compile(r"^iter_(\d{7,})$")
 MEGATRON_EXPORT_DONE = "model.safetensors.index.json"  # slime 0.3.x's --save-hf writes it last (config.json first)
-DEFAULT_SHARD_BYTES = 4 << 30
 DEFAULT_KEEP_CHECKPOINTS = 3  # Settings.keep_checkpoints' default; slime's args do not carry it
-
-
-@dataclass(frozen=True)
-class SlimeCheckpoint:
-    """One complete checkpoint slime wrote: ``iteration`` = rollout_id + 1 of the step that produced it."""
-
-    iteration: int
-    path: Path
-
-    @property
-    def model_dir(self) -> Path:
-        return self.path / "model"
-
-    @property
-    def rollout_id(self) -> int:
-        return self.iteration - 1
-
-
-# ------------------------------------------------------------------------------------------------
-# finding checkpoints
-# ------------------------------------------------------------------------------------------------
-
-
-def read_tracker(save_dir: str | os.PathLike[str]) -> int | None:
-    """The iteration in ``latest_checkpointed_iteration.txt`` (slime writes it after the checkpoint), or None."""
-    path = Path(save_dir).expanduser() / TRACKER
-    try:
-        return int(path.read_text().strip())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise WeightSyncError(f"{path} is unreadable ({exc}); it should hold one iteration number") from None
-
-
-def list_checkpoints(save_dir: str | os.PathLike[str]) -> list[SlimeCheckpoint]:
-    """Complete checkpoints, oldest first: the DCP ``model/.metadata`` exists (DCP writes it last) and the
-    iteration is not newer than the tracker (slime bumps the tracker only after a save finished)."""
-    root = Path(save_dir).expanduser()
-    tracker = read_tracker(root)
-    if tracker is None or not root.is_dir():
-        return []
-    found = []
-    for child in root.iterdir():
-        m = _ITER_RE.match(child.name)
-        if m and int(m.group(1)) <= tracker and (child / "model" / ".metadata").is_file():
-            found.append(SlimeCheckpoint(int(m.group(1)), child))
-    return sorted(found, key=lambda c: c.iteration)
-
-
-def newest_checkpoint(save_dir: str | os.PathLike[str]) -> SlimeCheckpoint | None:
-    found = list_checkpoints(save_dir)
-    return found[-1] if found else None
-
-
-# ------------------------------------------------------------------------------------------------
-# DCP -> HF conversion
-# ------------------------------------------------------------------------------------------------
-
-
-def hf_name(dcp_key: str) -> str:
-    """The HF parameter name of one DCP key of slime's model checkpoint."""
-    if not dcp_key.startswith(MODEL_PREFIX):
-        raise WeightSyncError(
-            f"checkpoint key {dcp_key!r} does not start with {MODEL_PREFIX!r}: this is not "
-            "a model checkpoint written by slime v0.2.2's FSDP backend"
-        )
-    name = dcp_key[len(MODEL_PREFIX) :]
-    for infix in WRAPPER_INFIXES:
-        name = name.replace(infix, "")
-    return name
-
-
-def convert_checkpoint(
-    model_dir: str | os.PathLike[str],
-    hf_source: str | os.PathLike[str],
-    out_dir: str | os.PathLike[str],
-    *,
-    dtype: Any = "auto",
-    shard_bytes: int = DEFAULT_SHARD_BYTES,
-) -> Path:
-    """Write the DCP model checkpoint in ``model_dir`` as an HF folder ``out_dir``: safetensors shards with the
-    model's own parameter names, cast to ``dtype`` ("auto" = the dtype in the config; None = as stored), plus
-    the config and tokenizer files of ``hf_source``. Loads one shard's worth of tensors at a time, so memory
-    stays near ``shard_bytes`` whatever the model size. Atomic: the folder appears complete or not at all."""
-    model_dir, out = Path(model_dir), Path(out_dir)
-    source = resolve_hf_dir(hf_source)
-    plan = _plan_conversion(model_dir, source, dtype, shard_bytes)
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        _write_shards(plan, model_dir, tmp)
-        for name in AUX_FILES:
-            if (source / name).is_file():
-                shutil.copy2(source / name, tmp / name)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
-
-
-@dataclass
-class _Conversion:
-    """Which tensors go to which shard, under which HF name and dtype."""
-
-    entries: dict[str, Any]
-    names: dict[str, str]
-    dtypes: dict[str, Any]
-    shards: list[list[str]]
-
-
-def _plan_conversion(model_dir: Path, source: Path, dtype: Any, shard_bytes: int) -> _Conversion:
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    config = json.loads((source / "config.json").read_text())
-    target = _target_dtype(config, dtype)
-    try:
-        meta = dcp.FileSystemReader(str(model_dir)).read_metadata()
-    except Exception as exc:  # noqa: BLE001 - any reader failure means "not a readable DCP folder"
-        raise WeightSyncError(
-            f"cannot read the DCP checkpoint in {model_dir} ({exc.__class__.__name__}: {exc}); is the save complete?"
-        ) from None
-    entries = {k: v for k, v in meta.state_dict_metadata.items() if isinstance(v, TensorStorageMetadata)}
-    names = {k: hf_name(k) for k in entries}
-    tied = bool(config.get("tie_word_embeddings", False))
-    keys = [k for k in entries if not (tied and names[k] == "lm_head.weight")]  # the HF folder stores it once
-    _check_names([names[k] for k in keys], source, tied)
-    dtypes = {
-        k: target
-        if target is not None and entries[k].properties.dtype.is_floating_point
-        else entries[k].properties.dtype
-        for k in keys
-    }
-    shards: list[list[str]] = [[]]
-    size = 0
-    for k in keys:
-        nbytes = entries[k].size.numel() * dtypes[k].itemsize
-        if shards[-1] and size + nbytes > shard_bytes:
-            shards.append([])
-            size = 0
-        shards[-1].append(k)
-        size += nbytes
-    return _Conversion(entries, names, dtypes, shards)
-
-
-def _write_shards(plan: _Conversion, model_dir: Path, tmp: Path) -> None:
-    import torch
-    import torch.distributed.checkpoint as dcp
-    from safetensors.torch import save_file
-
-    weight_map: dict[str, str] = {}
-    total = 0
-    count = len(plan.shards)
-    for n, group in enumerate(plan.shards, 1):
-        state = {k: torch.empty(tuple(plan.entries[k].size), dtype=plan.entries[k].properties.dtype) for k in group}
-        with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
-            warnings.simplefilter("ignore", UserWarning)
-            dcp.load(state, checkpoint_id=str(model_dir), no_dist=True)
-        fname = "model.safetensors" if count == 1 else f"model-{n:05d}-of-{count:05d}.safetensors"
-        tensors = {plan.names[k]: state[k].to(plan.dtypes[k]).contiguous() for k in group}
-        save_file(tensors, str(tmp / fname), metadata={"format": "pt"})
-        total += sum(t.numel() * t.element_size() for t in tensors.values())
-        weight_map.update(dict.fromkeys(tensors, fname))
-        del state, tensors
-    if count > 1:
-        index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-        (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
-
-
-def resolve_hf_dir(hf_checkpoint: str | os.PathLike[str]) -> Path:
-    """A local folder with the model's config and tokenizer: ``hf_checkpoint`` itself, or its Hugging Face
-    cache snapshot (the same files slime's ``--hf-checkpoint`` loads)."""
-    local = Path(hf_checkpoint).expanduser()
-    if (local / "config.json").is_file():
-        return local
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(str(hf_checkpoint), allow_patterns=list(AUX_FILES)))
-    except Exception as exc:  # noqa: BLE001 - hub errors vary; the message says what to do
-        raise WeightSyncError(
-            f"--hf-checkpoint {hf_checkpoint!r} is neither a folder with config.json nor a "
-            f"downloadable Hugging Face model ({exc.__class__.__name__}); pass a local "
-            "folder"
-        ) from None
-
-
-def _target_dtype(config: dict[str, Any], dtype: Any) -> Any:
-    import torch
-
-    if dtype is None or isinstance(dtype, torch.dtype):
-        return dtype
-    name = config.get("torch_dtype") or config.get("dtype") if dtype == "auto" else dtype
-    if not name:
-        return None
-    value = getattr(torch, str(name).replace("torch.", ""), None)
-    if not isinstance(value, torch.dtype):
-        raise WeightSyncError(f"unknown dtype {name!r} (config.json torch_dtype/dtype or the dtype argument)")
-    return value
-
-
-def _check_names(names: list[str], source: Path, tied: bool) -> None:
-    """The converted names must be the HF checkpoint's own (when its weights are local), else vLLM rejects them."""
-    expected = _hf_weight_names(source)
-    if expected is None:
-        return
-    if tied:
-        expected.discard("lm_head.weight")
-    got = set(names)
-    missing, extra = sorted(expected - got), sorted(got - expected)
-    if missing or extra:
-        raise WeightSyncError(
-            f"the checkpoint's parameters do not match {source}: missing {missing[:5]} "
-            f"({len(missing)}), unexpected {extra[:5]} ({len(extra)}); was it trained "
-            "from this --hf-checkpoint?"
-        )
-
-
-def _hf_weight_names(source: Path) -> set[str] | None:
-    index = source / "model.safetensors.index.json"
-    if index.is_file():
-        return set(json.loads(index.read_text())["weight_map"])
-    single = source / "model.safetensors"
-    if single.is_file():
-        from safetensors import safe_open
-
-        with safe_open(str(single), framework="pt") as fh:
-            return set(fh.keys())
-    return None
-
-
-# ------------------------------------------------------------------------------------------------
-# the sync before each rollout
-# ------------------------------------------------------------------------------------------------
 
 
 class SlimeWeightSync:
@@ -410,7 +162,7 @@ class SlimeWeightSync:
         _remove(p for p in exports[: -self.keep_exports] if p != served)
         done = read_tracker(self.save_dir) or 0
         saved = sorted(
-            (p for p in self.save_dir.iterdir() if (m := _ITER_RE.match(p.name)) and int(m[1]) <= done),
+            (p for p in self.save_dir.iterdir() if (m := ITER_RE.match(p.name)) and int(m[1]) <= done),
             key=lambda p: p.name,
         )
         _remove(saved[: -self.keep_checkpoints])
@@ -420,8 +172,8 @@ class SlimeWeightSync:
         slime checkpoints: with one checkpoint per step (model + optimizer) they would otherwise fill the disk."""
         exports = (
             sorted(
-                (p for p in self.export_root.iterdir() if _ITER_RE.match(p.name)),
-                key=lambda p: _number(_ITER_RE, p.name),
+                (p for p in self.export_root.iterdir() if ITER_RE.match(p.name)),
+                key=lambda p: _number(ITER_RE, p.name),
             )
             if self.export_root.is_dir()
             else []
