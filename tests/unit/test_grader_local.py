@@ -17,7 +17,8 @@ import pytest
 from qwen_swe.data.taskpack import pack_task
 from qwen_swe.data.taskpack.check import check_task
 from qwen_swe.data.taskpack.repo import make_repo
-from qwen_swe.reward.harness import EVAL_OUTPUT_LIMIT, Grade, GradeStatus, evaluate, grade_async
+from qwen_swe.reward.bench import EVAL_OUTPUT_LIMIT
+from qwen_swe.reward.harness import Grade, GradeStatus, evaluate, grade_async
 from qwen_swe.reward.settings import RewardSettings
 from qwen_swe.sandbox.base import SandboxRequest
 from tests.local_sandbox import LocalSandboxes, namespaces_missing
@@ -81,7 +82,7 @@ def test_an_eval_past_its_timeout_is_aborted_not_scored(task, tmp_path):
 
 
 def test_a_loosened_grade_network_is_passed_on_recorded_and_logged(task, tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="qwen_swe.reward.harness"):
+    with caplog.at_level(logging.WARNING, logger="qwen_swe.reward.bench"):
         g, made = _grade(task, task["patch"], tmp_path, grade_network="host")
     assert [r.network for r in made] == ["host"] and g.details["network"] == "host"
     assert any("GRADE_NETWORK" in r.getMessage() for r in caplog.records)
