@@ -158,9 +158,9 @@ SEAM = (
     "train/offpolicy.py",
     "data/sample.py",
 )
-# 400 in the hand-wrapped style the rule was set in; ruff format's one-argument-per-line layout makes a module
-# 14-19% longer (traffic/proxy.py: 406 -> 483 lines), so the same rule is 500 lines now
-MAX_MODULE_LINES = 500
+MAX_MODULE_LINES = 400  # the house style: modules stay near 300 lines, and past 400 are split by job
+# the one named exception, held to the old bound: traffic/proxy.py is being split as part of issue 40's timeline work
+LONGER_MODULES = {"qwen_swe/traffic/proxy.py": 500}
 
 
 def test_the_rollout_contract_needs_no_type_ignore():
@@ -228,9 +228,10 @@ def test_tests_and_benchmarks_import_no_private_names_of_each_other():
 
 def test_no_module_is_over_the_size_limit():
     big = {
-        str(p.relative_to(REPO_ROOT)): n
+        rel: n
         for p in MODULES.values()
-        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+        if (n := len(p.read_text().splitlines()))
+        > LONGER_MODULES.get(rel := str(p.relative_to(REPO_ROOT)), MAX_MODULE_LINES)
     }
     assert not big, f"modules over {MAX_MODULE_LINES} lines (split them by job): {big}"
 
