@@ -19,6 +19,7 @@ from qwen_swe.reward import scoring as grading
 from qwen_swe.reward.judge import judge
 from qwen_swe.reward.outcome import Grade, Record
 from qwen_swe.sandbox.base import Sandbox, SandboxFactory, SandboxRequest
+from qwen_swe.sandbox.settings import NO_NETWORK
 
 PATCH_PATH = "/tmp/patch.diff"
 EVAL_PATH = "/eval.sh"
@@ -36,7 +37,7 @@ class Bench:
     run_id: str
     log_root: Path
     eval_timeout: float
-    network: str = "none"
+    network: str = NO_NETWORK
 
 
 def _new_folder(root: Path, instance: dict) -> Path:
@@ -75,7 +76,7 @@ async def run_on_bench(bench: Bench, rec: Record, patch: str, witnessed: str | N
     (rec.folder / "patch.diff").write_text(patch)
     (rec.folder / "eval.sh").write_text(script)
     details.update(log_dir=str(rec.folder), log_path=str(rec.folder / "test_output.txt"))
-    if bench.network != "none":
+    if bench.network != NO_NETWORK:
         log.warning(
             "grading %s with network %r (GRADE_NETWORK): the code under test can reach out",
             instance.get("instance_id"),

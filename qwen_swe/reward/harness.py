@@ -39,12 +39,11 @@ from qwen_swe.reward import audit, tamper
 from qwen_swe.reward import scoring as grading
 from qwen_swe.reward.bench import Bench, run_on_bench
 from qwen_swe.reward.outcome import Grade, GradeStatus, Record
-from qwen_swe.reward.settings import RewardSettings
+from qwen_swe.reward.settings import REWARD_MODES, RewardSettings
 from qwen_swe.sandbox.base import SandboxFactory
 from qwen_swe.sandbox.factory import DockerSandboxes
 from qwen_swe.sandbox.settings import SandboxSettings
 
-MODES = ("binary", "fractional", "shaped")
 DEFAULT_RUN_ID = "qwen-swe-grade"  # the container label of a grade outside a run
 
 
@@ -76,8 +75,8 @@ async def grade_async(
     """
     reward, sandbox = reward or RewardSettings(), sandbox or SandboxSettings()
     mode = mode or reward.reward_mode
-    if mode not in MODES:
-        raise ValueError(f"reward mode {mode!r} is not one of {', '.join(MODES)}")
+    if mode not in REWARD_MODES:
+        raise ValueError(f"reward mode {mode!r} is not one of {', '.join(REWARD_MODES)}")
     t0 = time.monotonic()
     bench = Bench(
         sandboxes or DockerSandboxes(sandbox), run_id, _log_root(log_dir), reward.eval_timeout, reward.grade_network

@@ -5,22 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qwen_swe.config.fields import opt, validate
+from qwen_swe.sandbox.settings import NETWORK_MODES, NO_NETWORK
+
+REWARD_MODES = ("binary", "fractional", "shaped")
 
 
 @dataclass(frozen=True)
 class RewardSettings:
     eval_timeout: float = opt(1800.0, "timeout of one grading run, seconds", minimum=1.0)
     grade_network: str = opt(
-        "none",
+        NO_NETWORK,
         "network mode of grading containers; anything but none lets the code under "
         "test reach out (each such grade logs a warning): only for images whose tests "
         "need the network",
-        choices=("none", "host", "bridge"),
+        choices=NETWORK_MODES,
     )
     reward_mode: str = opt(
         "binary",
         "reward: binary +/-1, fractional F2P, or shaped localisation",
-        choices=("binary", "fractional", "shaped"),
+        choices=REWARD_MODES,
     )
     shaped_gold_file: float = opt(1.0, "shaped: reward per gold-patch file the patch changes")
     shaped_extra_file: float = opt(-0.25, "shaped: per changed file the gold patch does not touch")

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from qwen_swe.config.fields import opt, validate
 from qwen_swe.errors import ConfigError
 
+NO_NETWORK = "none"  # a machine with no route out: the default of rollout and grading containers
+NETWORK_MODES = (NO_NETWORK, "host", "bridge")  # Docker network modes a setting may choose
 UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
@@ -17,11 +19,11 @@ class SandboxSettings:
     sandbox_cpus: float = opt(1.0, "CPU limit per container", minimum=0.1)
     sandbox_memory: str = opt("4g", "memory limit per container (docker syntax)")
     sandbox_network: str = opt(
-        "none",
+        NO_NETWORK,
         "network mode of rollout containers: none leaves them only their session's "
         "model socket; host or bridge let the agent reach out (logged as a warning): "
         "only for images whose tests need the network",
-        choices=("host", "bridge", "none"),
+        choices=NETWORK_MODES,
     )
     sandbox_disk: str = opt(
         "10g",
