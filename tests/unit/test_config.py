@@ -103,7 +103,7 @@ def test_flags_win_over_env(tmp_path):
         ({"LR": "-1e-6"}, r"^LR=-1e-06 is too small"),
         ({"MASK_TRUNCATED": "maybe"}, r"^MASK_TRUNCATED='maybe' is not a valid bool"),
         ({"BACKEND": "tpu"}, r"^BACKEND='tpu' is not one of fsdp, slime$"),
-        ({"SANDBOX_NETWORK": "bridged"}, r"^SANDBOX_NETWORK='bridged' is not one of host, bridge, none$"),
+        ({"SANDBOX_NETWORK": "bridged"}, r"^SANDBOX_NETWORK='bridged' is not one of none, host, bridge$"),
         ({"REWARD_MODE": "soft"}, r"^REWARD_MODE='soft' is not one of binary, fractional, shaped$"),
         ({"BACKEND": "slime"}, r"^BACKEND=slime needs SLIME_DIR: point it at a slime v0.2.2 checkout$"),
     ],
