@@ -88,6 +88,8 @@ class AgentResult:
     infra: bool = False
     turns: int | None = None
     stray_processes: int = 0
+    exec_started: float = 0.0  # time.monotonic() when the (last) run of the CLI started, and when it ended
+    exec_ended: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -320,6 +322,7 @@ async def run_agent(
             assert fresh_session is not None  # the loop below goes on only with one
             await sandbox.exec(sweep_command(marker), timeout=120)
             base_url = fresh_session()
+        exec_started = time.monotonic()
         done = await sandbox.exec(
             command,
             timeout=budget + 2 * KILL_GRACE + EXEC_SLACK,
@@ -333,7 +336,8 @@ async def run_agent(
             or STDIN_RACE not in await _read_text(sandbox, STDERR_FILE)
         ):
             break
-    seconds = time.monotonic() - start
+    exec_ended = time.monotonic()
+    seconds = exec_ended - start
     # then undo any commit or staging of the agent's, so the diff below is against the starting commit
     reset = f"; {_GIT} reset -q {base} >/dev/null 2>&1" if re.fullmatch(r"[0-9a-f]{40}", base) else ""
     swept = await sandbox.exec(sweep_command(marker) + reset, timeout=120, workdir=REPO_DIR)
@@ -357,6 +361,8 @@ async def run_agent(
         infra=infra,
         turns=(summary.result or {}).get("num_turns"),
         stray_processes=stray,
+        exec_started=exec_started,
+        exec_ended=exec_ended,
     )
 
 

@@ -90,6 +90,7 @@ class RunRecord:
     drop_reason: str | None = None  # a DropReason's value: the infrastructure's, never trained on
     drop_detail: str | None = None
     filtered: str | None = None  # complete, but its group was not trained on (equal rewards, a dropped sibling)
+    timeline: dict[str, Any] | None = None  # where the attempt's time went (qwen_swe/rollout/timeline.py)
 
 
 RUN_FIELDS = frozenset(f.name for f in fields(RunRecord))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from qwen_swe.config.settings import Settings
-from qwen_swe.data.sample import Sample
+from qwen_swe.data.sample import Sample, run_of
 from qwen_swe.data.source import SWEBenchDataSource, load_instances
 from qwen_swe.errors import ConfigError, TrainerError
 from qwen_swe.evaluate.agent_runs import run_attempts
@@ -32,6 +32,7 @@ from qwen_swe.rollout.progress import BatchStats, live_progress
 from qwen_swe.rollout.record import dump_rollout_data, dump_rollouts, not_kept
 from qwen_swe.rollout.replay import ReplayDriver
 from qwen_swe.rollout.sampling import Batch, fill_batch
+from qwen_swe.rollout.timeline import summarize
 from qwen_swe.warmstart.demos import DemoDriver
 
 
@@ -126,17 +127,16 @@ class RolloutDriver:
         self, step: int, batch: Batch, stats: BatchStats, seconds: float, evaluated: dict[str, float]
     ) -> tuple[list[Sample], dict[str, Any]]:
         s = self.settings
-        dump_rollouts(
-            Path(s.output_dir) / "rollouts" / f"step_{step:06d}.jsonl",
-            batch.complete,
-            not_kept(batch.drawn, batch.complete),
-        )
+        left = not_kept(batch.drawn, batch.complete)
+        dump_rollouts(Path(s.output_dir) / "rollouts" / f"step_{step:06d}.jsonl", batch.complete, left)
         if s.rollout.save_rollout_data:
             dump_rollout_data(Path(s.output_dir) / "rollout_data" / f"step_{step:06d}.jsonl.gz", batch.complete)
         metrics = batch_metrics(stats, batch.complete, seconds)  # every complete group, trained on or not
         if s.rollout.dynamic_sampling:
             metrics.update(batch.metrics())
         metrics.update({f"dropped/{k}": v for k, v in stats.reasons.items()})
+        timeline = summarize(run_of(x).timeline for x in [*(x for g in batch.complete for x in g), *left])
+        metrics.update(timeline.metrics() if timeline else {})  # every attempt's time, kept or dropped
         metrics.update(self.last_sync)  # the sync that happened before this rollout was collected, reported once
         metrics.update(evaluated)
         self.last_sync = {}

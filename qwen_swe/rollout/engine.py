@@ -25,6 +25,17 @@ from qwen_swe.paths import AGENT_MOUNT, agent_bundle_dir
 from qwen_swe.reward.harness import Grade, GradeStatus, grade_async
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.rollout.settings import RolloutSettings
+from qwen_swe.rollout.timeline import (
+    AGENT_CLEANUP,
+    AGENT_EXIT,
+    AGENT_SETUP,
+    AGENT_START,
+    BOOT,
+    DIFF,
+    GRADE,
+    TEARDOWN,
+    Clock,
+)
 from qwen_swe.sandbox.base import Sandbox, SandboxFactory, SandboxRequest
 from qwen_swe.sandbox.factory import DockerSandboxes
 from qwen_swe.sandbox.settings import parse_size
@@ -32,7 +43,7 @@ from qwen_swe.traffic.endpoint import SOCKET_DIR_IN_CONTAINER
 from qwen_swe.traffic.proxy import RecordingProxy
 from qwen_swe.traffic.toolcalls import tool_call_parser_for
 from qwen_swe.traffic.trajectory import build_sample, to_sample
-from qwen_swe.traffic.transcript import transcript
+from qwen_swe.traffic.transcript import call_spans, transcript
 
 log = logging.getLogger("qwen_swe.rollout")
 
@@ -115,9 +126,16 @@ class RolloutEngine:
                 stats.count(sample)
 
     async def _run_sample(self, sample: Sample) -> Sample:
+        clock = Clock()
+        try:
+            return await self._attempt(sample, clock)
+        finally:  # a dropped sample keeps the spans it reached
+            stamp(sample, timeline=clock.record())
+
+    async def _attempt(self, sample: Sample, clock: Clock) -> Sample:
         instance = attempt_row(sample)
         stamp(sample, weight_version=self.weight_version)
-        t0 = time.monotonic()
+        t0 = clock.origin_mono
         session = self.proxy.open_session(
             {"instance_id": instance["instance_id"], "index": sample.index}, seed=run_of(sample).attempt_seed
         )
@@ -132,13 +150,19 @@ class RolloutEngine:
                 self.proxy.endpoint(session.id) as endpoint,
                 self._start_sandbox(instance, endpoint.folder) as sandbox,
             ):
+                clock.add(BOOT, t0, booted := time.monotonic())
                 agent = await self._run_agent(sandbox, endpoint.socket_in_container, str(sample.prompt), fresh_session)
-                patch = await take_diff(sandbox)
+                ran = time.monotonic()
+                with clock.span(DIFF):
+                    patch = await take_diff(sandbox)
+                down = time.monotonic()
         finally:
             turns = self.proxy.close_session(session.id)
         if session.bug is not None:  # a bug in the proxy, not the infrastructure: fail loudly
             raise session.bug
         t_agent = time.monotonic()
+        clock.add(TEARDOWN, down, t_agent)
+        _agent_spans(clock, agent, turns, booted, ran)
         stamp(
             sample,
             conversation=transcript(turns),
@@ -150,7 +174,9 @@ class RolloutEngine:
         )
         _check_agent(agent, turns)
         traj = self._build_trajectory(turns)
-        grade = await self._grade(instance, patch, agent, traj)
+        with clock.span(GRADE) as attrs:
+            grade = await self._grade(instance, patch, agent, traj)
+            attrs.update(grade.timings or {})
         return self._fill(sample, traj, grade, turns, grade_seconds=time.monotonic() - t_agent)
 
     def _start_sandbox(self, instance: dict, endpoint_dir: Any) -> Sandbox:
@@ -328,6 +354,18 @@ def _check_agent(agent: AgentResult, turns: list) -> None:
         raise AgentFailure(DropReason.AGENT_ERROR, agent.log_tail[-300:] if agent.log_tail else agent.outcome)
     if not any(t.ok and t.sampled_ids for t in turns):
         raise AgentFailure(DropReason.NO_MODEL_TURNS, "the agent made no successful model call")
+
+
+def _agent_spans(clock: Clock, agent: AgentResult, turns: list, booted: float, returned: float) -> None:
+    """The agent's run as spans: set-up, start, its model calls and the gaps between them, exit, clean-up."""
+    calls = call_spans(turns)
+    if agent.exec_started:
+        clock.add(AGENT_SETUP, booted, agent.exec_started)
+        clock.add(AGENT_START, agent.exec_started, calls[0][1] if calls else agent.exec_ended)
+        clock.add(AGENT_EXIT, calls[-1][2] if calls else agent.exec_ended, agent.exec_ended)
+        clock.add(AGENT_CLEANUP, agent.exec_ended, returned)
+    for kind, start, end, attrs in calls:
+        clock.add(kind, start, end, attrs)
 
 
 def _jsonable(value: Any) -> Any:

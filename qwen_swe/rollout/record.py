@@ -22,7 +22,7 @@ def not_kept(drawn: list[list[Sample]], complete: list[list[Sample]]) -> list[Sa
 
 
 def dump_rollouts(path: Path, groups: list[list[Sample]], dropped: list[Sample]) -> None:
-    """One JSON line per sample (kept and dropped): instance, patch, reward, status, turns, timings."""
+    """One JSON line per sample (kept and dropped): instance, patch, reward, status, turns, timings, timeline."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as fh:
         for x in [s for g in groups for s in g] + dropped:
@@ -54,6 +54,7 @@ def dump_rollouts(path: Path, groups: list[list[Sample]], dropped: list[Sample])
                         "sampled_tokens": (r.trajectory or {}).get("sampled_tokens"),
                         "trained_tokens": sum(x.loss_mask) if x.loss_mask else 0,
                         "rollout_node": r.rollout_node,
+                        "timeline": r.timeline,
                         "conversation": r.conversation,
                     },
                     default=str,

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from qwen_swe.traffic.toolcalls import new_call_id
 from qwen_swe.traffic.trajectory import Turn
+from qwen_swe.traffic.upstream import served_figures
 
 
 class Upstream(Protocol):
@@ -65,6 +66,7 @@ def _record_chat(turn: Turn, data: dict[str, Any]) -> None:
     turn.message = {k: v for k, v in msg.items() if v is not None or k == "content"}
     turn.finish_reason = choice.get("finish_reason")
     turn.usage = data.get("usage")
+    turn.cached_tokens, turn.server_timing = served_figures(data)
     turn.prompt_ids = data.get("prompt_token_ids")
     turn.sampled_ids = choice.get("token_ids")
     content = (choice.get("logprobs") or {}).get("content")
@@ -133,6 +135,7 @@ class _StreamAccumulator:
         if self.reasoning:
             msg["reasoning_content"] = "".join(self.reasoning)
         turn.message, turn.finish_reason, turn.usage = msg, self.finish, self.usage
+        turn.cached_tokens, turn.server_timing = served_figures({"usage": self.usage})
         turn.prompt_ids = self.prompt_ids
         turn.sampled_ids = self.ids if self.has_ids else None
         turn.logprobs = self.logprobs if self.has_logprobs else None

@@ -235,7 +235,7 @@ class RecordingProxy:
         )
         if session.seed is not None and body.get("seed") is None:
             body["seed"] = session.turn_seed(turn.index)
-        t0 = time.perf_counter()
+        turn.started_mono, t0 = time.monotonic(), time.perf_counter()
         try:
             if self._tokens is not None:
                 return await self._tokens.chat(request, body, session, turn)

@@ -20,7 +20,7 @@ from qwen_swe.traffic.sessions import PromptBuilder, PromptPlan, Session
 from qwen_swe.traffic.sse import sse_chunks
 from qwen_swe.traffic.toolcalls import ParsedReply, parse_completion, split_reasoning, structural_tag
 from qwen_swe.traffic.trajectory import Turn
-from qwen_swe.traffic.upstream import Upstream, error_body
+from qwen_swe.traffic.upstream import Upstream, error_body, served_figures
 
 SAMPLING_KEYS = (
     "temperature",
@@ -122,6 +122,7 @@ class TokenMode:
             resp = await self.upstream.post_upstream("/completions", payload)
         data = await self.upstream.read_json(resp, "/completions")
         turn.upstream_latency = time.perf_counter() - t0
+        turn.cached_tokens, turn.server_timing = served_figures(data)
         choice = (data.get("choices") or [{}])[0]
         ids = choice.get("token_ids")
         if ids is None:

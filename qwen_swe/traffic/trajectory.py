@@ -95,6 +95,9 @@ class Turn:
     drift: dict[str, Any] | None = None  # the proxy could not splice: why and where
     parse_errors: list[str] = field(default_factory=list)
     started_at: float = 0.0
+    started_mono: float = 0.0  # time.monotonic() when the request arrived; the call ends ``latency`` later
+    cached_tokens: int | None = None  # prompt tokens the server found in its prefix cache, where it reports them
+    server_timing: dict[str, float] | None = None  # the server's queue / prefill / decode milliseconds, where reported
 
     @property
     def ok(self) -> bool:

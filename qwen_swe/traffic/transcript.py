@@ -1,5 +1,6 @@
 """A session's conversation as a person reads it, for the rollout dumps and the viewer: every message the agent
-sent and received (tool outputs capped, with the cap recorded) and, per model call, what was sampled."""
+sent and received (tool outputs capped, with the cap recorded) and, per model call, what was sampled; and the
+session's model calls as timeline spans (``call_spans``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from qwen_swe.rollout.timeline import AGENT, MODEL, TOOL
 from qwen_swe.traffic.trajectory import Turn
 
 OUTPUT_CAP = 4000  # characters kept of one message's content (tool outputs can be megabytes)
@@ -44,4 +46,31 @@ def _capped(message: dict[str, Any], cap: int) -> dict[str, Any]:
         out["truncated_chars"] = len(content) - cap
         content = content[:cap]
     out["content"] = content
+    return out
+
+
+def call_spans(turns: Iterable[Turn]) -> list[tuple[str, float, float, dict[str, Any]]]:
+    """``(kind, start, end, attrs)`` on ``time.monotonic()``: each model call as the proxy served it (its tokens, the
+    server's share of its time, and what the server reports: prefix-cached tokens, queue / prefill / decode), and
+    each gap between one call's answer and the next call. The proxy sees only the calls, so a gap is inferred: after
+    a reply with tool calls it is the agent running them (``tool``, with their names), else the agent's own work."""
+    calls = sorted((t for t in turns if t.started_mono), key=lambda t: t.started_mono)
+    out: list[tuple[str, float, float, dict[str, Any]]] = []
+    for i, t in enumerate(calls):
+        end = t.started_mono + t.latency
+        attrs: dict[str, Any] = {
+            "turn": t.index,
+            "status": t.status,
+            "prompt_tokens": len(t.prompt_ids) if t.prompt_ids is not None else (t.usage or {}).get("prompt_tokens"),
+            "generated_tokens": len(t.sampled_ids or ()),
+            "server_seconds": round(t.upstream_latency, 4),
+        }
+        if t.cached_tokens is not None:
+            attrs["cached_tokens"] = t.cached_tokens
+        attrs.update(t.server_timing or {})
+        out.append((MODEL, t.started_mono, end, attrs))
+        if i + 1 < len(calls):
+            names = [(c.get("function") or {}).get("name") for c in (t.message or {}).get("tool_calls") or ()]
+            gap = (TOOL, {"tools": names}) if names else (AGENT, {})
+            out.append((gap[0], end, max(end, calls[i + 1].started_mono), gap[1]))
     return out

@@ -18,6 +18,23 @@ def error_body(message: str, kind: str = "proxy_error", code: int | None = None)
     return {"error": {"message": message, "type": kind, "code": code}}
 
 
+# vLLM's per-request figures (``metrics`` of a response, with --enable-per-request-metrics) -> the names we record
+SERVER_TIMING = {"queue_time_ms": "queue_ms", "time_to_first_token_ms": "prefill_ms", "generation_time_ms": "decode_ms"}
+
+
+def served_figures(data: dict[str, Any]) -> tuple[int | None, dict[str, float] | None]:
+    """What the server says about one call beyond its tokens: the prompt tokens it found in its prefix cache (vLLM:
+    ``usage.prompt_tokens_details.cached_tokens``, with --enable-prompt-tokens-details) and its timing; ``None`` for
+    what it does not report."""
+    details = (data.get("usage") or {}).get("prompt_tokens_details") or {}
+    cached = details.get("cached_tokens")
+    reported = data.get("metrics") or {}
+    timing = {
+        ours: float(reported[theirs]) for theirs, ours in SERVER_TIMING.items() if reported.get(theirs) is not None
+    }
+    return (int(cached) if cached is not None else None), (timing or None)
+
+
 class Upstream:
     """``start()`` before the first call, ``close()`` at the end; ``url`` is the server's OpenAI root (``.../v1``)."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -79,9 +80,17 @@ class ScriptedAgentEngine(RolloutEngine):
         self.proxy, self.act, self.seen = OneTurnProxy(folder), act, {}
 
     async def _run_agent(self, sandbox: Sandbox, model_socket: str, prompt: str, fresh_session: Any) -> AgentResult:
+        started = time.monotonic()
         self.seen = {"socket": model_socket, "prompt": prompt, **await self.act(sandbox)}
         return AgentResult(
-            outcome="completed", final_message="done", exit_code=0, seconds=0.1, tool_calls=1, log_tail=""
+            outcome="completed",
+            final_message="done",
+            exit_code=0,
+            seconds=0.1,
+            tool_calls=1,
+            log_tail="",
+            exec_started=started,
+            exec_ended=time.monotonic(),
         )
 
 
@@ -134,6 +143,16 @@ def test_the_gold_edit_is_taken_as_a_diff_and_graded_in_a_fresh_machine(task, tm
     assert rollout.disk_limit == parse_size("10g") and rollout.run_id == engine.settings.label
     assert (grade.role, grade.mounts, grade.disk_limit) == ("grade", {}, 0)
     assert json.loads(next((tmp_path / "run" / "grades").rglob("grade.json")).read_text())["reward"] == 1.0
+    # where its time went: the machine's boot, the agent, the diff, the machine's removal, the grade, in that order,
+    # one after another, within the attempt's wall time (the stand-in agent makes no model call: no model span)
+    timeline = run.timeline
+    assert timeline is not None
+    spans = timeline["spans"]
+    kinds = [s["kind"] for s in spans]
+    assert kinds == ["boot", "agent_setup", "agent_start", "agent_exit", "agent_cleanup", "diff", "teardown", "grade"]
+    assert all(a["end"] <= b["start"] + 1e-3 for a, b in zip(spans, spans[1:])), spans
+    assert spans[0]["start"] >= 0.0 and spans[-1]["end"] <= timeline["seconds"] + 1e-3
+    assert spans[-1]["end"] - spans[-1]["start"] > 0.0  # the grade ran commands in a fresh machine
 
 
 def test_no_edit_scores_minus_one_without_a_grading_machine(task, tmp_path, monkeypatch):
@@ -156,3 +175,5 @@ def test_a_machine_that_cannot_start_drops_the_sample_with_its_reason(task, tmp_
     run = run_of(sample)
     assert (sample.status, sample.reward, run.drop_reason) == (Status.ABORTED, 0.0, "sandbox")
     assert run.drop_detail == f"no image for {task['instance_id']}" and [r.role for r in made] == ["rollout"]
+    assert run.timeline is not None and run.timeline["spans"] == []  # it reached no span, and says how long it took
+    assert run.timeline["seconds"] > 0.0
