@@ -72,6 +72,16 @@ def flag_values(argv: list[str]) -> dict[str, str | None]:
     return out
 
 
+def test_the_run_gets_ours_then_slime_then_the_parents_pythonpath(seed_env):
+    plan = sb.build_plan(
+        sb.load_settings([], profile=False), env_report={"problems": [], "cuda_devices": 8}, check_server_routes=False
+    )
+    env = plan.child_env({"PYTHONPATH": "/parents", "HOME": "/home/x"})
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(REPO_ROOT), str(plan.cwd), "/parents"]
+    assert env["HOME"] == "/home/x"
+    assert plan.child_env({})["PYTHONPATH"] == plan.env["PYTHONPATH"]  # no parent's: the plan's, as printed
+
+
 def test_dry_run_prints_slimes_train_command_for_the_seed_settings(seed_env, capsys):
     assert sb.main(["--dry-run"]) == 0
     printed = capsys.readouterr().out

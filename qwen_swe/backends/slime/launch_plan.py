@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,11 @@ class LaunchPlan:
     files: dict[str, str] = field(default_factory=dict)  # written just before the exec
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+
+    def child_env(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """What the steps and the run get: ``environ`` with ``env`` added, and a PYTHONPATH of this repository, the
+        slime checkout (``cwd``), then the parent's own (``paths.python_path``, as every child of ours)."""
+        return {**environ, **self.env, "PYTHONPATH": python_path(self.cwd, inherited=environ.get("PYTHONPATH"))}
 
     def render(self) -> str:
         """Shell command lines: one variable per line, then one flag (with its value) per line."""

@@ -127,10 +127,7 @@ def launch(settings: Settings, *, dry_run: bool = False, given: Collection[str] 
     settings.write(settings.output_dir)
     for path, text in plan.files.items():
         Path(path).write_text(text)
-    inherited = os.environ.get("PYTHONPATH")
-    env = {**os.environ, **plan.env}
-    if inherited:
-        env["PYTHONPATH"] += os.pathsep + inherited
+    env = plan.child_env(os.environ)
     for step in plan.steps:
         if step.done_when.exists():
             continue
