@@ -19,12 +19,12 @@ from pathlib import Path
 import docker
 
 from qwen_swe.config.settings import Settings
-from qwen_swe.data.taskpack import pack_task
 from qwen_swe.errors import TaskPackError
 from qwen_swe.reward import scoring as grading
 from qwen_swe.reward.harness import grade_async
 from qwen_swe.sandbox.docker_host import labels_for, reap
 from qwen_swe.sandbox.factory import DockerSandboxes
+from tests.task_pack import pack_task
 
 _BY_HAND = (
     'cd /testbed && printf %s "$PATCH" > /tmp/p.diff && git apply /tmp/p.diff && printf %s "$EVAL" > /eval.sh '

@@ -20,13 +20,14 @@ from pathlib import Path
 
 import docker
 
-from qwen_swe.data.taskpack import TASKS_JSONL, pack_task
+from qwen_swe.data.taskpack import TASKS_JSONL
 from qwen_swe.errors import TaskPackError
 from qwen_swe.reward.harness import Grade, grade_async
 from qwen_swe.reward.settings import RewardSettings
 from qwen_swe.sandbox.docker_host import reap
 from qwen_swe.sandbox.factory import DockerSandboxes
 from qwen_swe.sandbox.settings import SandboxSettings
+from tests.task_pack import pack_task
 
 
 def _grade(task: dict, witness: bool, log_dir: Path, run_id: str, client: docker.DockerClient) -> tuple[float, Grade]:

@@ -8,6 +8,9 @@ from typing import Any
 
 import pytest
 
+from qwen_swe.data.taskpack import TASKS_JSONL
+from qwen_swe.errors import TaskPackError
+
 BUILD_HINT = "build them with `.venv/bin/python -m qwen_swe.data.taskpack build`"
 
 
@@ -15,6 +18,18 @@ def missing(reason: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI must provide the local task pack: {reason}")
     pytest.skip(reason)
+
+
+def pack_task(instance_id: str | None = None) -> dict[str, Any]:
+    """A row of the task pack by its instance id (default: the first); a missing pack or id is a clear error."""
+    if not TASKS_JSONL.is_file():
+        raise TaskPackError(f"no task pack at {TASKS_JSONL}; build it with `python -m qwen_swe.data.taskpack build`")
+    rows = [json.loads(line) for line in TASKS_JSONL.read_text().splitlines() if line.strip()]
+    row = next((r for r in rows if r["instance_id"] == instance_id), None) if instance_id else rows[0]
+    if row is None:
+        ids = ", ".join(r["instance_id"] for r in rows)
+        raise TaskPackError(f"{instance_id} is not in {TASKS_JSONL}; its ids: {ids}")
+    return row
 
 
 def require_images(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from qwen_swe.data.taskpack import pack_task
 from qwen_swe.reward.harness import Grade, grade_async
 from qwen_swe.reward.settings import RewardSettings
 from qwen_swe.sandbox.docker_host import reap
 from qwen_swe.sandbox.settings import SandboxSettings
-from tests.task_pack import require_images
+from tests.task_pack import pack_task, require_images
 
 pytestmark = pytest.mark.docker
 START = ": '>>>>> Start Test Output'"

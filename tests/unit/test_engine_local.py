@@ -22,7 +22,6 @@ import pytest
 from qwen_swe.agent.qwen import AgentResult
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample, Status, run_of
-from qwen_swe.data.taskpack import pack_task
 from qwen_swe.data.taskpack.repo import make_repo
 from qwen_swe.errors import SandboxError
 from qwen_swe.paths import AGENT_MOUNT, TESTBED
@@ -34,6 +33,7 @@ from qwen_swe.traffic.endpoint import SOCKET_DIR_IN_CONTAINER
 from qwen_swe.traffic.sessions import Session
 from qwen_swe.traffic.trajectory import Turn
 from tests.local_sandbox import LocalSandboxes, namespaces_missing
+from tests.task_pack import pack_task
 
 
 def _testbed(instance: Mapping[str, Any], folder: Path) -> None:

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from qwen_swe.data.taskpack import pack_task
 from qwen_swe.data.taskpack.check import check_task
 from qwen_swe.data.taskpack.repo import make_repo
 from qwen_swe.reward.bench import EVAL_OUTPUT_LIMIT
@@ -22,6 +21,7 @@ from qwen_swe.reward.harness import Grade, GradeStatus, evaluate, grade_async
 from qwen_swe.reward.settings import RewardSettings
 from qwen_swe.sandbox.base import SandboxRequest
 from tests.local_sandbox import LocalSandboxes, namespaces_missing
+from tests.task_pack import pack_task
 
 UNAPPLIABLE = "diff --git a/nowhere.py b/nowhere.py\n--- a/nowhere.py\n+++ b/nowhere.py\n@@ -1 +1 @@\n-x\n+y\n"
 

@@ -1,4 +1,5 @@
-"""A task pack row by its id, as the benchmarks take one: the first by default, a clear error for an unknown id."""
+"""A task pack row by its id, as the tests and benchmarks take one (tests/task_pack.py): the first by default, a clear
+error for an unknown id."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import json
 
 import pytest
 
-from qwen_swe.data.taskpack import TASKS_JSONL, pack_task
+from qwen_swe.data.taskpack import TASKS_JSONL
 from qwen_swe.errors import TaskPackError
+from tests.task_pack import pack_task
 
 
 def test_a_pack_task_by_id_and_by_default():
