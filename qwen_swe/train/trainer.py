@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,6 +44,7 @@ from qwen_swe.inference.client import InferenceClient
 from qwen_swe.inference.sleep import ServerSleep
 from qwen_swe.rollout.contract import RolloutSource
 from qwen_swe.rollout.driver import make_driver
+from qwen_swe.rollout.timeline import Clock
 from qwen_swe.supervise import die_with_parent, run_rank
 from qwen_swe.train import checkpoint as ckpt
 from qwen_swe.train.colocate import Colocation
@@ -60,12 +62,14 @@ SourceFactory = Callable[[Settings], RolloutSource]
 
 class PhaseTimer:
     """Seconds per phase of a step as ``time/<phase>`` metrics (0 for a phase that did not run), ``time/step`` the
-    whole step."""
+    whole step; and the phases as a timeline (``phases``: the record format of ``qwen_swe/rollout/timeline.py``), which
+    the viewer draws below the step's rollouts."""
 
     PHASES = ("rollout", "swap", "train", "save", "sync")  # swap: COLOCATE's turn change before the step
 
     def __init__(self) -> None:
-        self.start, self.seconds = time.monotonic(), dict.fromkeys(self.PHASES, 0.0)
+        self.clock = Clock()
+        self.seconds = dict.fromkeys(self.PHASES, 0.0)
 
     @contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
@@ -73,10 +77,15 @@ class PhaseTimer:
         try:
             yield
         finally:
-            self.seconds[phase] += time.monotonic() - t0
+            t1 = time.monotonic()
+            self.seconds[phase] += t1 - t0
+            self.clock.add(phase, t0, t1)
 
     def metrics(self) -> dict[str, float]:
-        return {**{f"time/{k}": v for k, v in self.seconds.items()}, "time/step": time.monotonic() - self.start}
+        return {**{f"time/{k}": v for k, v in self.seconds.items()}, "time/step": self.clock.record()["seconds"]}
+
+    def phases(self) -> dict[str, Any]:
+        return self.clock.record()
 
 
 @dataclass
@@ -215,7 +224,10 @@ def _train(settings: Settings, source: RolloutSource | None, model_path: str, de
             if trained or save:
                 with timer("sync"):
                     turns.to_rollouts(_push(settings, source, learner, version) if trained else None)
-            last = {**metrics, **turns.metrics(), **timer.metrics()}
+            last = {**metrics, **turns.metrics(), **timer.metrics(), "phases": timer.phases()}
+            if "timeline/model_seconds" in last and last["time/step"] > 0 and not settings.train.max_staleness:
+                # the server's busy share of the whole step (a step's rollouts run within it only at MAX_STALENESS=0)
+                last["timeline/model_busy_step"] = last["timeline/model_seconds"] / last["time/step"]
             if metrics_log is not None:
                 metrics_log.write(last, settings.num_rollouts)
     finally:

@@ -201,6 +201,13 @@ def test_two_ranks_train_export_and_sync_in_order(first_run):
         assert not r["skipped_update"] and r["zero_variance_groups"] == 1 and r["trainable_samples"] == 4
         assert r["samples"] == 6 and r["dropped_samples"] == 1 and r["grad_norm"] > 0
         assert r["approx_kl"] < 1e-8 and abs(r["ratio_mean"] - 1) < 1e-5  # exported == trained weights
+        # the trainer's phases as a timeline: in order, one after another, each as long as its time/ figure
+        spans = r["phases"]["spans"]
+        assert [x["kind"] for x in spans] == ["rollout", "swap", "train", "save", "sync"]
+        assert all(a["end"] <= b["start"] + 1e-3 for a, b in zip(spans, spans[1:]))
+        assert all(abs((x["end"] - x["start"]) - r[f"time/{x['kind']}"]) < 2e-3 for x in spans)
+        assert spans[-1]["end"] <= r["phases"]["seconds"] + 1e-3 and abs(r["phases"]["seconds"] - r["time/step"]) < 0.05
+    assert rows[1]["phases"]["origin"] >= rows[0]["phases"]["origin"] + rows[0]["time/step"] - 1e-3
     assert "step 2/2 v2" in proc.stdout
     assert (out / "rewards.png").stat().st_size > 1000 and list((out / "tb").iterdir())
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_000001", "step_000002"]
