@@ -8,16 +8,13 @@ own flags are the same list each time, so the page shows it once, at the end.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
-import sys
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 from qwen_swe.cli.commands import COMMANDS, command_help, settings_help
 from qwen_swe.cli.main import overview
-from qwen_swe.config.reference import portable, write_block
+from qwen_swe.config.docs_page import generator_main, portable
 from qwen_swe.paths import REPO_ROOT
 
 PAGE = REPO_ROOT / "docs" / "reference" / "cli.md"
@@ -66,22 +63,7 @@ def page_block() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--write",
-        type=Path,
-        nargs="?",
-        const=PAGE,
-        default=None,
-        metavar="PAGE",
-        help=f"replace the generated block of this page (default: {PAGE.relative_to(REPO_ROOT)})",
-    )
-    args = parser.parse_args(argv)
-    if not args.write:
-        sys.stdout.write(page_block())
-        return 0
-    write_block(args.write, page_block(), BEGIN, END)
-    return 0
+    return generator_main(argv, doc=__doc__, page=PAGE, render=page_block, begin=BEGIN, end=END)
 
 
 if __name__ == "__main__":

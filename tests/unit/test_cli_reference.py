@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from qwen_swe.cli import reference
 from qwen_swe.cli.commands import COMMANDS, command_help, settings_help
-from qwen_swe.config.reference import block
+from qwen_swe.config.docs_page import block
 
 
 def _words(text: str) -> list[str]:
