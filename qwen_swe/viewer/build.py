@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from qwen_swe.viewer.collect import Part, curves, find_parts, report, samples, summarize
+from qwen_swe.viewer.collect import Part, curves, find_parts, report, samples, step_timelines, summarize
 
 log = logging.getLogger(__name__)
 PAGE = Path(__file__).resolve().parent / "page.html"
@@ -45,7 +45,9 @@ def _previous_parts(index: Path) -> dict[str, dict[str, Any]]:
         return {}
 
 
-def _entry(part: Part, data: Path, before: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _entry(
+    part: Part, data: Path, before: dict[str, dict[str, Any]], timelines: dict[int, dict[str, Any]]
+) -> dict[str, Any]:
     stamp, old = part.stamp(), before.get(part.key)
     if old is not None and old.get("stamp") == stamp and (data / f"{part.key}.js").is_file():
         summary = old["summary"]
@@ -61,6 +63,8 @@ def _entry(part: Part, data: Path, before: dict[str, dict[str, Any]]) -> dict[st
         "stamp": stamp,
         "summary": summary,
         "report": report(part),
+        # the trainer's phases and the step's figures, written after its rollouts: read on every refresh
+        "timeline": timelines.get(part.step) if part.kind == "step" and part.step is not None else None,
     }
 
 
@@ -71,7 +75,8 @@ def write_viewer(run_dir: str | Path) -> Path:
     data.mkdir(exist_ok=True)
     index = data / f"{INDEX}.js"
     before = _previous_parts(index)
-    parts = [_entry(part, data, before) for part in find_parts(run_dir)]
+    timelines = step_timelines(run_dir)
+    parts = [_entry(part, data, before, timelines) for part in find_parts(run_dir)]
     _write(
         index,
         _script({"key": INDEX, "run": run_dir.name, "written": time.time(), "curves": curves(run_dir), "parts": parts}),

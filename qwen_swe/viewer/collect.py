@@ -1,5 +1,7 @@
 """What the viewer reads from a run or evaluation folder: the curves, and its parts (each training step's
-``rollouts/step_N.jsonl``, each evaluation's folder) with their samples and a one-line summary of each."""
+``rollouts/step_N.jsonl``, each evaluation's folder) with their samples and a one-line summary of each; and per
+training step, the trainer's phases and the step's ``timeline/`` figures from ``metrics.jsonl``, which the page draws
+under the step's rollouts (a record written before timelines existed has none, and the page says so)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ SAMPLE_KEYS = (
     "reward_components",
     "reward_hack_suspected",
     "conversation",
+    "timeline",
 )
 CURVE_KEYS = (
     "reward_mean",
@@ -44,6 +47,9 @@ CURVE_KEYS = (
     "approx_kl",
     "logprob_diff_abs",
     "logprob_kl_k3",
+    "timeline/model_busy",
+    "timeline/tail",
+    "timeline/cache_hit_rate",
 )
 ROLLOUTS, RESULTS, REPORT = "rollouts.jsonl", "results.jsonl", "report.json"  # an evaluation folder's files
 
@@ -145,3 +151,14 @@ def report(part: Part) -> dict[str, Any] | None:
 
 def curves(run_dir: Path) -> list[dict[str, Any]]:
     return [{"step": m.get("step"), **{k: m.get(k) for k in CURVE_KEYS}} for m in read_jsonl(run_dir / "metrics.jsonl")]
+
+
+def step_timelines(run_dir: Path) -> dict[int, dict[str, Any]]:
+    """Per step: the trainer's phases (``phases``) and the step's ``timeline/`` figures, from ``metrics.jsonl``."""
+    out = {}
+    for m in read_jsonl(run_dir / "metrics.jsonl"):
+        if isinstance(m.get("step"), int):
+            figures = {k: v for k, v in m.items() if k.startswith("timeline/") and isinstance(v, (int, float))}
+            if m.get("phases") or figures:  # lines written before timelines existed have neither
+                out[m["step"]] = {"phases": m.get("phases"), "figures": figures}
+    return out

@@ -250,3 +250,72 @@ def test_an_evaluation_folder_opens(chromium, tmp_path):
     assert 'data-open="root"' in dom and [i for i, _ in _sample_rows(dom)] == ["demo__calc-1", "demo__calc-2"]
     graded_dom = _browser(chromium, ["--dump-dom", f"{page.as_uri()}#open=eval_graded&q=demo__x-4"]).stdout
     assert "dropped: error" in graded_dom and "image missing" in graded_dom
+
+
+def _timeline(origin: float, seconds: float, *spans: tuple) -> dict:
+    return {
+        "origin": origin,
+        "seconds": seconds,
+        "spans": [{"kind": k, "start": a, "end": b, "attrs": attrs} for k, a, b, attrs in spans],
+    }
+
+
+@pytest.fixture()
+def timed_run(run_dir: Path) -> Path:
+    """Step 2 of the run recorded with timelines (steps 0 and 1 were written before there were any)."""
+    t = 1_700_000_000.0
+    rows = [
+        _sample(
+            2,
+            "demo__calc-1",
+            True,
+            timeline=_timeline(
+                t,
+                9.0,
+                ("boot", 0.0, 1.0, {}),
+                ("model", 1.0, 3.0, {"prompt_tokens": 900, "cached_tokens": 512, "generated_tokens": 40}),
+                ("tool", 3.0, 4.0, {"tools": ["edit"]}),
+                ("model", 4.0, 5.0, {"prompt_tokens": 1000, "generated_tokens": 9}),
+                ("grade", 6.0, 9.0, {}),
+            ),
+        ),
+        _sample(2, "demo__calc-2", False, timeline=_timeline(t + 0.5, 4.0, ("boot", 0.0, 1.5, {}))),
+        _sample(2, "demo__calc-3", False),  # a record without one: no row
+    ]
+    (run_dir / "rollouts" / "step_000002.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    phases = _timeline(t - 0.1, 14.0, ("rollout", 0.0, 9.2, {}), ("train", 9.3, 12.0, {}), ("sync", 12.1, 13.9, {}))
+    metric = {"step": 2, "reward_mean": 0.0, "phases": phases, "timeline/model_busy": 0.3, "timeline/tail": 1.5}
+    with (run_dir / "metrics.jsonl").open("a") as fh:
+        fh.write(json.dumps(metric) + "\n")
+    return run_dir
+
+
+def test_a_steps_timeline_and_the_trainers_phases_reach_the_index(timed_run):
+    write_viewer(timed_run)
+    index = _data(timed_run / DATA_DIR / "index.js")
+    by_step = {p["step"]: p for p in index["parts"]}
+    assert by_step[0]["timeline"] is None and by_step[1]["timeline"] is None  # old records load as they are
+    step = by_step[2]["timeline"]
+    assert [s["kind"] for s in step["phases"]["spans"]] == ["rollout", "train", "sync"]
+    assert step["figures"] == {"timeline/model_busy": 0.3, "timeline/tail": 1.5}
+    assert [c.get("timeline/model_busy") for c in index["curves"]] == [None, None, 0.3]
+    samples = _data(timed_run / DATA_DIR / "step_000002.js")["samples"]
+    assert [len((s["timeline"] or {}).get("spans", [])) for s in samples] == [5, 1, 0]
+
+
+@browser
+def test_the_viewer_draws_a_steps_timeline(timed_run, chromium):
+    page = write_viewer(timed_run)
+    dom = _browser(chromium, ["--dump-dom", f"{page.as_uri()}#open=step_000002"]).stdout
+    assert 'data-open="step_000002"' in dom
+    assert re.search(r'<svg [^>]*data-rollouts="2" data-trainer="1"', dom), dom[-3000:]  # the unrecorded one: no row
+    kinds = re.findall(r'data-kind="(\w+)" data-lane="(\w+)"', dom)
+    assert sorted(k for k, lane in kinds if lane == "rollout") == ["boot", "boot", "grade", "model", "model", "tool"]
+    assert [k for k, lane in kinds if lane == "trainer"] == ["rollout", "train", "sync"]
+    assert "model busy 0.300" in dom and "tail (slowest / median) 1.500" in dom
+    assert "demo__calc-1 #2: tool 1.00 s\ntools edit" in dom  # a span's tooltip names what ran
+    assert "cached_tokens 512" in dom
+    old = _browser(chromium, ["--dump-dom", f"{page.as_uri()}#open=step_000001"]).stdout
+    assert 'data-open="step_000001"' in old and "no timeline recorded for this step" in old
+    every = _browser(chromium, ["--dump-dom", f"{page.as_uri()}#open=all"]).stdout
+    assert 'id="timeline" hidden' in every  # a timeline is one step's
