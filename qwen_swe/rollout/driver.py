@@ -26,6 +26,7 @@ from qwen_swe.evaluate.report import build_report
 from qwen_swe.inference.client import InferenceClient
 from qwen_swe.inference.weight_sync import ProbedSync, make_weight_sync
 from qwen_swe.progress import step_label
+from qwen_swe.rollout import server_counters
 from qwen_swe.rollout.contract import RolloutRunner, RolloutSource, WeightUpdate
 from qwen_swe.rollout.engine import RolloutEngine, batch_metrics
 from qwen_swe.rollout.progress import BatchStats, live_progress
@@ -79,7 +80,7 @@ class RolloutDriver:
         s = self.settings
         self.engine.set_weight_version(weight_version)
         evaluated = self.evaluate(step) if s.eval_interval and step % s.eval_interval == 0 else {}
-        stats, t0 = BatchStats(), time.monotonic()
+        stats, t0, before = BatchStats(), time.monotonic(), server_counters.snapshot(self.client)
         with live_progress(stats, step_label(step, s.num_rollouts, "rollout")):
             batch = fill_batch(
                 self.data_source.get_samples,
@@ -88,7 +89,9 @@ class RolloutDriver:
                 dynamic=s.rollout.dynamic_sampling,
                 rounds=s.rollout.sampling_rounds if s.rollout.dynamic_sampling else 1,
             )
-        return self._finish(step, batch, stats, time.monotonic() - t0, evaluated)
+        samples, metrics = self._finish(step, batch, stats, time.monotonic() - t0, evaluated)
+        metrics.update(server_counters.step_figures(before, server_counters.snapshot(self.client)))
+        return samples, metrics
 
     def submit(self, step: int, weight_version: int) -> None:
         """Draw ``step``'s groups now and start their rollout in the background; ``collect(step)`` returns it."""

@@ -4,8 +4,13 @@ what vLLM reports about a call (prefix-cached tokens, queue / prefill / decode t
 
 from __future__ import annotations
 
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 import pytest
 
+from qwen_swe.inference.client import InferenceClient
+from qwen_swe.rollout.server_counters import read_counters, snapshot, step_figures
 from qwen_swe.rollout.timeline import MODEL, OTHER, TOOL, Clock, Span, summarize, union_seconds
 from qwen_swe.traffic.trajectory import Turn
 from qwen_swe.traffic.transcript import call_spans
@@ -136,3 +141,70 @@ def test_what_vllm_reports_about_a_call():
     # the same server without those flags: usage alone, so nothing is recorded rather than a zero
     assert served_figures({"usage": {"prompt_tokens": 120, "prompt_tokens_details": None}}) == (None, None)
     assert served_figures({"metrics": {"queue_time_ms": None}}) == (None, None)
+
+
+# vLLM 0.32's /metrics, in prometheus_client's text format (counters get _total; two engines, labels with a path)
+PAGE = """# HELP vllm:prefix_cache_queries Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries counter
+vllm:prefix_cache_queries_total{engine="0",model_name="/models/a b"} 1000.0
+vllm:prefix_cache_queries_total{engine="1",model_name="/models/a b"} 200.0
+vllm:prefix_cache_queries_created{engine="0",model_name="/models/a b"} 1.7e+09
+vllm:prefix_cache_hits_total{engine="0",model_name="/models/a b"} 600.0
+vllm:prefix_cache_hits_total{engine="1",model_name="/models/a b"} 0.0
+vllm:request_queue_time_seconds_bucket{engine="0",le="0.3",model_name="/models/a b"} 4.0
+vllm:request_queue_time_seconds_count{engine="0",model_name="/models/a b"} 5.0
+vllm:request_queue_time_seconds_sum{engine="0",model_name="/models/a b"} 0.25
+vllm:request_prefill_time_seconds_sum{engine="0",model_name="/models/a b"} 1.5
+vllm:request_decode_time_seconds_sum{engine="0",model_name="/models/a b"} 12.0
+vllm:num_requests_running{engine="0",model_name="/models/a b"} 1.0
+"""
+
+
+def test_the_servers_counters_around_a_batch():
+    before = read_counters(PAGE)
+    assert before == {
+        "prefix_cache_queries": 1200.0,
+        "prefix_cache_hits": 600.0,
+        "requests": 5.0,
+        "queue_seconds": 0.25,
+        "prefill_seconds": 1.5,
+        "decode_seconds": 12.0,
+    }
+    after = dict(before, prefix_cache_queries=2200.0, prefix_cache_hits=1350.0, requests=9.0, decode_seconds=20.0)
+    figures = step_figures(before, after)
+    assert figures["server/prefix_cache_hit_rate"] == pytest.approx(750 / 1000)
+    assert figures["server/requests"] == 4.0 and figures["server/decode_seconds"] == pytest.approx(8.0)
+    assert figures["server/queue_seconds"] == 0.0 and "server/prefix_cache_queries" not in figures
+    assert step_figures(None, after) == {} and step_figures(before, None) == {}  # a server without the page
+    idle = step_figures(before, before)
+    assert "server/prefix_cache_hit_rate" not in idle and idle["server/requests"] == 0.0  # nothing queried
+
+
+class _Server(BaseHTTPRequestHandler):
+    """A loopback server with vLLM's /metrics page and nothing else (like a server that is not vLLM elsewhere)."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        found = self.path == "/metrics"
+        body = PAGE.encode() if found else b"not found"
+        self.send_response(200 if found else 404)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_counters_are_read_over_http_and_a_server_without_them_gives_none():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Server)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        assert snapshot(InferenceClient(url, timeout=10)) == read_counters(PAGE)
+        server.RequestHandlerClass = type("NoPage", (_Server,), {"do_GET": lambda self: self.send_error(404)})
+        assert snapshot(InferenceClient(url, timeout=10)) is None
+    finally:
+        server.shutdown()
+        server.server_close()
