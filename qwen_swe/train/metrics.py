@@ -77,6 +77,11 @@ def format_line(m: dict[str, Any], total_steps: int) -> str:
         else (f"loss {m.get('loss', 0.0):+.4f} nll {m.get('nll', 0.0):.3f} grad {m.get('grad_norm', 0.0):.3f}")
     )
     kl_ref = f" kl to start {m['kl_ref']:.2e}" if "kl_ref" in m else ""
+    busy = (
+        f" | model busy {m['timeline/model_busy']:.2f} tail {m.get('timeline/tail', 1.0):.2f}"
+        if "timeline/model_busy" in m
+        else ""
+    )
     return (
         f"{step_label(int(m['step']), total_steps, 'v' + str(m.get('weight_version')))} | "
         f"reward {m.get('reward_mean', 0.0):+.3f} "
@@ -85,7 +90,7 @@ def format_line(m: dict[str, Any], total_steps: int) -> str:
         f"resp len {m.get('response_length_mean', 0.0):.0f} | {update} clip {m.get('clip_fraction', 0.0):.3f} "
         f"kl {m.get('approx_kl', 0.0):.2e}{kl_ref} | rollout {m.get('time/rollout', 0.0):.1f}s "
         f"train {m.get('time/train', 0.0):.1f}s sync {m.get('time/sync', 0.0):.1f}s "
-        f"save {m.get('time/save', 0.0):.1f}s"
+        f"save {m.get('time/save', 0.0):.1f}s{busy}"
     )
 
 

@@ -15,6 +15,7 @@ from qwen_swe.rollout.timeline import MODEL, OTHER, TOOL, Clock, Span, summarize
 from qwen_swe.traffic.trajectory import Turn
 from qwen_swe.traffic.transcript import call_spans
 from qwen_swe.traffic.upstream import served_figures
+from qwen_swe.train.metrics import format_line
 
 
 def _record(origin: float, seconds: float, *spans: tuple) -> dict:
@@ -208,3 +209,9 @@ def test_the_counters_are_read_over_http_and_a_server_without_them_gives_none():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_printed_step_line_names_the_model_busy_fraction_and_the_tail():
+    line = format_line({"step": 0, "timeline/model_busy": 0.4242, "timeline/tail": 1.75}, total_steps=2)
+    assert line.endswith("| model busy 0.42 tail 1.75")
+    assert "model busy" not in format_line({"step": 0}, total_steps=2)  # a step without a timeline
