@@ -67,34 +67,20 @@ async def run_on_bench(bench: Bench, rec: Record, patch: str, witnessed: str | N
 
     ``witnessed``: the patch whose added lines the in-process witness (``audit``) blames, or None for no witness.
     """
-    instance, details = rec.instance, rec.details
     try:
-        script = grading.eval_script(instance)
+        script = grading.eval_script(rec.instance)
     except grading.GradingError as exc:
         return rec.aborted(str(exc))
-    rec.folder = _new_folder(bench.log_root, instance)
-    (rec.folder / "patch.diff").write_text(patch)
-    (rec.folder / "eval.sh").write_text(script)
-    details.update(log_dir=str(rec.folder), log_path=str(rec.folder / "test_output.txt"))
+    _open_folder(bench, rec, patch, script)
     if bench.network != NO_NETWORK:
         log.warning(
             "grading %s with network %r (GRADE_NETWORK): the code under test can reach out",
-            instance.get("instance_id"),
+            rec.instance.get("instance_id"),
             bench.network,
         )
-        details["network"] = bench.network
-    box = bench.sandboxes(
-        SandboxRequest(
-            instance,
-            bench.run_id,
-            "grade",
-            network=bench.network,
-            base_commit=instance.get("base_commit"),
-            hide_future=False,
-            output_limit=EVAL_OUTPUT_LIMIT,
-        )
-    )
-    details["image"] = box.image
+        rec.details["network"] = bench.network
+    box = bench.sandboxes(_request(bench, rec.instance))
+    rec.details["image"] = box.image
     try:
         with rec.timed("image"):
             await box.prepare()
@@ -107,6 +93,28 @@ async def run_on_bench(bench: Bench, rec: Record, patch: str, witnessed: str | N
         return result
     except SandboxError as exc:
         return rec.aborted(str(exc))
+
+
+def _open_folder(bench: Bench, rec: Record, patch: str, script: str) -> None:
+    """The grade's own folder, holding what it will run before it runs, and named in the grade's details."""
+    rec.folder = _new_folder(bench.log_root, rec.instance)
+    (rec.folder / "patch.diff").write_text(patch)
+    (rec.folder / "eval.sh").write_text(script)
+    rec.details.update(log_dir=str(rec.folder), log_path=str(rec.folder / "test_output.txt"))
+
+
+def _request(bench: Bench, instance: dict) -> SandboxRequest:
+    """A grading machine: the instance image at its base commit (its history left as the image has it), the bench's
+    network, and room for the whole eval log."""
+    return SandboxRequest(
+        instance,
+        bench.run_id,
+        "grade",
+        network=bench.network,
+        base_commit=instance.get("base_commit"),
+        hide_future=False,
+        output_limit=EVAL_OUTPUT_LIMIT,
+    )
 
 
 async def _run_in(box: Sandbox, bench: Bench, rec: Record, patch: str, script: str, witnessed: str | None) -> Grade:

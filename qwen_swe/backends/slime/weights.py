@@ -91,6 +91,30 @@ class SlimeWeightSync:
     def before_rollout(self, rollout_id: int) -> int:
         """Make the server serve the weights trained on rollout ``rollout_id - 1`` (or up to ``max_staleness``
         rollouts before it); return their version (the steps baked in; 0 = the base model, for rollout 0 only)."""
+        version, newest = self._due(rollout_id)
+        if newest is None:
+            return 0
+        t0 = time.monotonic()
+        target = newest if isinstance(newest, Path) else self._export(newest)
+        t1 = time.monotonic()
+        try:
+            self.sync.push(target, version)
+        except InferenceError as exc:
+            if not self.allow_frozen:
+                raise WeightSyncError(f"reloading {target} into the inference server failed: {exc}") from exc
+            log.warning("ALLOW_FROZEN_SERVER: reload of %s failed (%s); the server keeps its old weights", target, exc)
+            return 0
+        self.timings = {"convert_seconds": round(t1 - t0, 3), "reload_seconds": round(time.monotonic() - t1, 3)}
+        if isinstance(newest, Path):
+            self._prune_megatron(target)
+        else:
+            self._prune(newest)
+        log.info("serving %s (weight version %d) for rollout %d: %s", target, version, rollout_id, self.timings)
+        return version
+
+    def _due(self, rollout_id: int) -> tuple[int, Path | SlimeCheckpoint | None]:
+        """(version, weights) of the newest weights there are, refused (or, with ALLOW_FROZEN_SERVER, warned about)
+        when they are older than the staleness bound allows; (0, None) when there are none yet."""
         newest: Path | SlimeCheckpoint | None  # Megatron's own HF folder (hf_exports), else slime's checkpoint
         if self.hf_exports:
             version, newest = self._newest_export(rollout_id)
@@ -113,25 +137,7 @@ class SlimeWeightSync:
             if not self.allow_frozen:
                 raise WeightSyncError(message)
             log.warning("ALLOW_FROZEN_SERVER: %s; serving older weights", message)
-        if newest is None:
-            return 0
-        t0 = time.monotonic()
-        target = newest if isinstance(newest, Path) else self._export(newest)
-        t1 = time.monotonic()
-        try:
-            self.sync.push(target, version)
-        except InferenceError as exc:
-            if not self.allow_frozen:
-                raise WeightSyncError(f"reloading {target} into the inference server failed: {exc}") from exc
-            log.warning("ALLOW_FROZEN_SERVER: reload of %s failed (%s); the server keeps its old weights", target, exc)
-            return 0
-        self.timings = {"convert_seconds": round(t1 - t0, 3), "reload_seconds": round(time.monotonic() - t1, 3)}
-        if isinstance(newest, Path):
-            self._prune_megatron(target)
-        else:
-            self._prune(newest)
-        log.info("serving %s (weight version %d) for rollout %d: %s", target, version, rollout_id, self.timings)
-        return version
+        return version, newest
 
     def _export(self, checkpoint: SlimeCheckpoint) -> Path:
         """slime v0.2.2's FSDP checkpoint as an HF folder (converted once)."""
