@@ -154,11 +154,14 @@ def curves(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def step_timelines(run_dir: Path) -> dict[int, dict[str, Any]]:
-    """Per step: the trainer's phases (``phases``) and the step's ``timeline/`` figures, from ``metrics.jsonl``."""
+    """Per step: the trainer's phases (``phases``) and the step's ``timeline/`` and ``server/`` figures, from
+    ``metrics.jsonl``."""
     out = {}
     for m in read_jsonl(run_dir / "metrics.jsonl"):
         if isinstance(m.get("step"), int):
-            figures = {k: v for k, v in m.items() if k.startswith("timeline/") and isinstance(v, (int, float))}
+            figures = {
+                k: v for k, v in m.items() if k.startswith(("timeline/", "server/")) and isinstance(v, (int, float))
+            }
             if m.get("phases") or figures:  # lines written before timelines existed have neither
                 out[m["step"]] = {"phases": m.get("phases"), "figures": figures}
     return out

@@ -285,6 +285,7 @@ def timed_run(run_dir: Path) -> Path:
     (run_dir / "rollouts" / "step_000002.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     phases = _timeline(t - 0.1, 14.0, ("rollout", 0.0, 9.2, {}), ("train", 9.3, 12.0, {}), ("sync", 12.1, 13.9, {}))
     metric = {"step": 2, "reward_mean": 0.0, "phases": phases, "timeline/model_busy": 0.3, "timeline/tail": 1.5}
+    metric["server/prefix_cache_hit_rate"] = 0.75
     with (run_dir / "metrics.jsonl").open("a") as fh:
         fh.write(json.dumps(metric) + "\n")
     return run_dir
@@ -297,7 +298,7 @@ def test_a_steps_timeline_and_the_trainers_phases_reach_the_index(timed_run):
     assert by_step[0]["timeline"] is None and by_step[1]["timeline"] is None  # old records load as they are
     step = by_step[2]["timeline"]
     assert [s["kind"] for s in step["phases"]["spans"]] == ["rollout", "train", "sync"]
-    assert step["figures"] == {"timeline/model_busy": 0.3, "timeline/tail": 1.5}
+    assert step["figures"] == {"timeline/model_busy": 0.3, "timeline/tail": 1.5, "server/prefix_cache_hit_rate": 0.75}
     assert [c.get("timeline/model_busy") for c in index["curves"]] == [None, None, 0.3]
     samples = _data(timed_run / DATA_DIR / "step_000002.js")["samples"]
     assert [len((s["timeline"] or {}).get("spans", [])) for s in samples] == [5, 1, 0]
@@ -313,6 +314,7 @@ def test_the_viewer_draws_a_steps_timeline(timed_run, chromium):
     assert sorted(k for k, lane in kinds if lane == "rollout") == ["boot", "boot", "grade", "model", "model", "tool"]
     assert [k for k, lane in kinds if lane == "trainer"] == ["rollout", "train", "sync"]
     assert "model busy 0.300" in dom and "tail (slowest / median) 1.500" in dom
+    assert "prefix-cache hits (server) 0.750" in dom
     assert "demo__calc-1 #2: tool 1.00 s\ntools edit" in dom  # a span's tooltip names what ran
     assert "cached_tokens 512" in dom
     old = _browser(chromium, ["--dump-dom", f"{page.as_uri()}#open=step_000001"]).stdout
