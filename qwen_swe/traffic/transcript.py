@@ -50,12 +50,14 @@ def _capped(message: dict[str, Any], cap: int) -> dict[str, Any]:
 
 
 def call_spans(turns: Iterable[Turn]) -> list[tuple[str, float, float, dict[str, Any]]]:
-    """``(kind, start, end, attrs)`` on ``time.monotonic()``: each model call as the proxy served it (its tokens, the
-    server's share of its time, and what the server reports: prefix-cached tokens, queue / prefill / decode), and
+    """``(kind, start, end, attrs)`` on ``time.monotonic()``: each model call as the proxy served it (its tokens, how
+    many of its prompt's leading ids repeat the previous call's prompt and sampled ids, the server's share of its
+    time, and what the server reports: prefix-cached tokens, queue / prefill / decode), and
     each gap between one call's answer and the next call. The proxy sees only the calls, so a gap is inferred: after
     a reply with tool calls it is the agent running them (``tool``, with their names), else the agent's own work."""
     calls = sorted((t for t in turns if t.started_mono), key=lambda t: t.started_mono)
     out: list[tuple[str, float, float, dict[str, Any]]] = []
+    held: list[int] = []  # the previous call's prompt and sampled ids: what the server may still hold in its cache
     for i, t in enumerate(calls):
         end = t.started_mono + t.latency
         attrs: dict[str, Any] = {
@@ -65,6 +67,9 @@ def call_spans(turns: Iterable[Turn]) -> list[tuple[str, float, float, dict[str,
             "generated_tokens": len(t.sampled_ids or ()),
             "server_seconds": round(t.upstream_latency, 4),
         }
+        if t.prompt_ids is not None:  # an upper bound of the prefix cache's hits, whatever the server reports
+            attrs["reused_prefix_tokens"] = _common_prefix(held, t.prompt_ids)
+            held = list(t.prompt_ids) + list(t.sampled_ids or ())
         if t.cached_tokens is not None:
             attrs["cached_tokens"] = t.cached_tokens
         attrs.update(t.server_timing or {})
@@ -74,3 +79,8 @@ def call_spans(turns: Iterable[Turn]) -> list[tuple[str, float, float, dict[str,
             gap = (TOOL, {"tools": names}) if names else (AGENT, {})
             out.append((gap[0], end, max(end, calls[i + 1].started_mono), gap[1]))
     return out
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)

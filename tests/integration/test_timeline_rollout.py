@@ -121,6 +121,10 @@ def test_a_rollout_records_its_spans_in_order_within_its_wall_time(task, run_id,
         assert (a["queue_ms"], a["prefill_ms"], a["decode_ms"]) == (0.5, 12.0, 30.0)
         assert DELAY <= a["server_seconds"] <= m["end"] - m["start"] + 1e-3
     assert [m["attrs"]["turn"] for m in models] == list(range(len(models)))
+    # the proxy splices: each prompt after the first starts with the whole previous prompt and reply
+    reused = [m["attrs"]["reused_prefix_tokens"] for m in models]
+    previous = [m["attrs"]["prompt_tokens"] + m["attrs"]["generated_tokens"] for m in models]
+    assert reused[0] == 0 and all(r >= p for r, p in zip(reused[1:], previous)), (reused, previous)
 
     # the step's figures are what the spans say
     step = summarize([timeline])

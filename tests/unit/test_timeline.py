@@ -124,6 +124,9 @@ def test_model_calls_and_the_gaps_between_them():
     assert first["server_seconds"] == pytest.approx(1.99) and first["turn"] == 0
     assert gap == {"tools": ["read_file", "edit"]}
     assert "cached_tokens" not in second and second["decode_ms"] == 900.0 and second["prompt_tokens"] == 20
+    # leading prompt ids that repeat the previous call's prompt + sampled ids: call 1's prompt 0..19 against 0..9 then
+    # the sampled 1, 2, 3 shares 0..9; call 2's 0..29 against 0..19, 1, 2, 3 shares 0..19
+    assert [s[3]["reused_prefix_tokens"] for s in spans if s[0] == MODEL] == [0, 10, 20]
     assert call_spans([_turn(0, 0.0, 1.0)]) == []  # a turn never timed (a recorded one) is no span
 
 
