@@ -150,14 +150,17 @@ class RolloutEngine:
                 self.proxy.endpoint(session.id) as endpoint,
                 self._start_sandbox(instance, endpoint.folder) as sandbox,
             ):
-                clock.add(BOOT, t0, booted := time.monotonic())
+                booted = time.monotonic()
+                clock.add(BOOT, t0, booted)
                 agent = await self._run_agent(sandbox, endpoint.socket_in_container, str(sample.prompt), fresh_session)
                 ran = time.monotonic()
                 with clock.span(DIFF):
                     patch = await take_diff(sandbox)
                 down = time.monotonic()
-        finally:
+        finally:  # the model calls made, also when the attempt broke off
             turns = self.proxy.close_session(session.id)
+            for kind, start, end, attrs in call_spans(turns):
+                clock.add(kind, start, end, attrs)
         if session.bug is not None:  # a bug in the proxy, not the infrastructure: fail loudly
             raise session.bug
         t_agent = time.monotonic()
@@ -357,15 +360,15 @@ def _check_agent(agent: AgentResult, turns: list) -> None:
 
 
 def _agent_spans(clock: Clock, agent: AgentResult, turns: list, booted: float, returned: float) -> None:
-    """The agent's run as spans: set-up, start, its model calls and the gaps between them, exit, clean-up."""
+    """The agent's run around its model calls (recorded already): set-up, start until the first call, exit after
+    the last, clean-up."""
+    if not agent.exec_started:
+        return
     calls = call_spans(turns)
-    if agent.exec_started:
-        clock.add(AGENT_SETUP, booted, agent.exec_started)
-        clock.add(AGENT_START, agent.exec_started, calls[0][1] if calls else agent.exec_ended)
-        clock.add(AGENT_EXIT, calls[-1][2] if calls else agent.exec_ended, agent.exec_ended)
-        clock.add(AGENT_CLEANUP, agent.exec_ended, returned)
-    for kind, start, end, attrs in calls:
-        clock.add(kind, start, end, attrs)
+    clock.add(AGENT_SETUP, booted, agent.exec_started)
+    clock.add(AGENT_START, agent.exec_started, calls[0][1] if calls else agent.exec_ended)
+    clock.add(AGENT_EXIT, calls[-1][2] if calls else agent.exec_ended, agent.exec_ended)
+    clock.add(AGENT_CLEANUP, agent.exec_ended, returned)
 
 
 def _jsonable(value: Any) -> Any:

@@ -62,8 +62,13 @@ class OneTurnProxy:
         self.sessions[sid] = Session(id=sid, base_url="", meta=meta, turns=[turn], seed=seed)
         return self.sessions[sid]
 
+    timed = False  # True: the turn is stamped as a call that ended just before the session closed
+
     def close_session(self, sid: str) -> list[Turn]:
-        return self.sessions.pop(sid).turns
+        turns = self.sessions.pop(sid).turns
+        if self.timed:
+            turns[0].started_mono, turns[0].latency = time.monotonic() - 0.05, 0.02
+        return turns
 
     @asynccontextmanager
     async def endpoint(self, sid: str) -> AsyncIterator[SimpleNamespace]:
@@ -177,3 +182,17 @@ def test_a_machine_that_cannot_start_drops_the_sample_with_its_reason(task, tmp_
     assert run.drop_detail == f"no image for {task['instance_id']}" and [r.role for r in made] == ["rollout"]
     assert run.timeline is not None and run.timeline["spans"] == []  # it reached no span, and says how long it took
     assert run.timeline["seconds"] > 0.0
+
+
+def test_an_attempt_broken_off_in_the_agent_keeps_its_boot_and_model_call_spans(task, tmp_path, monkeypatch):
+    async def dies(box: Sandbox) -> dict[str, Any]:
+        raise SandboxError("the machine died mid-run")
+
+    monkeypatch.setattr(OneTurnProxy, "timed", True)
+    sample, _, _ = _run(task, dies, tmp_path, monkeypatch)
+    run = run_of(sample)
+    assert (sample.status, run.drop_reason) == (Status.ABORTED, "sandbox")
+    assert run.timeline is not None
+    spans = run.timeline["spans"]
+    assert [s["kind"] for s in spans] == ["boot", "model"]  # no diff, no grade: it never got there
+    assert spans[1]["attrs"]["generated_tokens"] == 2 and spans[1]["start"] >= spans[0]["end"] - 1e-3
