@@ -17,6 +17,9 @@ Why these choices:
 - The inference server and the trainer compute log-probs of the same tokens with different kernels, dtypes and,
   with MAX_STALENESS >= 1, different weights; ``logprob_mismatch`` measures that gap before the update, so a drift
   is seen as a number per step rather than guessed from clipping.
+- Truncated importance sampling (slime's ``--use-tis``, ``vanilla_tis_function``) corrects for that gap instead:
+  the PPO ratio is taken against the trainer's own log-probs, and each token's loss is weighted by the trainer's
+  over the rollout's probability of it, capped (``is_weights``), so a token the server over-sampled counts less.
 """
 
 from __future__ import annotations
@@ -85,6 +88,14 @@ def kl_to_reference(logprobs: Tensor, ref_logprobs: Tensor, kind: str = "low_var
     return kl.clamp(-10.0, 10.0) if kind == "low_var_kl" else kl
 
 
+def tis_weights(logprobs: Tensor, rollout_logprobs: Tensor, cap: float) -> tuple[Tensor, Tensor]:
+    """(weights, raw ratios): the trainer's over the rollout's probability of each token, ``exp(logp - rollout)``,
+    clamped to ``[0, cap]`` (slime's ``tis_clip_low`` 0, ``tis_clip`` = ``cap``); no grad."""
+    with torch.no_grad():
+        raw = torch.exp(logprobs.detach() - rollout_logprobs.to(logprobs.dtype))
+        return torch.clamp(raw, min=0.0, max=cap), raw
+
+
 def logprob_mismatch(logprobs: Tensor, rollout_logprobs: Tensor, mask: Tensor) -> dict[str, float]:
     """Trainer vs inference server on the sampled tokens, over the masked tokens: ``logprob_diff_abs`` (mean
     ``|d|``), ``logprob_kl_k3`` (mean k3) and ``tokens``, with ``d = logprobs - rollout_logprobs``.
@@ -127,6 +138,7 @@ def policy_loss(
     ref_logprobs: Tensor | None = None,
     kl_coef: float = 0.0,
     kl_type: str = "low_var_kl",
+    is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO-clip loss over masked response tokens, and its metrics.
 
@@ -143,6 +155,9 @@ def policy_loss(
 
     With ``ref_logprobs`` the loss adds ``kl_coef`` times the ``kl_type`` estimate of KL(current || reference),
     normalised as the policy term; the metric ``kl_ref`` is its per-token mean.
+
+    ``is_weights`` (``[samples, T]``, no grad) multiplies each token's policy term (not the KL term), as slime's
+    ``vanilla_tis_function`` multiplies its ``pg_loss``.
     """
     if norm not in LOSS_NORMS:
         raise ValueError(f"loss norm {norm!r} is not one of {', '.join(LOSS_NORMS)}")
@@ -155,6 +170,8 @@ def policy_loss(
     unclipped = -ratio * adv
     clipped = -torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
     per_token = torch.maximum(unclipped, clipped) * mask
+    if is_weights is not None:
+        per_token = per_token * is_weights.detach().to(per_token.dtype)
 
     denom = loss_denominator(loss_mask, norm) if denominator is None else float(denominator)
     loss = _reduce(per_token, mask, norm, denom)

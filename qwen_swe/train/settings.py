@@ -40,6 +40,13 @@ class TrainSettings:
     clip_eps: float = opt(0.2, "PPO clip range (lower)", minimum=0.0)
     clip_eps_high: float | None = opt(None, "PPO upper clip range; default = CLIP_EPS")
     loss_norm: str = opt("token", "loss normalisation", choices=LOSS_NORMS)
+    tis_cap: float = opt(
+        0.0,
+        "truncated importance sampling (slime's --use-tis --tis-clip): > 0 weights each trained token's loss by "
+        "min(trainer / rollout probability of the token, TIS_CAP) and takes the PPO ratio against the trainer's own "
+        "log-probs; corrects for a server whose weights or kernels differ from the trainer's; 0 = off",
+        minimum=0.0,
+    )
     kl_loss_coef: float = opt(
         0.0,
         "weight of a KL penalty to the run's start weights (MODEL), slime's --kl-loss-coef; "

@@ -21,6 +21,7 @@ from qwen_swe.train.grpo import (
     logprob_mismatch,
     loss_denominator,
     policy_loss,
+    tis_weights,
     zero_variance_mask,
 )
 from qwen_swe.train.policy import PolicyModel, Reference, make_micro_batch
@@ -122,8 +123,9 @@ def train_on_batch(
     full_mask = torch.nn.utils.rnn.pad_sequence(masks, batch_first=True)
     denom = loss_denominator(full_mask, settings.train.loss_norm)
     tr = settings.train
-    # loss, tokens, clip, kl, ratio, entropy, nll, kl_ref, |logp - rollout|, its k3, tokens with rollout log-probs
-    sums = torch.zeros(11, dtype=torch.float64)  # token-weighted, so the all-reduce gives global means
+    # loss, tokens, clip, kl, ratio, entropy, nll, kl_ref, |logp - rollout|, its k3, tokens with rollout log-probs,
+    # the TIS ratio and the tokens it was capped on (both over those tokens)
+    sums = torch.zeros(13, dtype=torch.float64)  # token-weighted, so the all-reduce gives global means
     for mb_items in shard_batch(items, dist.get_rank(), world, tr.micro_batch_size):
         mb = make_micro_batch(mb_items, device, pad_id)
         ref = reference.logprobs(mb) if reference is not None else None
@@ -133,6 +135,11 @@ def train_on_batch(
         known = torch.tensor([x["rollout_log_probs"] is not None for x in mb_items], device=device)
         rollout = mb.pad([x["rollout_log_probs"] or [] for x in mb_items])
         old = torch.where(known.unsqueeze(1), rollout, logp.detach())  # unknown: on-policy, ratio 1
+        weights, raw = None, torch.ones_like(rollout)
+        if tr.tis_cap > 0:  # slime's --use-tis: the ratio against the trainer's log-probs, the gap as a capped weight
+            old = logp.detach()
+            capped, raw = tis_weights(logp, rollout, tr.tis_cap)
+            weights = torch.where(known.unsqueeze(1), capped, torch.ones_like(capped))
         adv = torch.tensor([x["advantage"] for x in mb_items], dtype=torch.float32, device=device)
         loss, m = policy_loss(
             logp,
@@ -147,12 +154,16 @@ def train_on_batch(
             ref_logprobs=ref,
             kl_coef=tr.kl_loss_coef,
             kl_type=tr.kl_loss_type,
+            is_weights=weights,
         )
         (loss * world).backward()  # FSDP averages gradients over ranks; the loss is already a global mean
         t = m["tokens"]
         nll = float(-(logp.detach() * mask).sum())  # the supervised loss of the trained tokens, for both modes
         gap = logprob_mismatch(logp, rollout, mask * known.unsqueeze(1))  # logp: this step's weights, not yet updated
         g = gap["tokens"]
+        seen = mask * known.unsqueeze(1)
+        tis_sum = float((raw * seen).sum()) if weights is not None else 0.0
+        tis_capped = float(((raw > tr.tis_cap).to(seen.dtype) * seen).sum()) if weights is not None else 0.0
         sums += torch.tensor(
             [
                 loss.item(),
@@ -166,13 +177,15 @@ def train_on_batch(
                 gap["logprob_diff_abs"] * g,
                 gap["logprob_kl_k3"] * g,
                 g,
+                tis_sum,
+                tis_capped,
             ],
             dtype=torch.float64,
         )
-    return _global_means(sums, device, reference is not None)
+    return _global_means(sums, device, reference is not None, tr.tis_cap > 0)
 
 
-def _global_means(sums: torch.Tensor, device: torch.device, with_reference: bool) -> dict[str, float]:
+def _global_means(sums: torch.Tensor, device: torch.device, with_reference: bool, tis: bool) -> dict[str, float]:
     """All-reduce this rank's token-weighted sums (see ``train_on_batch``) into the batch's means."""
     sums = sums.to(device)  # NCCL reduces device tensors only
     dist.all_reduce(sums)
@@ -192,6 +205,9 @@ def _global_means(sums: torch.Tensor, device: torch.device, with_reference: bool
     if sums[10] > 0:  # absent, not 0, when no sample carries rollout log-probs (SFT)
         out["logprob_diff_abs"] = float(sums[8]) / float(sums[10])
         out["logprob_kl_k3"] = float(sums[9]) / float(sums[10])
+        if tis:  # slime's tis and tis_clipfrac: the raw ratio, and where the cap took over
+            out["tis_ratio"] = float(sums[11]) / float(sums[10])
+            out["tis_clip_fraction"] = float(sums[12]) / float(sums[10])
     return out
 
 

@@ -251,6 +251,7 @@ def test_megatron_plan_goes_through_slime_v031s_own_parser_and_hf_validator(slim
             slime_ep=ep,
             lr_warmup_steps=3,
             kl_loss_coef=0.01,
+            tis_cap=2.0,
             activation_checkpointing=True,
         )
         plan = slime.slime_backend.build_plan(
@@ -265,6 +266,7 @@ def test_megatron_plan_goes_through_slime_v031s_own_parser_and_hf_validator(slim
         assert (args.n_samples_per_prompt, args.global_batch_size, args.save_interval) == (2, 8, 1)
         assert args.save_hf == str(tmp_path / "run" / "hf_export" / "slime_{rollout_id}")
         assert args.ref_load == str(tmp_path / "run" / "ref_torch_dist") and args.use_kl_loss
+        assert args.use_tis and (args.tis_clip, args.tis_clip_low) == (2.0, 0.0)
         assert args.rollout_function_path == "examples.qwen_swe.rollout.generate_rollout"
         parallel, _ = megatron.parallel_args(s, config, 8)
         meant = (

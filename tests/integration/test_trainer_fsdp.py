@@ -11,6 +11,7 @@ of the checkpoint round-trip test.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import shutil
@@ -367,6 +368,40 @@ def test_kl_penalty_measures_the_distance_from_the_start_weights(tmp_path, lora_
     assert not first["skipped_update"] and not second["skipped_update"]
     assert first["kl_ref"] < 1e-7 and first["approx_kl"] < 1e-5  # bf16 compute against fp32 rollout log-probs
     assert second["kl_ref"] > 1e-4 and second["approx_kl"] < 1e-5  # far from the start, on-policy for its rollout
+
+
+class LaggingServerDriver(FakeDriver):
+    """A server whose log-probs are 0.5 below the trainer's on every token (other weights or kernels)."""
+
+    def _batch(self, position: int, weight_version: int, model) -> list[Sample]:
+        out = super()._batch(position, weight_version, model)
+        for sample in out:
+            sample.rollout_log_probs = [lp - 0.5 for lp in sample.rollout_log_probs]
+        return out
+
+
+def test_truncated_importance_sampling_weights_the_tokens_the_server_under_sampled(tmp_path):
+    """TIS_CAP: the ratio is taken against the trainer's own log-probs (no clipping, no approx KL however far the
+    server is), and each token's weight exp(trainer - server) = e^0.5 = 1.65 is capped at 1.2 everywhere."""
+    from qwen_swe.train.trainer import train
+
+    settings = Settings.build(
+        vllm_url="http://127.0.0.1:9",
+        model=str(tiny_model_dir()),
+        output_dir=tmp_path / "run",
+        num_rollouts=1,
+        rollout_batch_size=3,
+        n_samples=2,
+        lr=1e-2,
+        tis_cap=1.2,
+    )
+    train(settings, LaggingServerDriver(settings), model_path=settings.model_name)
+    (row,) = metrics_rows(settings.output_dir)
+    assert not row["skipped_update"]
+    assert row["tis_ratio"] == pytest.approx(math.exp(0.5), rel=1e-4)
+    assert row["tis_clip_fraction"] == 1.0
+    assert row["logprob_diff_abs"] == pytest.approx(0.5, abs=1e-4)
+    assert row["clip_fraction"] == 0.0 and row["approx_kl"] < 1e-9
 
 
 @pytest.mark.slow

@@ -19,23 +19,28 @@ megatron):
 What slime adds around those functions is stated here, from its ``loss_function``: the token-level loss is divided
 by ``num_tokens = sum(max(mask_i.sum(), 1))``, the sample-level loss by the number of samples in the batch.
 
+- ``slime/backends/megatron_utils/loss.py``: ``vanilla_tis_function`` (``--use-tis``), whose text alone is compiled
+  from the file (the module's imports need megatron); it uses only ``torch`` and ``typing.Any``.
+
 The vendored releases are the test's input: a missing ``shared/vendor`` fails the test (CI copies ``shared/``
 beside the clone), it does not skip.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import math
 import os
 import sys
 import types
+import typing
 from pathlib import Path
 
 import pytest
 import torch
 
-from qwen_swe.train.grpo import kl_to_reference, loss_denominator, policy_loss
+from qwen_swe.train.grpo import kl_to_reference, loss_denominator, policy_loss, tis_weights
 
 VENDOR = Path(__file__).resolve().parents[2].parent / "shared" / "vendor"
 RELEASES = ("slime-v0.2.2", "slime-v0.3.1")
@@ -107,6 +112,7 @@ def slime(request: pytest.FixtureRequest) -> types.SimpleNamespace:
         compute_policy_loss=ppo.compute_policy_loss,
         compute_approx_kl=ppo.compute_approx_kl,
         get_sum_of_sample_mean=cp.get_sum_of_sample_mean,
+        vanilla_tis_function=_vanilla_tis_function(root),
     )
 
 
@@ -248,3 +254,64 @@ def test_a_sample_without_trained_tokens_is_where_the_denominators_differ(slime,
     (theirs * slime_denominator).backward()
     assert ours.item() * denominator == pytest.approx(theirs.item() * slime_denominator, abs=1e-6, rel=0)
     assert torch.allclose(ours_logp.grad, slime_logp.grad, atol=1e-6, rtol=0)
+
+
+# --- truncated importance sampling (TIS_CAP; slime's --use-tis) ----------------------------------------------------
+TIS_CAP = 1.3  # below exp(DELTA) on several trained tokens (1.49, 1.35, 1.35), above the rest
+
+
+def _vanilla_tis_function(root: Path):
+    """slime's ``vanilla_tis_function``, compiled from its own source: the function's text is taken out of
+    ``megatron_utils/loss.py`` (whose imports need megatron) and run with the two names it uses."""
+    path = root / "slime" / "backends" / "megatron_utils" / "loss.py"
+    source = path.read_text()
+    node = next(n for n in ast.parse(source).body if getattr(n, "name", None) == "vanilla_tis_function")
+    space: dict = {"torch": torch, "Any": typing.Any}
+    exec(compile(ast.Module([node], []), str(path), "exec"), space)
+    return space["vanilla_tis_function"]
+
+
+@pytest.mark.parametrize("norm", ["token", "sample"])
+def test_truncated_importance_sampling_matches_slimes(slime, norm):
+    """slime with --use-tis, one step per rollout: its PPO ratio is against the trainer's own log-probs (equal to
+    the current ones in value), and each token's term is weighted by exp(trainer - rollout), clamped to [0, cap]."""
+    ours_logp, slime_logp = _leaf(), _leaf()
+    mask = _padded(_flat(MASKS))
+    weights, raw = tis_weights(_padded(ours_logp), _padded(_rollout()), TIS_CAP)
+    ours, metrics = policy_loss(
+        _padded(ours_logp),
+        _padded(ours_logp).detach(),
+        torch.tensor(ADVANTAGES, dtype=torch.float64),
+        mask,
+        clip_low=EPS_LOW,
+        clip_high=EPS_HIGH,
+        norm=norm,
+        denominator=loss_denominator(mask, norm),
+        is_weights=weights,
+    )
+    loss_masks = [torch.tensor(m, dtype=torch.float64) for m in MASKS]
+    reducer = slime.get_sum_of_sample_mean(
+        [r + 7 for r in RESPONSE_LENGTHS], RESPONSE_LENGTHS, loss_masks, calculate_per_token_loss=norm == "token"
+    )
+    advantages = torch.cat([torch.full((n,), a, dtype=torch.float64) for n, a in zip(RESPONSE_LENGTHS, ADVANTAGES)])
+    old = slime_logp.detach()
+    with torch.compiler.set_stance("force_eager"):
+        pg_loss, _ = slime.compute_policy_loss(old - slime_logp, advantages, EPS_LOW, EPS_HIGH)
+    args = types.SimpleNamespace(tis_clip=TIS_CAP, tis_clip_low=0.0)
+    pg_loss, _, tis_metrics = slime.vanilla_tis_function(
+        args,
+        pg_loss=pg_loss,
+        train_log_probs=list(old.split(RESPONSE_LENGTHS)),
+        rollout_log_probs=list(_rollout().split(RESPONSE_LENGTHS)),
+        loss_masks=loss_masks,
+    )
+    num_tokens = sum(torch.clamp_min(m.sum(), 1) for m in loss_masks)
+    reference = reducer(pg_loss) / (num_tokens if norm == "token" else len(RESPONSE_LENGTHS))
+    ours.backward()
+    reference.backward()
+    assert ours.item() == pytest.approx(reference.item(), abs=1e-6, rel=0)
+    assert torch.allclose(ours_logp.grad, slime_logp.grad, atol=1e-6, rtol=0), (ours_logp.grad, slime_logp.grad)
+    trained = mask.bool()
+    assert torch.allclose(raw[trained], _padded(tis_metrics["tis"])[trained], atol=1e-12, rtol=0)
+    assert 0 < int((raw[trained] > TIS_CAP).sum()) < int(trained.sum())  # the cap acts on some trained tokens only
+    assert metrics["clip_fraction"] == 0.0  # the ratio against the trainer's own log-probs is 1: no clipping

@@ -212,6 +212,21 @@ def test_kl_penalty_becomes_slimes_kl_loss_against_the_start_weights(tmp_path):
     assert values["--ref-load"] == values["--hf-checkpoint"] == "/m"
 
 
+def test_tis_cap_becomes_slimes_use_tis_and_is_refused_where_the_actor_has_none(tmp_path):
+    base = dict(backend="slime", slime_dir=fake_slime(tmp_path / "s"), vllm_url="http://127.0.0.1:1/v1")
+    assert "--use-tis" not in sb.train_args(Settings.build(**base), gpus=1, model="/m")
+    argv = sb.train_args(Settings.build(**base, tis_cap=2.0), gpus=1, model="/m")
+    assert (
+        "--use-tis" in argv
+        and flag_values(argv)["--tis-clip"] == "2.0"
+        and flag_values(argv)["--tis-clip-low"] == "0.0"
+    )
+    plan = sb.build_plan(
+        Settings.build(**base, tis_cap=2.0), env_report={"problems": [], "cuda_devices": 8}, check_server_routes=False
+    )
+    assert plan.backend == "fsdp" and any(p.startswith("TIS_CAP=2.0: slime v0.2.2's FSDP actor") for p in plan.problems)
+
+
 def test_the_package_is_linked_into_slimes_examples_and_a_foreign_copy_is_refused(tmp_path):
     root = fake_slime(tmp_path / "s")
     link = sb.ensure_link(root)

@@ -121,6 +121,11 @@ def build_plan(
     steps: list[Step] = []
     if backend == "fsdp":
         args = train_args(s, gpus=gpus, model=s.model_name)
+        if s.train.tis_cap:
+            problems.append(
+                f"TIS_CAP={s.train.tis_cap}: slime v0.2.2's FSDP actor has no truncated importance sampling (it is "
+                "--use-tis of v0.3.x's Megatron backend); set TIS_CAP=0, run slime v0.3.x, or use BACKEND=fsdp"
+            )
         problems += global_batch_problems(
             s, gpus, f"the {gpus} training GPUs; slime asserts the global batch divides evenly (set SLIME_GPUS)"
         )

@@ -96,6 +96,8 @@ def common_args(s: Settings, *, gpus: int, model: str) -> list[str]:
         argv += ["--use-kl-loss", "--kl-loss-coef", repr(s.train.kl_loss_coef), "--kl-loss-type", s.train.kl_loss_type]
     if s.train.loss_norm == "token":
         argv.append("--calculate-per-token-loss")
+    if s.train.tis_cap:  # honoured by v0.3.x's Megatron loss; v0.2.2's FSDP actor has none (refused in launch_plan)
+        argv += ["--use-tis", "--tis-clip", repr(s.train.tis_cap), "--tis-clip-low", "0.0"]
     return argv
 
 
