@@ -109,6 +109,43 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(reason)
 
 
+# --- pytest-xdist (scripts/test.sh: -n 3 --dist loadfile --no-loadscope-reorder) ---------------------------------
+# A worker takes a whole file, so a file's tests run in order beside their module fixtures; the files of the one
+# shared embedded vLLM server (integration/conftest.py) make one group, so one worker starts it once. Groups holding a
+# ``slow`` test are handed out first: the longest tests start at once and the short ones fill in around them.
+SHARED_SERVER = "embedded_vllm"
+
+
+@cache
+def _group(file: str) -> str:
+    """The scheduling group of a test file (its path relative to the root): the file, or the shared server's."""
+    return SHARED_SERVER if SHARED_SERVER in (paths.REPO_ROOT / file).read_text() else file
+
+
+def _group_of(nodeid: str) -> str:
+    return _group(nodeid.split("::", 1)[0])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker sorts the same way: the order xdist hands groups out
+        slow = {_group_of(item.nodeid) for item in items if item.get_closest_marker("slow")}
+        items.sort(key=lambda item: _group_of(item.nodeid) not in slow)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadfile`` with the shared server's files as one group (xdist's own ``loadgroup`` marks do not
+    take on pytest 9.2, whose node ids xdist 3.8 can no longer rename)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group_of(nodeid)
+
+    return FileGroups(config, log)
+
+
 @pytest.fixture(scope="session")
 def shared_data():
     if not SHARED_DATA.is_dir():
