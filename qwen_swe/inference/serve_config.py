@@ -73,9 +73,13 @@ class ServeConfig:
         if self.gpu_memory_utilization is not None and not self.cpu:
             cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
         # generation-config vllm: sampling is exactly what each request says, not the model's generation_config.json;
-        # processed logprobs: those of the distribution sampled from (after temperature), as the trainer computes them
+        # processed logprobs: those of the distribution sampled from (after temperature), as the trainer computes them;
+        # prompt tokens details and per-request metrics: each answer says its cached prompt tokens and its queue,
+        # prefill and decode times, which the proxy records on the rollout's timeline
         cmd += [
             "--enable-prefix-caching",
+            "--enable-prompt-tokens-details",
+            "--enable-per-request-metrics",
             "--generation-config",
             "vllm",
             "--logprobs-mode",

@@ -38,7 +38,7 @@ from qwen_swe.rollout.timeline import (
 )
 from qwen_swe.sandbox.base import Sandbox, SandboxFactory, SandboxRequest
 from qwen_swe.sandbox.factory import DockerSandboxes
-from qwen_swe.sandbox.settings import parse_size
+from qwen_swe.sandbox.settings import NO_NETWORK, parse_size
 from qwen_swe.traffic.endpoint import SOCKET_DIR_IN_CONTAINER
 from qwen_swe.traffic.proxy import RecordingProxy
 from qwen_swe.traffic.toolcalls import tool_call_parser_for
@@ -281,7 +281,7 @@ class RolloutEngine:
 
 def warn_network(network: str) -> None:
     """Say, once per engine, when rollout containers are given a network beyond their model socket."""
-    if network != "none":
+    if network != NO_NETWORK:
         log.warning(
             "SANDBOX_NETWORK=%s: rollout containers are not cut off; the agent's shell can reach %s. Use it "
             "only for images whose tests need the network; the default, none, leaves only the session's "

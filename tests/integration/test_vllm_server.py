@@ -14,6 +14,7 @@ from qwen_swe import paths
 from qwen_swe.config import settings as config
 from qwen_swe.inference.client import InferenceClient
 from qwen_swe.inference.embedded_server import EMBEDDED_SERVED_NAME
+from qwen_swe.traffic.upstream import served_figures
 
 pytestmark = pytest.mark.vllm
 
@@ -317,3 +318,15 @@ def test_lora_adapter_hot_loads_and_reloads_in_place(tmp_path: Path):
         with_second = first_logprob(client, "policy")
         assert len({base, with_first, with_second}) == 3
         assert first_logprob(client, MODEL) == base  # the base model is untouched
+
+
+def test_each_answer_says_its_cached_prompt_tokens_and_its_timing(client: InferenceClient):
+    """The flags the timeline needs (--enable-prompt-tokens-details, --enable-per-request-metrics): the second of two
+    calls with one long prompt finds most of it in the prefix cache, and each answer carries its queue, prefill and
+    decode times, read as the proxy reads them."""
+    prompt = "Count the words of this line, slowly and carefully. " * 40
+    request = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": 4, "temperature": 0}
+    first, second = (served_figures(client.post("/v1/chat/completions", request)) for _ in range(2))
+    prompt_tokens = client.post("/v1/chat/completions", request)["usage"]["prompt_tokens"]
+    assert first[1] is not None and set(first[1]) == {"queue_ms", "prefill_ms", "decode_ms"}, first
+    assert second[0] is not None and prompt_tokens // 2 < second[0] <= prompt_tokens, (second, prompt_tokens)

@@ -67,6 +67,7 @@ def test_dry_run_tp8_qwen3_coder_is_the_seed_command():
     assert flag(argv, "--tensor-parallel-size") == "8"
     assert flag(argv, "--tool-call-parser") == "qwen3_coder"
     assert "--enable-auto-tool-choice" in argv and "--enable-prefix-caching" in argv
+    assert "--enable-prompt-tokens-details" in argv and "--enable-per-request-metrics" in argv  # the timeline's
     assert flag(argv, "--logprobs-mode") == "processed_logprobs"  # the sampled distribution's, as the trainer's
     assert flag(argv, "--port") == "8000"
     assert flag(argv, "--max-model-len") == "65536"  # not the embedded profile's 8192
