@@ -126,6 +126,12 @@ class Settings:
             )
         if self.backend == "slime" and self.slime_dir is None:
             raise ConfigError("BACKEND=slime needs SLIME_DIR: point it at a slime v0.2.2 checkout")
+        if self.train.partial_rollouts and self.rollout.rollout_backend == "ray":
+            raise ConfigError(
+                "PARTIAL_ROLLOUTS=1 with ROLLOUT_BACKEND=ray: the Ray workers' proxies are not told of a sync in "
+                "flight, so a model call spanning one could not record the new version; use ROLLOUT_BACKEND=local "
+                "or unset PARTIAL_ROLLOUTS"
+            )
         if self.rollout.dynamic_sampling and (self.backend != "fsdp" or self.train.max_staleness):
             raise ConfigError(
                 "DYNAMIC_SAMPLING=1 works with BACKEND=fsdp and MAX_STALENESS=0 only (slime has "

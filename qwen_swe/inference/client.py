@@ -8,6 +8,11 @@ HF safetensors in DIR into the model, ``POST /reset_prefix_cache`` drops KV comp
 ``POST /resume`` always runs, even when the reload failed, so a failed sync never leaves the server paused.
 Write every step to a new folder: vLLM has returned stale weights for a reused path (vllm-project/vllm#32718).
 
+``interrupt=True`` (PARTIAL_ROLLOUTS) makes a sync that does not wait for the requests in flight: ``/pause?mode=keep``
+freezes them where they are, and ``/reset_prefix_cache?reset_running_requests=true`` preempts them, dropping KV
+computed with the old weights; after ``/resume`` they continue from their tokens so far, their prefix recomputed
+with the new weights (the interruptible generation of AReaL and slime's partial rollouts).
+
 Synchronous on purpose (urllib, stdlib only): the trainer calls it from a plain process between steps, and the
 module must import in both the project's venv and vLLM's.
 """
@@ -40,7 +45,13 @@ class InferenceClient:
     VLLM_URL) or not; both forms reach the same server."""
 
     def __init__(
-        self, base_url: str, *, timeout: float = 60.0, reload_timeout: float = 600.0, api_key: str | None = None
+        self,
+        base_url: str,
+        *,
+        timeout: float = 60.0,
+        reload_timeout: float = 600.0,
+        api_key: str | None = None,
+        interrupt: bool = False,
     ) -> None:
         root = base_url.strip().rstrip("/")
         if root.endswith("/v1"):
@@ -52,6 +63,7 @@ class InferenceClient:
         self.reload_timeout = reload_timeout
         self._api_key = api_key
         self._version = WeightVersion(0)
+        self.interrupt = interrupt
 
     @property
     def openai_url(self) -> str:
@@ -170,8 +182,9 @@ class InferenceClient:
         return self._version.version
 
     def _paused(self, update: Any) -> None:
-        """Run ``update`` with generation paused and the prefix cache reset afterwards; always resume."""
-        self.post("/pause", query={"mode": "wait"}, timeout=self.reload_timeout)
+        """Run ``update`` with generation paused (the requests in flight drained, or frozen with ``interrupt``) and
+        the prefix cache reset afterwards; always resume."""
+        self.post("/pause", query={"mode": "keep" if self.interrupt else "wait"}, timeout=self.reload_timeout)
         try:
             update()
             self._reset_prefix_cache()
@@ -180,8 +193,10 @@ class InferenceClient:
 
     def _reset_prefix_cache(self) -> None:
         # vLLM answers success=false while blocks are still held (e.g. a request finishing); retry briefly.
+        # Interrupting, the frozen requests' blocks are released by preempting them (their KV is the old weights').
+        query = {"reset_running_requests": "true"} if self.interrupt else None
         for _ in range(20):
-            body = self.post("/reset_prefix_cache")
+            body = self.post("/reset_prefix_cache", query=query)
             if body is None or body.get("success", True):
                 return
             time.sleep(0.25)

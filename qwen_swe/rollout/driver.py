@@ -57,7 +57,10 @@ class RolloutDriver:
         self.settings = settings
         self.data_source = data_source or SWEBenchDataSource.from_settings(settings)
         self.client = InferenceClient(
-            upstream, timeout=settings.inference.request_timeout, api_key=settings.inference.api_key
+            upstream,
+            timeout=settings.inference.request_timeout,
+            api_key=settings.inference.api_key,
+            interrupt=settings.train.partial_rollouts,
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rollout-loop", daemon=True)
@@ -170,7 +173,9 @@ class RolloutDriver:
         }
 
     def sync_weights(self, update: WeightUpdate) -> None:
-        """Serve ``update`` before the next rollout; its metrics go out with that rollout."""
+        """Serve ``update`` before the next rollout; its metrics go out with that rollout. Model calls in flight
+        (PARTIAL_ROLLOUTS) may get tokens of ``update.version`` from the moment the push starts."""
+        self.engine.begin_sync(update.version)
         self.last_sync = self.weight_sync.push(update.payload, update.version)
         self.engine.set_weight_version(update.version)
 

@@ -103,6 +103,11 @@ class RolloutEngine:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
 
+    def begin_sync(self, version: int) -> None:
+        """A sync to ``version`` starts: a model call in flight from now may end with its tokens."""
+        if self.proxy is not None:
+            self.proxy.next_weight_version = version
+
     def set_weight_version(self, version: int) -> None:
         self.weight_version = version
         if self.proxy is not None:

@@ -128,6 +128,10 @@ class RayRolloutPool:
             ray.shutdown()
             self._own_ray = False
 
+    def begin_sync(self, version: int) -> None:
+        """Nothing: the workers' proxies are not told of a sync in flight, which is why PARTIAL_ROLLOUTS is refused
+        with ROLLOUT_BACKEND=ray (config.settings)."""
+
     def set_weight_version(self, version: int) -> None:
         self.weight_version = version  # travels with each sample, so no worker can serve an older one
 

@@ -72,6 +72,7 @@ class RecordingProxy:
         self.model, self.mode, self.tool_parser = model, mode, tool_parser
         self.request_timeout = request_timeout
         self.weight_version: Any = None  # set by the rollout before each batch; recorded on every turn
+        self.next_weight_version: Any = None  # the version a sync is moving to (PARTIAL_ROLLOUTS: calls go on)
         self._tokenizer_path, self._tokenizer, self._chat_template = tokenizer_path, tokenizer, chat_template
         self._host, self._port = host, port
         self._server = Upstream(self.upstream, model=model, request_timeout=request_timeout, api_key=api_key)
@@ -253,6 +254,8 @@ class RecordingProxy:
             return web.json_response(error_body(f"proxy error: {exc!r}"), status=500)
         finally:
             turn.latency = time.perf_counter() - t0
+            if self.next_weight_version not in (None, turn.weight_version):
+                turn.weight_version_end = self.next_weight_version  # a sync began while the call was in flight
             session.turns.append(turn)
 
 

@@ -88,6 +88,7 @@ class Turn:
     latency: float = 0.0  # seconds the agent waited
     upstream_latency: float = 0.0  # of which the inference server took
     weight_version: Any = None
+    weight_version_end: Any = None  # PARTIAL_ROLLOUTS: a sync to this version began while the call was in flight
     status: int = 200
     error: str | None = None
     mode: str = "forward"
@@ -110,6 +111,13 @@ class Turn:
     def from_dict(cls, data: dict[str, Any]) -> Turn:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def weight_versions(turns: list[Turn]) -> list[str]:
+    """Every weight version whose tokens the turns may hold: each call's at its start, and the one a sync moved to
+    while it was in flight."""
+    found = {v for t in turns for v in (t.weight_version, t.weight_version_end) if v is not None}
+    return sorted(str(v) for v in found)
 
 
 @dataclass
@@ -173,7 +181,7 @@ def build_sample(
         "dropped_sampled_tokens": sum(d["dropped_sampled"] for d in drift),
         "proxy_drift_count": sum(t.drift is not None for t in good),
         "missing_logprobs": missing_logprobs,
-        "weight_versions": sorted({str(t.weight_version) for t in good if t.weight_version is not None}),
+        "weight_versions": weight_versions(good),
     }
     return _finish(tokens, prompt_len, mask, logps, meta, max_response_len, mask_truncated)
 
@@ -285,7 +293,7 @@ def _from_messages(
         "dropped_sampled_tokens": 0,
         "proxy_drift_count": 0,
         "missing_logprobs": trained,
-        "weight_versions": sorted({str(t.weight_version) for t in turns if t.weight_version is not None}),
+        "weight_versions": weight_versions(turns),
     }
     return _finish(ids, prompt_len, mask, None, meta, max_response_len, mask_truncated)
 

@@ -88,6 +88,12 @@ class TrainSettings:
         "behind the trainer are dropped",
         minimum=0,
     )
+    partial_rollouts: bool = opt(
+        False,
+        "with MAX_STALENESS >= 1, a weight sync does not wait for the model calls in flight: the server freezes "
+        "them, drops their KV and continues them with the new weights (interrupted and resumed, as AReaL's "
+        "interruptible generation); a model call that spans a sync records both versions",
+    )
 
     def __post_init__(self) -> None:
         validate(self)
@@ -96,6 +102,11 @@ class TrainSettings:
             raise ConfigError(
                 f"LOAD_ROLLOUT_DATA={self.load_rollout_data} replays GRPO steps, not TRAIN_MODE="
                 f"{self.train_mode}; unset one of them"
+            )
+        if self.partial_rollouts and not self.max_staleness:
+            raise ConfigError(
+                "PARTIAL_ROLLOUTS=1 needs MAX_STALENESS >= 1: at 0 every rollout has ended before a sync, so there "
+                "is nothing in flight to continue; set MAX_STALENESS=1 or unset PARTIAL_ROLLOUTS"
             )
         if self.kl_loss_coef and self.train_mode != "grpo":
             raise ConfigError(

@@ -119,6 +119,36 @@ def check_chain(turns) -> None:
         assert cur.prompt_ids[: len(held)] == held
 
 
+def test_a_call_in_flight_when_a_sync_begins_records_both_versions(tok):
+    """PARTIAL_ROLLOUTS: the second call is in flight when a sync to version 8 begins, so its later tokens may be
+    version 8's; the call after it starts at 8. The trajectory lists every version its tokens may come from."""
+
+    async def main():
+        script = [CALL_LS, Reply(text=CALL_READ, delay=1.5), FINAL]
+        async with (
+            ScriptedServer(script, tokenizer=tok) as server,
+            RecordingProxy(server.url, model="scripted", tokenizer=tok, request_timeout=30) as proxy,
+            aiohttp.ClientSession() as http,
+        ):
+            proxy.weight_version = 7
+            session = proxy.open_session({"instance_id": "demo"})
+
+            async def sync() -> None:
+                while len(server.requests) < 2:  # the second call has reached the server
+                    await asyncio.sleep(0.05)
+                proxy.next_weight_version = 8  # what RolloutEngine.begin_sync does
+                await asyncio.sleep(0.5)
+                proxy.weight_version = 8  # the sync is done
+
+            await asyncio.gather(agent_loop(http, session.base_url, "Fix calc.py", turns=5), sync())
+            return proxy.close_session(session.id)
+
+    turns = run(main())
+    assert [(t.weight_version, t.weight_version_end) for t in turns] == [(7, None), (7, 8), (8, None)]
+    traj = build_sample(turns, max_response_len=100_000, mask_truncated=False)
+    assert traj.metadata["weight_versions"] == ["7", "8"]
+
+
 # --- token mode ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("stream", [True, False])
 def test_token_mode_multi_turn_session(tok, stream):

@@ -330,3 +330,41 @@ def test_each_answer_says_its_cached_prompt_tokens_and_its_timing(client: Infere
     prompt_tokens = client.post("/v1/chat/completions", request)["usage"]["prompt_tokens"]
     assert first[1] is not None and set(first[1]) == {"queue_ms", "prefill_ms", "decode_ms"}, first
     assert second[0] is not None and prompt_tokens // 2 < second[0] <= prompt_tokens, (second, prompt_tokens)
+
+
+def _preemptions(client: InferenceClient) -> float:
+    text = client.get("/metrics")
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:num_preemptions"))
+
+
+@pytest.mark.parametrize("interrupt", [True, False], ids=["interrupting", "draining"])
+def test_an_interrupting_sync_does_not_wait_for_the_generation_in_flight(embedded_vllm: str, tmp_path: Path, interrupt):
+    """PARTIAL_ROLLOUTS: a reload while a long generation runs returns before it ends (the request frozen, preempted
+    and continued with the reloaded weights, counted as a preemption by the server), and the generation still
+    comes back whole; a draining sync (the default) returns only after it."""
+    import threading
+    import time
+
+    client = InferenceClient(embedded_vllm, timeout=300, interrupt=interrupt)
+    request = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "ignore_eos": True}
+    done: dict = {}
+
+    def generate() -> None:
+        done["body"] = client.post("/v1/completions", request)
+        done["at"] = time.monotonic()
+
+    before = _preemptions(client)
+    worker = threading.Thread(target=generate)
+    worker.start()
+    time.sleep(3.0)  # the request is decoding (400 tokens take the CPU server several times this)
+    assert "at" not in done, "the generation ended before the sync began: make it longer"
+    client.reload_weights(paths.embedded_model_dir())  # the same weights: the continued text is the same text
+    synced = time.monotonic()
+    worker.join(timeout=300)
+    assert done["body"]["usage"]["completion_tokens"] == 400
+    assert client.get("/is_paused") == {"is_paused": False}
+    if interrupt:
+        assert synced < done["at"], "the interrupting sync waited for the generation"
+        assert _preemptions(client) > before
+    else:
+        assert synced >= done["at"], "the draining sync returned before the generation ended"

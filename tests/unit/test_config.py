@@ -188,6 +188,15 @@ def test_upper_bounds_name_the_variable():
     assert load_settings([], {"SHAPED_LENGTH": "1.0"}).reward.shaped_length == 1.0
 
 
+def test_partial_rollouts_need_calls_in_flight_and_a_proxy_that_is_told_of_the_sync():
+    url = "http://127.0.0.1:9"
+    assert Settings.build(vllm_url=url, max_staleness=1, partial_rollouts=True).train.partial_rollouts
+    with pytest.raises(ConfigError, match="PARTIAL_ROLLOUTS=1 needs MAX_STALENESS >= 1"):
+        Settings.build(vllm_url=url, partial_rollouts=True)
+    with pytest.raises(ConfigError, match="PARTIAL_ROLLOUTS=1 with ROLLOUT_BACKEND=ray"):
+        Settings.build(vllm_url=url, max_staleness=1, partial_rollouts=True, rollout_backend="ray")
+
+
 def test_a_kl_penalty_is_refused_for_the_supervised_warm_start():
     with pytest.raises(ConfigError, match="KL_LOSS_COEF=0.1 needs TRAIN_MODE=grpo"):
         Settings.build(vllm_url="http://127.0.0.1:9", train_mode="sft", kl_loss_coef=0.1)

@@ -225,6 +225,8 @@ def test_tis_cap_becomes_slimes_use_tis_and_is_refused_where_the_actor_has_none(
         Settings.build(**base, tis_cap=2.0), env_report={"problems": [], "cuda_devices": 8}, check_server_routes=False
     )
     assert plan.backend == "fsdp" and any(p.startswith("TIS_CAP=2.0: slime v0.2.2's FSDP actor") for p in plan.problems)
+    with pytest.raises(sb.SlimeBackendError, match="PARTIAL_ROLLOUTS=1: slime's weight sync drains"):
+        sb.train_args(Settings.build(**base, max_staleness=1, partial_rollouts=True), gpus=1, model="m")
 
 
 def test_the_package_is_linked_into_slimes_examples_and_a_foreign_copy_is_refused(tmp_path):

@@ -57,6 +57,11 @@ def refusals(s: Settings, given: Collection[str] = ()) -> list[str]:
             "one rollout in flight; set MAX_STALENESS=1 (train_async.py) or 0 (train.py), or use "
             "BACKEND=fsdp"
         )
+    if s.train.partial_rollouts:
+        out.append(
+            "PARTIAL_ROLLOUTS=1: slime's weight sync drains the server's requests before it reloads; set "
+            "PARTIAL_ROLLOUTS=0 or use BACKEND=fsdp"
+        )
     if s.train.train_mode != "grpo":
         out.append(
             f"TRAIN_MODE={s.train.train_mode}: the slime backend runs GRPO only; run the warm start with BACKEND=fsdp"
