@@ -27,7 +27,7 @@ from tests.task_pack import replayable_task
 
 pytestmark = pytest.mark.docker
 MEMORY = "512m"
-EXEC_SLACK = 4  # processes a concurrent `docker exec` may attach past the pids limit
+EXEC_SLACK = 1  # the kill's own shell: a `docker exec` process the runtime attaches past the pids limit
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +69,21 @@ def _pids_current(container_id: str) -> Path | None:
     return None
 
 
+def _own_tasks(cgroup: Path) -> int:
+    """The container's tasks (threads) in its pids cgroup, less the container runtime's: a `docker exec` attaches its
+    ``runc init`` (comm ``runc:[2:INIT]``, half a dozen threads, longer on busy cores) to the cgroup from outside,
+    which pids.max does not stop (it limits forks only, kernel pids.rst); CI saw pids.current at 1025 and 1030 of
+    1024 from it. What the bomb forks is what the limit must hold."""
+    listing = cgroup / "cgroup.threads" if (cgroup / "cgroup.threads").is_file() else cgroup / "tasks"
+    own = 0
+    for tid in listing.read_text().split():
+        try:
+            own += not Path(f"/proc/{tid}/comm").read_text().startswith("runc:")
+        except OSError:  # ended meanwhile
+            continue
+    return own
+
+
 def _at_most(counter: Path, n: int) -> int | None:
     """The counter's value if it is at most ``n``, else None."""
     value = int(counter.read_text())
@@ -93,7 +108,7 @@ def test_a_fork_bomb_stays_inside_the_pids_limit(image, run_id):
             peak, host_ok = 0, True
             while not bomb.done():
                 if counter is not None:
-                    peak = max(peak, int(counter.read_text()))
+                    peak = max(peak, await asyncio.to_thread(_own_tasks, counter.parent))
                 host_ok = host_ok and await asyncio.to_thread(_host_still_forks)
                 await asyncio.sleep(0.5)
             # the killed processes leave the pids counter as the container's init reaps them: on busy cores that
@@ -114,7 +129,7 @@ def test_a_fork_bomb_stays_inside_the_pids_limit(image, run_id):
     assert bomb.timed_out or bomb.exit_code == 137
     assert bomb.seconds < 20 + 3 * KILL_GRACE + RESTART_GRACE
     # the kernel enforces pids.max on fork only; `docker exec` moves its process into the cgroup, which the limit
-    # does not stop, so the kill's own exec can take the count a few past it (CI saw 1025 of 1024)
+    # does not stop: the runtime's threads are not counted (_own_tasks), the kill's own shell is the one allowed past
     assert 0 < limit <= PIDS_LIMIT and peak <= limit + EXEC_SLACK
     assert after.exit_code == 0 and after.output == "the agent's edit\n", after  # the files stayed, the bomb did not
     assert left is not None and left <= 4  # init and `sleep infinity` again (-1: no counter readable on this host)
