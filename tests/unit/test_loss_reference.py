@@ -130,12 +130,15 @@ def _padded(flat: torch.Tensor) -> torch.Tensor:
     return torch.nn.utils.rnn.pad_sequence(list(flat.split(RESPONSE_LENGTHS)), batch_first=True)
 
 
-def _ours(current: torch.Tensor, norm: str, kl_type: str | None) -> tuple[torch.Tensor, dict[str, float]]:
+def _ours(
+    current: torch.Tensor, norm: str, kl_type: str | None, old: torch.Tensor | None = None, is_weights=None
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Our loss for the batch; the ratio against ``old`` (default: the rollout's log-probs)."""
     mask = _padded(_flat(MASKS))
     ref = _padded((current - _flat(REF_GAP)).detach()) if kl_type else None
     return policy_loss(
         _padded(current),
-        _padded(_rollout()),
+        _padded(_rollout() if old is None else old),
         torch.tensor(ADVANTAGES, dtype=torch.float64),
         mask,
         clip_low=EPS_LOW,
@@ -145,6 +148,7 @@ def _ours(current: torch.Tensor, norm: str, kl_type: str | None) -> tuple[torch.
         ref_logprobs=ref,
         kl_coef=KL_COEF if kl_type else 0.0,
         kl_type=kl_type or "low_var_kl",
+        is_weights=is_weights,
     )
 
 
@@ -278,17 +282,7 @@ def test_truncated_importance_sampling_matches_slimes(slime, norm):
     ours_logp, slime_logp = _leaf(), _leaf()
     mask = _padded(_flat(MASKS))
     weights, raw = tis_weights(_padded(ours_logp), _padded(_rollout()), TIS_CAP)
-    ours, metrics = policy_loss(
-        _padded(ours_logp),
-        _padded(ours_logp).detach(),
-        torch.tensor(ADVANTAGES, dtype=torch.float64),
-        mask,
-        clip_low=EPS_LOW,
-        clip_high=EPS_HIGH,
-        norm=norm,
-        denominator=loss_denominator(mask, norm),
-        is_weights=weights,
-    )
+    ours, metrics = _ours(ours_logp, norm, None, old=ours_logp.detach(), is_weights=weights)
     loss_masks = [torch.tensor(m, dtype=torch.float64) for m in MASKS]
     reducer = slime.get_sum_of_sample_mean(
         [r + 7 for r in RESPONSE_LENGTHS], RESPONSE_LENGTHS, loss_masks, calculate_per_token_loss=norm == "token"
