@@ -186,6 +186,7 @@ def test_a_machine_that_cannot_start_drops_the_sample_with_its_reason(task, tmp_
 
 def test_an_attempt_broken_off_in_the_agent_keeps_its_boot_and_model_call_spans(task, tmp_path, monkeypatch):
     async def dies(box: Sandbox) -> dict[str, Any]:
+        await asyncio.sleep(0.2)  # the agent ran past the double's model call (stamped 0.05 s before the close)
         raise SandboxError("the machine died mid-run")
 
     monkeypatch.setattr(OneTurnProxy, "timed", True)

@@ -15,6 +15,7 @@ from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample, Status, drop, run_of
 from qwen_swe.data.source import SWEBenchDataSource
 from qwen_swe.errors import ConfigError, DropReason
+from qwen_swe.inference.client import InferenceClient
 from qwen_swe.paths import TASK_PACK
 from qwen_swe.rollout.driver import RolloutDriver
 from qwen_swe.rollout.sampling import EQUAL_REWARDS, fill_batch, rewards_differ
@@ -131,6 +132,7 @@ def _driver(settings: Settings, script: list) -> RolloutDriver:
     driver._thread = threading.Thread(target=driver._loop.run_forever, daemon=True)
     driver._thread.start()
     driver.engine = ScriptedEngine(script)
+    driver.client = InferenceClient(settings.inference.vllm_url, timeout=5)  # no server: no server/ figures
     driver.last_sync, driver._in_flight, driver._evaluated = {}, {}, {}
     return driver
 
