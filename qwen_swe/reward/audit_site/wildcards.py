@@ -90,6 +90,11 @@ def install(origin, finding, getframe, patched):
             return None
         if not kind.__flags__ & heaptype:
             return None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a probe's warning is not the test's
+            return ask(value, op, left, other)
+
+    def ask(value, op, left, other):
         if op in ("in", "not in") and not left:  # the container: does it hold anything?
             probe = ops[op](Stranger(), value)
             return (value, "holds an object never seen") if (op == "in") == bool(probe) else None
@@ -105,15 +110,13 @@ def install(origin, finding, getframe, patched):
 
     def suspects(op, a, b):
         found = []
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a probe's warning is not the test's
-            for value, left, other in ((a, True, b), (b, False, a)):
-                try:
-                    suspect = agrees(value, op, left, other, [200])
-                except Exception:  # noqa: BLE001 - an operand that cannot answer agrees with nothing
-                    suspect = None
-                if suspect:
-                    found.append(suspect)
+        for value, left, other in ((a, True, b), (b, False, a)):
+            try:
+                suspect = agrees(value, op, left, other, [200])
+            except Exception:  # noqa: BLE001 - an operand that cannot answer agrees with nothing
+                suspect = None
+            if suspect:
+                found.append(suspect)
         return found
 
     def passes(op, result):
