@@ -135,11 +135,13 @@ def train_on_batch(
         known = torch.tensor([x["rollout_log_probs"] is not None for x in mb_items], device=device)
         rollout = mb.pad([x["rollout_log_probs"] or [] for x in mb_items])
         old = torch.where(known.unsqueeze(1), rollout, logp.detach())  # unknown: on-policy, ratio 1
-        weights, raw = None, torch.ones_like(rollout)
+        seen = mask * known.unsqueeze(1)  # the trained tokens whose rollout log-probs are known
+        weights, tis_sum, tis_capped = None, 0.0, 0.0
         if tr.tis_cap > 0:  # slime's --use-tis: the ratio against the trainer's log-probs, the gap as a capped weight
             old = logp.detach()
             capped, raw = tis_weights(logp, rollout, tr.tis_cap)
             weights = torch.where(known.unsqueeze(1), capped, torch.ones_like(capped))
+            tis_sum, tis_capped = float((raw * seen).sum()), float(((raw > tr.tis_cap).to(seen.dtype) * seen).sum())
         adv = torch.tensor([x["advantage"] for x in mb_items], dtype=torch.float32, device=device)
         loss, m = policy_loss(
             logp,
@@ -159,11 +161,8 @@ def train_on_batch(
         (loss * world).backward()  # FSDP averages gradients over ranks; the loss is already a global mean
         t = m["tokens"]
         nll = float(-(logp.detach() * mask).sum())  # the supervised loss of the trained tokens, for both modes
-        gap = logprob_mismatch(logp, rollout, mask * known.unsqueeze(1))  # logp: this step's weights, not yet updated
+        gap = logprob_mismatch(logp, rollout, seen)  # logp: this step's weights, not yet updated
         g = gap["tokens"]
-        seen = mask * known.unsqueeze(1)
-        tis_sum = float((raw * seen).sum()) if weights is not None else 0.0
-        tis_capped = float(((raw > tr.tis_cap).to(seen.dtype) * seen).sum()) if weights is not None else 0.0
         sums += torch.tensor(
             [
                 loss.item(),
