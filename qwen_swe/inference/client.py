@@ -11,7 +11,8 @@ Write every step to a new folder: vLLM has returned stale weights for a reused p
 ``interrupt=True`` (PARTIAL_ROLLOUTS) makes a sync that does not wait for the requests in flight: ``/pause?mode=keep``
 freezes them where they are, and ``/reset_prefix_cache?reset_running_requests=true`` preempts them, dropping KV
 computed with the old weights; after ``/resume`` they continue from their tokens so far, their prefix recomputed
-with the new weights (the interruptible generation of AReaL and slime's partial rollouts).
+with the new weights (AReaL's interruptible generation; slime's --partial-rollout, which recycles aborted samples, is
+another thing).
 
 Synchronous on purpose (urllib, stdlib only): the trainer calls it from a plain process between steps, and the
 module must import in both the project's venv and vLLM's.
