@@ -100,6 +100,7 @@ def plot_rewards(metrics_path: Path, png: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
     steps = [r["step"] + 1 for r in rows]
@@ -115,6 +116,7 @@ def plot_rewards(metrics_path: Path, png: Path) -> Path:
             ax2.legend(loc="upper left")
         ax2.set_ylabel("resolve rate")
         ax2.set_xlabel("step")
+        ax2.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no tick at step 1.2
         ax2.set_ylim(-0.05, 1.05)
         ax2.grid(alpha=0.3)
         fig.tight_layout()
