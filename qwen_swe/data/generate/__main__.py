@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from qwen_swe.data.generate.shipped import prime
 from qwen_swe.data.generate.tasks import Generation, generate, scratch, shipped_repos
 from qwen_swe.data.taskpack.check import check_all, format_report
 from qwen_swe.data.taskpack.images import ensure_base, ensure_python, ensure_testbed_image
@@ -152,6 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.reuse and not args.check and reusable(out, digest):
             print(f"generate: reused {out} (same inputs {digest}, images present)")
             return 0
+        cache = None if args.no_cache else verdict_cache()
+        if cache is not None:
+            prime(repos, cache)  # the package's verdicts of the same key: a fresh set-up judges nothing it ships
         with scratch() as tmp:
             gen = generate(
                 repos,
@@ -161,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 Path(tmp),
                 jobs=args.jobs,
                 localized=args.localized,
-                cache=None if args.no_cache else verdict_cache(),
+                cache=cache,
             )
             generated = time.monotonic() - start
             if not args.no_build:

@@ -63,6 +63,13 @@ def repo_files(folder: Path) -> tuple[list[str], list[str]]:
     return sources, tests
 
 
+def repo_mutations(folder: Path) -> tuple[list[Mutation], list[str]]:
+    """(every mutation of the repository's source files, its test files): what its verdicts are judged over, the
+    same for every seed."""
+    sources, tests = repo_files(folder)
+    return [m for f in sources for m in mutations_of((folder / f).read_text(), f)], tests
+
+
 def instance_id(repo_name: str, mutation: Mutation) -> str:
     """``qwengen__<repo>-<n>``: ``n`` is a hash of the bug, so an id names the same bug in every generation."""
     key = f"{repo_name}\0{mutation.path}\0{mutation.lineno}\0{mutation.new}"
@@ -200,8 +207,7 @@ def generate(
     test_files_of: dict[str, list[str]] = {}
     mutations_of_repo: dict[Path, list[Mutation]] = {}
     for folder in repos:
-        sources, test_files_of[_repo_name(folder)] = repo_files(folder)
-        mutations_of_repo[folder] = [m for f in sources for m in mutations_of((folder / f).read_text(), f)]
+        mutations_of_repo[folder], test_files_of[_repo_name(folder)] = repo_mutations(folder)
     meter = Meter(total=sum(len(m) for m in mutations_of_repo.values()))
     with show(meter, "generate: judging mutations", unit="mutations"):
         for folder, mutations in mutations_of_repo.items():
