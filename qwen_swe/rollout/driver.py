@@ -5,6 +5,11 @@ Synchronous (``generate``): draw, run, return. Off-policy (``submit`` then ``col
 batch runs in the background on the event loop while the trainer trains on the previous one, and new weights are
 served while it is in flight. The checkpointed data-source position is the one from before the oldest batch still in
 flight was drawn, so a resumed run serves those groups again: exactly the ones not trained on.
+
+With PARTIAL_ROLLOUTS the batches give way to a streaming pool (``pool.py``): ``collect`` returns as soon as a step's
+groups are complete, and the groups still generating carry over. The checkpoint then records the data-source position
+after every draw and the groups drawn but not trained on (``pending``), which a resumed run serves first, with their
+original indices.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from qwen_swe.progress import step_label
 from qwen_swe.rollout import server_counters
 from qwen_swe.rollout.contract import RolloutRunner, RolloutSource, WeightUpdate
 from qwen_swe.rollout.engine import RolloutEngine, batch_metrics
+from qwen_swe.rollout.pool import Groups, RolloutPool, Taken, identity, regroup
 from qwen_swe.rollout.progress import BatchStats, live_progress
 from qwen_swe.rollout.record import dump_rollout_data, dump_rollouts, not_kept
 from qwen_swe.rollout.replay import ReplayDriver
@@ -50,6 +56,11 @@ class InFlight:
 
 class RolloutDriver:
     """The built-in trainer's rank-0 rollout side: a long-lived event loop thread holding the engine and proxy."""
+
+    _pool: RolloutPool | None = None  # PARTIAL_ROLLOUTS' streaming pool
+    _pending: tuple[list[Sample], ...] = ()  # groups a checkpoint held untrained, served before any new one
+    _version = 0  # the weight version served
+    _next_step = 0  # the step the pool fills for next
 
     def __init__(
         self, settings: Settings, *, upstream: str, model: str, data_source: Any = None, served_model: str | None = None
@@ -75,6 +86,24 @@ class RolloutDriver:
         self.last_sync: dict[str, float] = {}
         self._in_flight: dict[int, InFlight] = {}  # submitted, not yet collected, oldest first
         self._evaluated: dict[int, dict[str, float]] = {}
+        if settings.train.partial_rollouts:
+            self.start_pool()
+
+    def start_pool(self) -> None:
+        """PARTIAL_ROLLOUTS: steps take their groups from a streaming pool instead of whole batches."""
+        stats = BatchStats()
+        self._pool_stats = stats
+        self._pool = RolloutPool(
+            lambda group: self.engine.run_groups([group], stats),
+            self._draw,
+            self.settings.rollout_batch_size,
+            self.settings.train.max_staleness,
+        )
+
+    def _draw(self, n: int) -> Groups:
+        """``n`` groups: those a checkpoint held untrained first, then the data source's."""
+        again, self._pending = list(self._pending[:n]), self._pending[n:]
+        return again + (self.data_source.get_samples(n - len(again)) if n > len(again) else [])
 
     def _call(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
@@ -86,7 +115,7 @@ class RolloutDriver:
         stats, t0, before = BatchStats(), time.monotonic(), server_counters.snapshot(self.client)
         with live_progress(stats, step_label(step, s.num_rollouts, "rollout")):
             batch = fill_batch(
-                self.data_source.get_samples,
+                self._draw,
                 lambda g: self._call(self.engine.run_groups(g, stats)),
                 s.rollout_batch_size,
                 dynamic=s.rollout.dynamic_sampling,
@@ -99,12 +128,19 @@ class RolloutDriver:
     def submit(self, step: int, weight_version: int) -> None:
         """Draw ``step``'s groups now and start their rollout in the background; ``collect(step)`` returns it."""
         s = self.settings
-        if step in self._in_flight:
+        if step in self._in_flight or step in self._evaluated:
             raise TrainerError(f"the rollout of step {step} was submitted twice: collect it first")
         self.engine.set_weight_version(weight_version)
+        self._version = weight_version
         evaluated = self.evaluate(step) if s.eval_interval and step % s.eval_interval == 0 else {}
-        position = self.data_source.state_dict()
-        groups = self.data_source.get_samples(s.rollout_batch_size)
+        if self._pool is not None:
+            self._evaluated[step] = evaluated
+            if self._pool.steps == 0:  # the run's (or the resumed run's) first step
+                self._next_step = step
+            self._on_loop(lambda: self._fill_pool())
+            return
+        position = self._position()
+        groups = self._draw(s.rollout_batch_size)
         stats = BatchStats()
         task = self._call(_spawn(self.engine.run_groups(groups, stats)))
         self._in_flight[step] = InFlight(groups, position, task, stats, time.monotonic())
@@ -112,6 +148,8 @@ class RolloutDriver:
 
     def collect(self, step: int) -> tuple[list[Sample], dict[str, Any]]:
         """Wait for the batch ``submit(step, ...)`` started; report how much of it ran behind other work."""
+        if self._pool is not None:
+            return self._take(step)
         job, t0 = self._in_flight[step], time.monotonic()
         with live_progress(job.stats, step_label(step, self.settings.num_rollouts, "rollout")):
             kept = self._call(_wait(job.task))
@@ -128,6 +166,44 @@ class RolloutDriver:
             }
         )
         return samples, metrics
+
+    # --- PARTIAL_ROLLOUTS: the streaming pool ---------------------------------------------------------------
+    def _on_loop(self, fn: Any) -> Any:
+        async def call() -> Any:
+            return fn()
+
+        return self._call(call())
+
+    def _wanted(self) -> int:
+        """Groups the steps left (from the next one to collect) can still train."""
+        return max(0, self.settings.num_rollouts - self._next_step) * self.settings.rollout_batch_size
+
+    def _fill_pool(self) -> None:
+        assert self._pool is not None
+        self._pool.fill(self._wanted())
+
+    def _take(self, step: int) -> tuple[list[Sample], dict[str, Any]]:
+        """``step``'s groups: the first complete ones (oldest first); the rest go on generating."""
+        assert self._pool is not None
+        pool, t0 = self._pool, time.monotonic()
+        with live_progress(self._pool_stats, step_label(step, self.settings.num_rollouts, "rollout")):
+            taken: Taken = self._call(pool.take(self._version, self._wanted()))
+        self._next_step = step + 1
+        self._on_loop(lambda: self._fill_pool())  # the next step's groups start on the weights served now
+        left = [*taken.stale, *taken.lost]
+        stats = BatchStats()
+        for x in (x for g in [*taken.trained, *left] for x in g):
+            stats.count(x)
+        stats.groups = len(taken.trained) + len(left)
+        # the stale groups go to the trainer with the rest: drop_stale drops them with their reason
+        batch = Batch([*taken.trained, *left], [*taken.trained, *taken.stale], [*taken.trained, *taken.stale], 1)
+        samples, metrics = self._finish(step, batch, stats, time.monotonic() - t0, self._evaluated.pop(step, {}))
+        metrics.update(taken.metrics)
+        return samples, metrics
+
+    def _position(self) -> dict[str, Any]:
+        """The data-source position and the groups to serve before it, as a checkpoint records them."""
+        return {"data_source": self.data_source.state_dict(), "pending": [identity(g) for g in self._pending]}
 
     def _finish(
         self, step: int, batch: Batch, stats: BatchStats, seconds: float, evaluated: dict[str, float]
@@ -178,19 +254,35 @@ class RolloutDriver:
         self.engine.begin_sync(update.version)
         self.last_sync = self.weight_sync.push(update.payload, update.version)
         self.engine.set_weight_version(update.version)
+        self._version = update.version
+        if self._pool is not None:
+            pool = self._pool
+            self._on_loop(lambda: pool.synced(self._wanted()))
 
     def state_dict(self) -> dict[str, Any]:
-        """The position as of the batches collected so far: batches in flight are not trained on yet."""
+        """The position as of the batches collected so far: batches in flight are not trained on yet. With the pool,
+        the position after every draw and, as ``pending``, every group drawn and not trained on (draw order)."""
+        if self._pool is not None:
+            pool = self._pool
+            untrained = self._on_loop(lambda: [*pool.untrained(), *self._pending])
+            return {"data_source": self.data_source.state_dict(), "pending": [identity(g) for g in untrained]}
         if self._in_flight:
-            return {"data_source": dict(next(iter(self._in_flight.values())).position)}
-        return {"data_source": self.data_source.state_dict()}
+            return dict(next(iter(self._in_flight.values())).position)
+        return self._position()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the position; the groups the checkpoint held untrained are served first, as they were drawn."""
         self.data_source.load_state_dict(state["data_source"])
+        pending = state.get("pending") or []
+        rows = {r["instance_id"]: r for r in getattr(self.data_source, "dataset", [])} if pending else {}
+        self._pending = tuple(regroup(ident, rows) for ident in pending)
 
     def close(self) -> None:
         try:
             tasks = [job.task for job in self._in_flight.values()]
+            if self._pool is not None:
+                pool = self._pool
+                tasks += self._on_loop(pool.tasks)
             self._in_flight.clear()
             self._call(_cancel(tasks))  # their containers are removed on the way out
             self._call(self.engine.stop())

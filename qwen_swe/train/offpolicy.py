@@ -4,6 +4,10 @@ step trains, and which samples are too old to train on.
 What stays exact: every sample records the oldest weight version its trajectory was sampled with; the PPO ratio
 against its rollout log-probs corrects for the lag where the server reported them (``train_on_batch``); the
 driver's checkpointed data position excludes the batches in flight, so a resume serves them again.
+
+With PARTIAL_ROLLOUTS the driver's ``submit``/``collect`` are a streaming pool's (``qwen_swe/rollout/pool.py``):
+``collect`` returns the first complete groups and the rest carry over; ``Prefetch`` drives it unchanged, and a carried
+group that ends too old comes back with a step's samples for ``drop_stale`` to drop.
 """
 
 from __future__ import annotations

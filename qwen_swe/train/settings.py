@@ -92,7 +92,9 @@ class TrainSettings:
         False,
         "with MAX_STALENESS >= 1, a weight sync does not wait for the model calls in flight: the server freezes "
         "them, drops their KV and continues them with the new weights (interrupted and resumed, as AReaL's "
-        "interruptible generation); a model call that spans a sync records both versions",
+        "interruptible generation); a model call that spans a sync records both versions. And a step does not wait "
+        "for its slowest groups: about (1 + MAX_STALENESS) x ROLLOUT_BATCH_SIZE groups stay in flight, a step trains "
+        "on the first ROLLOUT_BATCH_SIZE to complete, and the others carry over to later steps",
     )
 
     def __post_init__(self) -> None:

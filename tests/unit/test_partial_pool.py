@@ -1,0 +1,261 @@
+"""PARTIAL_ROLLOUTS' streaming pool through the real driver and the real data source over the task pack, with a
+stand-in engine whose groups end only when the test releases them: a step takes the first complete groups (oldest
+first) and the others carry over a sync, a group too old is written off and dropped as stale, a lost group is
+replaced, a step without an update does not starve the pool, and a checkpoint serves again exactly the groups not
+trained on."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from qwen_swe.config.settings import Settings
+from qwen_swe.data.sample import Status, drop, stamp
+from qwen_swe.data.source import SWEBenchDataSource
+from qwen_swe.errors import DropReason
+from qwen_swe.paths import TASK_PACK
+from qwen_swe.rollout.contract import WeightUpdate
+from qwen_swe.rollout.driver import RolloutDriver
+from qwen_swe.train.offpolicy import drop_stale
+
+
+class GatedEngine:
+    """Each group ends when the test releases its group index (``lose`` ends it with a dropped sample); a sample
+    records the version it started on and every version synced while it ran."""
+
+    def __init__(self) -> None:
+        self.weight_version = 0
+        self.gates: dict[int, asyncio.Event] = {}
+        self.lose: set[int] = set()
+        self.running: dict[int, set[int]] = {}  # group index -> versions seen while running
+        self.ended: set[int] = set()
+
+    def set_weight_version(self, version: int) -> None:
+        self.weight_version = version
+
+    def begin_sync(self, version: int) -> None:
+        for seen in self.running.values():
+            seen.add(version)
+
+    def gate(self, group_index: int) -> asyncio.Event:
+        return self.gates.setdefault(group_index, asyncio.Event())
+
+    async def run_groups(self, groups, stats):
+        (group,) = groups
+        gi = group[0].group_index
+        seen = self.running.setdefault(gi, {self.weight_version})
+        for x in group:
+            stamp(x, weight_version=self.weight_version)
+        await self.gate(gi).wait()
+        del self.running[gi]
+        self.ended.add(gi)
+        if gi in self.lose:
+            drop(group[0], DropReason.AGENT_ERROR, "scripted loss")
+            return []
+        for x in group:
+            x.status, x.reward = Status.COMPLETED, float(x.index % 2) * 2 - 1
+            x.weight_versions = [str(v) for v in sorted(seen)]
+        return [group]
+
+    async def stop(self) -> None:
+        pass
+
+
+class NoSync:
+    def push(self, payload, version: int) -> dict:
+        return {}
+
+
+def _settings(tmp_path: Path, steps: int = 4) -> Settings:
+    return Settings.build(
+        vllm_url="http://127.0.0.1:9",
+        dataset=str(TASK_PACK),
+        output_dir=tmp_path,
+        rollout_batch_size=2,
+        n_samples=2,
+        max_staleness=1,
+        partial_rollouts=True,
+        num_rollouts=steps,
+    )
+
+
+def make_driver(settings: Settings) -> RolloutDriver:
+    """The real driver around the stand-in engine (its constructor would start a proxy and a tokenizer)."""
+    driver = RolloutDriver.__new__(RolloutDriver)
+    driver.settings, driver.data_source = settings, SWEBenchDataSource.from_settings(settings)
+    driver._loop = asyncio.new_event_loop()
+    driver._thread = threading.Thread(target=driver._loop.run_forever, daemon=True)
+    driver._thread.start()
+    driver.engine = driver._on_loop(GatedEngine)  # made on the loop: its Events belong there
+    driver.weight_sync = NoSync()  # type: ignore[assignment]
+    driver.last_sync, driver._in_flight, driver._evaluated = {}, {}, {}
+    driver.start_pool()
+    return driver
+
+
+def release(driver: RolloutDriver, *group_indices: int, wait: bool = True) -> None:
+    for gi in group_indices:
+        driver._loop.call_soon_threadsafe(lambda gi=gi: driver.engine.gate(gi).set())
+    deadline = time.monotonic() + 10
+    while wait and not driver._on_loop(lambda: set(group_indices) <= driver.engine.ended):
+        assert time.monotonic() < deadline, f"groups {group_indices} did not end"
+        time.sleep(0.01)
+
+
+def sync(driver: RolloutDriver, version: int, tmp_path: Path) -> None:
+    driver.sync_weights(WeightUpdate(version, folder=tmp_path))
+
+
+def groups_of(samples) -> list[int]:
+    return sorted({x.group_index for x in samples})
+
+
+def reference_groups(settings: Settings, n: int) -> list[tuple[int, str]]:
+    ds = SWEBenchDataSource.from_settings(settings)
+    return [(g[0].group_index, g[0].metadata["instance_id"]) for g in ds.get_samples(n)]
+
+
+@pytest.fixture
+def driver(tmp_path):
+    d = make_driver(_settings(tmp_path))
+    yield d
+    d.close()
+
+
+def in_pool(driver: RolloutDriver) -> list[int]:
+    return driver._on_loop(lambda: [g[0].group_index for g in driver._pool.untrained()])
+
+
+def test_a_step_takes_the_first_complete_groups_and_a_straggler_carries_over_the_sync(driver, tmp_path):
+    driver.submit(0, 0)
+    assert in_pool(driver) == [0, 1, 2, 3]  # (1 + MAX_STALENESS) x ROLLOUT_BATCH_SIZE groups
+    release(driver, 2, 1)
+    samples, m = driver.collect(0)
+    assert groups_of(samples) == [1, 2] and m["async/carried_groups"] == 0
+    assert in_pool(driver) == [0, 3]  # still generating; no new group before the sync (no credit)
+    driver.submit(1, 0)
+    sync(driver, 1, tmp_path)
+    assert in_pool(driver) == [0, 3, 4, 5]  # a step's worth started on the new weights
+    release(driver, 4)
+    release(driver, 0)  # the straggler ends after a group drawn later: still taken first, it is older
+    samples, m = driver.collect(1)
+    assert groups_of(samples) == [0, 4]
+    assert m["async/carried_groups"] == 1 and m["async/spanning_samples"] == 2
+    straggler = [x for x in samples if x.group_index == 0]
+    assert all(x.metadata["weight_version"] == 0 and x.weight_versions == ["0", "1"] for x in straggler)
+    kept, lag = drop_stale(samples, version=1, max_staleness=1)
+    assert len(kept) == 4 and lag["async/staleness_1"] == 2  # the carried group is trained, one version behind
+    rows = (tmp_path / "rollouts" / "step_000001.jsonl").read_text()
+    assert rows.count('"weight_versions": ["0", "1"]') == 2
+
+
+def test_a_group_too_old_to_train_is_written_off_replaced_and_dropped_as_stale(driver, tmp_path):
+    driver.submit(0, 0)
+    release(driver, 1, 2)
+    driver.collect(0)
+    driver.submit(1, 0)
+    sync(driver, 1, tmp_path)
+    release(driver, 0, 4)
+    driver.collect(1)  # 3 (version 0) is still running
+    driver.submit(2, 1)
+    sync(driver, 2, tmp_path)
+    assert in_pool(driver) == [3, 5, 6, 7]
+    release(driver, 3)  # ends now, 2 versions behind: it cannot be trained
+    release(driver, 5, 6)
+    samples, m = driver.collect(2)
+    assert groups_of(samples) == [3, 5, 6] and m["async/stale_groups"] == 1
+    kept, lag = drop_stale(samples, version=2, max_staleness=1)
+    assert groups_of(kept) == [5, 6] and lag["dropped/stale"] == 2
+    assert all(x.metadata["drop_reason"] == DropReason.STALE.value for x in samples if x.group_index == 3)
+
+
+def test_a_straggler_still_running_past_the_bound_gives_its_place_to_a_fresh_group(driver, tmp_path):
+    driver.submit(0, 0)
+    release(driver, 1, 2)
+    driver.collect(0)
+    driver.submit(1, 0)
+    sync(driver, 1, tmp_path)
+    release(driver, 3, 4)
+    driver.collect(1)
+    driver.submit(2, 1)
+    sync(driver, 2, tmp_path)
+    assert in_pool(driver) == [0, 5, 6, 7]  # 0 began on version 0: too old at 2, still running
+    release(driver, 5, 7)
+    samples, m = driver.collect(2)
+    assert groups_of(samples) == [5, 7] and m["async/pool_written_off"] == 1
+    assert in_pool(driver) == [0, 6, 8]  # its credit went to group 8
+
+
+def test_a_lost_group_is_replaced_and_reported(driver):
+    driver.submit(0, 0)
+    driver._on_loop(lambda: driver.engine.lose.add(1))
+    release(driver, 1, 2)
+    release(driver, 4, wait=False)  # the replacement, drawn once the loss is seen
+    samples, m = driver.collect(0)
+    assert groups_of(samples) == [2, 4] and m["dropped/agent_error"] == 1
+    assert in_pool(driver) == [0, 3]
+
+
+def test_a_step_without_an_update_lets_the_next_step_start_fresh_groups(driver):
+    driver.submit(0, 0)
+    release(driver, 1, 2)
+    driver.collect(0)
+    driver.submit(1, 0)  # no sync: the step skipped its update
+    release(driver, 4, 5, wait=False)
+    samples, _ = driver.collect(1)
+    assert groups_of(samples) == [4, 5] and in_pool(driver) == [0, 3]
+
+
+def test_the_pool_draws_no_more_than_the_steps_left_can_train(tmp_path):
+    d = make_driver(_settings(tmp_path, steps=1))
+    try:
+        d.submit(0, 0)
+        assert in_pool(d) == [0, 1]
+    finally:
+        d.close()
+
+
+def test_a_checkpoint_serves_again_exactly_the_groups_not_trained_on(driver, tmp_path):
+    settings = driver.settings
+    order = reference_groups(settings, 8)
+    driver.submit(0, 0)
+    release(driver, 1, 2)
+    trained, _ = driver.collect(0)
+    release(driver, 3)  # complete, waiting for a step: not trained either
+    state = driver.state_dict()
+    assert [p["group_index"] for p in state["pending"]] == [0, 3]
+
+    resumed = make_driver(settings)
+    try:
+        resumed.load_state_dict(state)
+        resumed.submit(1, 1)
+        assert in_pool(resumed) == [0, 3, 4, 5]  # the untrained groups first, as drawn, then new ones
+        again = resumed._on_loop(resumed._pool.untrained)
+        assert [(g[0].group_index, g[0].metadata["instance_id"]) for g in again] == [order[i] for i in (0, 3, 4, 5)]
+        assert [x.index for x in again[0]] == [0, 1] and all(x.status == Status.PENDING for x in again[0])
+        served = {x.group_index for x in trained} | {g[0].group_index for g in again}
+        assert sorted(served) == list(range(6))  # every group once: none lost, none trained twice
+        state2 = resumed.state_dict()  # a second checkpoint before anything ends keeps the same promise
+        assert [p["group_index"] for p in state2["pending"]] == [0, 3, 4, 5]
+    finally:
+        resumed.close()
+
+
+def test_a_checkpoint_before_the_groups_are_drawn_again_keeps_them(tmp_path):
+    settings = _settings(tmp_path)
+    first = make_driver(settings)
+    try:
+        first.submit(0, 0)
+        state = first.state_dict()
+    finally:
+        first.close()
+    second = make_driver(settings)
+    try:
+        second.load_state_dict(state)
+        assert second.state_dict() == state  # loaded, not yet drawn: a checkpoint now says the same
+    finally:
+        second.close()
