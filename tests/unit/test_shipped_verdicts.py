@@ -103,6 +103,10 @@ def test_a_fresh_cache_takes_the_package_verdicts_of_the_same_key_and_judges_not
     shutil.rmtree(package)
     assert shipped.write([repo], judged, folder=package, log=_quiet) == ["tinyrepo"]  # copied from the cache
     assert (package / "tinyrepo.json.gz").read_bytes() == written  # deterministic: a refresh without change is none
+    (package / "tinyrepo.json.gz").write_bytes(written[:-40])  # damaged: that repository is judged
+    assert (
+        shipped.read("tinyrepo", package) is None and shipped.prime([repo], tmp_path / "other", _quiet, package) == []
+    )
 
 
 def test_another_python_or_a_changed_repository_is_judged_again(tmp_path, monkeypatch):

@@ -20,6 +20,7 @@ import gzip
 import json
 import os
 import sys
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from importlib import metadata
@@ -48,8 +49,8 @@ def read(name: str, folder: Path | None = None) -> dict[str, Any] | None:
     """The package's entry of repository ``name`` (key, judged_on, verdicts), or None if absent or unreadable."""
     try:
         entry = json.loads(gzip.decompress(shipped_file(name, folder).read_bytes()))
-    except (OSError, ValueError, EOFError):
-        return None
+    except (OSError, ValueError, EOFError, zlib.error):
+        return None  # absent or damaged: that repository is judged
     return entry if isinstance(entry, dict) and {"key", "judged_on", "verdicts"} <= entry.keys() else None
 
 
