@@ -1,0 +1,121 @@
+"""Partial rollouts against the batch pipeline on heavy-tailed rollouts: the same run twice at MAX_STALENESS=1,
+with PARTIAL_ROLLOUTS=false (the reference, measured in this run) and PARTIAL_ROLLOUTS=true, steps per hour of each.
+
+Everything is real but the model's choices (``tests/partial_run.py``): the trainer under torchrun training SmolLM2
+on CPU, the driver and proxy, Docker sandboxes, qwen-code and the grader on the embedded default's tasks. The
+scripted model (``tests/scripted_vllm.py``, with vLLM's pause, reload and resume routes) draws each rollout's model
+time from a seeded lognormal, capped, and spreads it over the rollout's calls: a few rollouts run many times longer
+than the median. The reference's batch waits for its slowest rollout and its sync drains the calls in flight
+(``/pause?mode=wait``); with partial rollouts a step trains on the first groups to complete and the sync freezes the
+calls in flight (``mode=keep``). Both runs use the same settings, ROLLOUT_CONCURRENCY included.
+
+Steps per hour count the warm steps (every step after the first) over their summed ``time/step``. Target: >= 1.5x.
+
+    .venv/bin/python -m benchmarks.bench_partial [--steps 6] [--batch 4] [--seed 0] [--median 8] [--sigma 1.5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.partial_run import PlanScript, fixable_rows, jsonl, run_settings, run_trainer
+from tests.scripted_vllm import VLLMThread
+
+TARGET = 1.5
+
+
+def run(out: Path, args: argparse.Namespace, partial: bool) -> dict:
+    rng_args = (math.log(args.median), args.sigma, args.cap)
+    script = PlanScript(fixable_rows(), seed=args.seed, seconds=lambda rng, iid, version: lognormal(rng, *rng_args))
+    t0 = time.monotonic()
+    with VLLMThread(script) as vllm:
+        script.version = lambda: vllm.server.version
+        settings = run_settings(
+            out,
+            vllm.url,
+            run_id=f"qwen-swe-bench-partial{int(partial)}",
+            num_rollouts=args.steps,
+            rollout_batch_size=args.batch,
+            n_samples=2,
+            max_staleness=1,
+            partial_rollouts=partial,
+            rollout_concurrency=args.batch * 2 * 2,  # the pool's groups, all at once; the same for the reference
+            boot_concurrency=4,
+            agent_timeout=1800.0,
+            save_interval=args.steps,
+        )
+        proc = run_trainer(settings, timeout=7200)
+        syncs = list(vllm.server.syncs)
+    if proc.returncode != 0:
+        print(proc.stdout[-6000:], file=sys.stderr)
+        raise SystemExit(f"PARTIAL_ROLLOUTS={partial}: the trainer failed ({proc.returncode}); see {out}/trainer.log")
+    return {
+        "steps": jsonl(out / "metrics.jsonl"),
+        "plans": [p.seconds for p in script.plans],
+        "syncs": syncs,
+        "wall": time.monotonic() - t0,
+    }
+
+
+def lognormal(rng: random.Random, mu: float, sigma: float, cap: float) -> float:
+    return min(cap, rng.lognormvariate(mu, sigma))
+
+
+def report(name: str, result: dict) -> float:
+    for s in result["steps"]:
+        print(
+            f"  {name} step {s['step']}: {s['time/step']:.1f}s = rollout wait {s['time/rollout']:.1f} + train "
+            f"{s['time/train']:.1f} + sync {s['time/sync']:.1f} + save {s['time/save']:.1f} | samples {s['samples']} "
+            f"zero-var groups {s['zero_variance_groups']} update {not s['skipped_update']} | staleness max "
+            f"{s.get('async/staleness_max', 0):.0f} carried {s.get('async/carried_groups', 0):.0f} stale dropped "
+            f"{s.get('dropped/stale', 0):.0f}"
+        )
+    plans, syncs = result["plans"], result["syncs"]
+    print(
+        f"  {name}: {len(plans)} rollouts began, model seconds median {statistics.median(plans):.1f} mean "
+        f"{statistics.mean(plans):.1f} max {max(plans):.1f}; {len(syncs)} syncs, pause answered after "
+        f"{statistics.mean(x['pause_seconds'] for x in syncs) if syncs else 0:.1f}s on average "
+        f"({', '.join(sorted({x['mode'] for x in syncs}))}); wall {result['wall']:.0f}s"
+    )
+    warm = result["steps"][1:]
+    per_hour = 3600 * len(warm) / sum(s["time/step"] for s in warm)
+    print(f"  {name}: {per_hour:.1f} steps per hour over {len(warm)} warm steps")
+    return per_hour
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=6, help="steps per run (at least 2: the first one is cold)")
+    ap.add_argument("--batch", type=int, default=4, help="ROLLOUT_BATCH_SIZE (groups of 2)")
+    ap.add_argument("--seed", type=int, default=0, help="the seed of the model-time draws")
+    ap.add_argument("--median", type=float, default=8.0, help="median model seconds of a rollout")
+    ap.add_argument("--sigma", type=float, default=1.5, help="sigma of the lognormal")
+    ap.add_argument("--cap", type=float, default=240.0, help="no rollout's model time above this")
+    args = ap.parse_args()
+    if args.steps < 2:
+        ap.error("--steps must be at least 2")
+    root = Path(tempfile.mkdtemp(prefix="bench_partial_"))
+    print(
+        f"command: {' '.join(sys.argv)} (output {root})\nmodel seconds per rollout: min({args.cap:g}, "
+        f"lognormal(mu=ln {args.median:g}, sigma={args.sigma:g})), seed {args.seed}; {args.steps} steps of "
+        f"{args.batch} groups of 2, MAX_STALENESS=1, ROLLOUT_CONCURRENCY={args.batch * 4}"
+    )
+    reference = report("PARTIAL_ROLLOUTS=false", run(root / "reference", args, partial=False))
+    partial = report("PARTIAL_ROLLOUTS=true", run(root / "partial", args, partial=True))
+    ratio = partial / reference
+    print(
+        f"steps per hour: partial {partial:.1f} / reference {reference:.1f} = {ratio:.2f}x; "
+        f"target >= {TARGET}x: {'met' if ratio >= TARGET else 'NOT met'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
