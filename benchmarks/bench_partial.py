@@ -11,7 +11,7 @@ calls in flight (``mode=keep``). Both runs use the same settings, ROLLOUT_CONCUR
 
 Steps per hour count the warm steps (every step after the first) over their summed ``time/step``. Target: >= 1.5x.
 
-    .venv/bin/python -m benchmarks.bench_partial [--steps 6] [--batch 4] [--seed 0] [--median 8] [--sigma 1.5]
+    .venv/bin/python -m benchmarks.bench_partial [--steps 4] [--batch 4] [--seed 0] [--median 12] [--sigma 1.5]
 """
 
 from __future__ import annotations
@@ -92,10 +92,10 @@ def report(name: str, result: dict) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=6, help="steps per run (at least 2: the first one is cold)")
+    ap.add_argument("--steps", type=int, default=4, help="steps per run (at least 2: the first one is cold)")
     ap.add_argument("--batch", type=int, default=4, help="ROLLOUT_BATCH_SIZE (groups of 2)")
     ap.add_argument("--seed", type=int, default=0, help="the seed of the model-time draws")
-    ap.add_argument("--median", type=float, default=8.0, help="median model seconds of a rollout")
+    ap.add_argument("--median", type=float, default=12.0, help="median model seconds of a rollout")
     ap.add_argument("--sigma", type=float, default=1.5, help="sigma of the lognormal")
     ap.add_argument("--cap", type=float, default=240.0, help="no rollout's model time above this")
     args = ap.parse_args()

@@ -255,7 +255,7 @@ class RolloutDriver:
         self.last_sync = self.weight_sync.push(update.payload, update.version)
         self.engine.set_weight_version(update.version)
         self._version = update.version
-        if self._pool is not None:
+        if self._pool is not None and self._pool.steps:  # not the resumed weights' push, before any step
             pool = self._pool
             self._on_loop(lambda: pool.synced(self._wanted()))
 

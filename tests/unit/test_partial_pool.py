@@ -232,6 +232,7 @@ def test_a_checkpoint_serves_again_exactly_the_groups_not_trained_on(driver, tmp
     resumed = make_driver(settings)
     try:
         resumed.load_state_dict(state)
+        sync(resumed, 1, tmp_path)  # the resumed weights go to the server first: no step's credit
         resumed.submit(1, 1)
         assert in_pool(resumed) == [0, 3, 4, 5]  # the untrained groups first, as drawn, then new ones
         again = resumed._on_loop(resumed._pool.untrained)
