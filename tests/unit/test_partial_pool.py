@@ -21,6 +21,7 @@ from qwen_swe.paths import TASK_PACK
 from qwen_swe.rollout.contract import WeightUpdate
 from qwen_swe.rollout.driver import RolloutDriver
 from qwen_swe.train.offpolicy import drop_stale
+from qwen_swe.train.trainer import Rollouts
 
 
 class GatedEngine:
@@ -58,6 +59,7 @@ class GatedEngine:
             return []
         for x in group:
             x.status, x.reward = Status.COMPLETED, float(x.index % 2) * 2 - 1
+            x.tokens, x.response_length, x.loss_mask, x.rollout_log_probs = [1, 2, 3, 4], 2, [1, 1], [-0.5, -0.5]
             x.weight_versions = [str(v) for v in sorted(seen)]
         return [group]
 
@@ -260,3 +262,25 @@ def test_a_checkpoint_before_the_groups_are_drawn_again_keeps_them(tmp_path):
         assert second.state_dict() == state  # loaded, not yet drawn: a checkpoint now says the same
     finally:
         second.close()
+
+
+def test_the_trainers_pipeline_trains_the_straggler_a_step_later(tmp_path):
+    """What the trainer's rank 0 runs (``Rollouts``: ``Prefetch``, ``drop_stale``, ``prepare_batch``) over the pool."""
+    settings = _settings(tmp_path, steps=3)
+    d = make_driver(settings)
+    try:
+        release(d, *range(1, 12), wait=False)  # every group but the first ends as soon as it starts
+        rollouts = Rollouts(settings, d, first_step=0)
+        items, m0 = rollouts.batch(0, 0)
+        assert len(items) == 4 and m0["async/staleness_max"] == 0
+        sync(d, 1, tmp_path)
+        release(d, 0)
+        items, m1 = rollouts.batch(1, 1)
+        assert len(items) == 4 and m1["async/carried_groups"] == 2 and m1["async/staleness_1"] == 4
+        assert m1["async/spanning_samples"] == 2  # the straggler's, which ran across the sync
+        sync(d, 2, tmp_path)
+        items, m2 = rollouts.batch(2, 2)
+        assert len(items) == 4 and m2["async/staleness_max"] == 1 and m2["dropped/stale"] == 0
+        assert sorted(d._on_loop(lambda: d.engine.ended)) == list(range(6))  # nothing drawn past the last step
+    finally:
+        d.close()
