@@ -26,7 +26,7 @@ def test_a_straggler_group_is_carried_over_a_sync_and_trained_a_step_later(tmp_p
         fixable_rows(),
         seed=0,
         # groups started on version 1 take longer, so the straggler released at the sync ends before them
-        seconds=lambda rng, iid, version: 2.0 if version == 0 else 40.0,
+        seconds=lambda rng, iid, version: 2.0 if version == 0 else 20.0,
         hold=lambda iid, version: 1 if iid == first["straggler"] and version == 0 else 0,
     )
     with VLLMThread(script) as vllm:
