@@ -279,12 +279,8 @@ class RolloutDriver:
 
     def close(self) -> None:
         try:
-            tasks = [job.task for job in self._in_flight.values()]
-            if self._pool is not None:
-                pool = self._pool
-                tasks += self._on_loop(pool.tasks)
             self._in_flight.clear()
-            self._call(_cancel(tasks))  # their containers are removed on the way out
+            self._call(_cancel_all())  # every rollout still running: their containers are removed on the way out
             self._call(self.engine.stop())
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
@@ -299,7 +295,10 @@ async def _wait(task: asyncio.Task) -> Any:
     return await task
 
 
-async def _cancel(tasks: list[asyncio.Task]) -> None:
+async def _cancel_all() -> None:
+    """Cancel every task on the loop, as ``asyncio.run`` does before it closes one: a batch's or a pool group's task
+    and the group tasks it started, which cancelling it does not reach (``asyncio.wait`` leaves them running)."""
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)

@@ -178,9 +178,6 @@ class RolloutPool:
         """Every group drawn and not handed out (running, or complete and waiting), in draw order."""
         return [e.group for e in self.groups]
 
-    def tasks(self) -> list[asyncio.Task]:
-        return [e.task for e in self.groups if e.done is None]
-
 
 def identity(group: list[Sample]) -> dict[str, Any]:
     """What a checkpoint keeps of a group not yet trained on: enough to draw it again as it was drawn."""

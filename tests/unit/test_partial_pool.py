@@ -20,6 +20,7 @@ from qwen_swe.errors import DropReason
 from qwen_swe.paths import TASK_PACK
 from qwen_swe.rollout.contract import WeightUpdate
 from qwen_swe.rollout.driver import RolloutDriver
+from qwen_swe.rollout.engine import run_batch
 from qwen_swe.train.offpolicy import drop_stale
 from qwen_swe.train.trainer import Rollouts
 
@@ -284,3 +285,31 @@ def test_the_trainers_pipeline_trains_the_straggler_a_step_later(tmp_path):
         assert sorted(d._on_loop(lambda: d.engine.ended)) == list(range(6))  # nothing drawn past the last step
     finally:
         d.close()
+
+
+class BatchEngine(GatedEngine):
+    """Groups run through the engine's own batch runner, whose group tasks outlive a cancel of the batch's task."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.rollout, self.cancelled = settings.rollout, 0
+
+    async def run_groups(self, groups, stats):
+        return await run_batch(self._samples, groups, stats, self.rollout)
+
+    async def _samples(self, samples) -> None:
+        try:
+            await asyncio.Event().wait()  # a rollout that never ends
+        except asyncio.CancelledError:
+            self.cancelled += len(samples)
+            raise
+
+
+def test_closing_cancels_every_rollout_still_running(tmp_path):
+    settings = _settings(tmp_path)
+    d = make_driver(settings)
+    d.engine = d._on_loop(lambda: BatchEngine(settings))
+    d.submit(0, 0)
+    time.sleep(0.2)
+    d.close()
+    assert d.engine.cancelled == 8  # the pool's 4 groups of 2: their containers would be removed on the way out
