@@ -16,7 +16,7 @@ import pytest
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Status, drop, stamp
 from qwen_swe.data.source import SWEBenchDataSource
-from qwen_swe.errors import DropReason
+from qwen_swe.errors import DataError, DropReason
 from qwen_swe.paths import TASK_PACK
 from qwen_swe.rollout.contract import WeightUpdate
 from qwen_swe.rollout.driver import RolloutDriver
@@ -313,3 +313,20 @@ def test_closing_cancels_every_rollout_still_running(tmp_path):
     time.sleep(0.2)
     d.close()
     assert d.engine.cancelled == 8  # the pool's 4 groups of 2: their containers would be removed on the way out
+
+
+def test_a_checkpoints_group_of_an_instance_no_longer_in_the_data_is_refused(tmp_path):
+    settings = _settings(tmp_path)
+    d = make_driver(settings)
+    try:
+        d.submit(0, 0)
+        state = d.state_dict()
+    finally:
+        d.close()
+    state["pending"][0]["instance_id"] = "gone__repo-1"
+    other = make_driver(settings)
+    try:
+        with pytest.raises(DataError, match="gone__repo-1 that is not in the run's instances"):
+            other.load_state_dict(state)
+    finally:
+        other.close()
