@@ -295,3 +295,11 @@ def test_progress_counts_the_sft_steps_for_its_eta(tmp_path: Path):
     assert progress.line().startswith("warm start: SFT: 0/8 steps, ") and "ETA" not in progress.line()
     metrics.write_text('{"step": 0}\n{"step": 1}\n')
     assert "2/8 steps, " in progress.line() and ", ETA " in progress.line()
+
+
+def test_sft_keeps_activations_unless_the_user_says_otherwise(tmp_path: Path, monkeypatch):
+    monkeypatch.delenv("ACTIVATION_CHECKPOINTING", raising=False)
+    args = (tmp_path / "demos.jsonl", tmp_path / "sft", "model", 2, 8, 1e-4, 0, True, "run")
+    assert phases.sft_command(*args)[1]["ACTIVATION_CHECKPOINTING"] == "false"
+    monkeypatch.setenv("ACTIVATION_CHECKPOINTING", "true")  # a resource setting: the user's value passes through
+    assert phases.sft_command(*args)[1]["ACTIVATION_CHECKPOINTING"] == "true"
