@@ -51,7 +51,7 @@ def run(out: Path, args: argparse.Namespace, partial: bool) -> dict:
             agent_timeout=1800.0,
             save_interval=args.steps,
         )
-        proc = run_trainer(settings, timeout=7200)
+        proc = run_trainer(settings, timeout=2400)
         syncs = list(vllm.server.syncs)
     if proc.returncode != 0:
         print(proc.stdout[-6000:], file=sys.stderr)
