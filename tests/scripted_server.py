@@ -412,11 +412,13 @@ async def chat(http: aiohttp.ClientSession, base_url: str, body: dict[str, Any])
 class ServerThread:
     """The scripted model on its own event loop, so the evaluation entry point can run its own."""
 
+    server_class: type[ScriptedServer] = ScriptedServer
+
     def __init__(self, script: list) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.server = ScriptedServer(script, tokenizer=smollm2_tokenizer())
+        self.server = self.server_class(script, tokenizer=smollm2_tokenizer())
         self.url = asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(60)
 
     def stop(self) -> None:

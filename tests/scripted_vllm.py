@@ -12,14 +12,13 @@ recorded in ``syncs``: its mode, the requests in flight when it came, and how lo
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
-from tests.scripted_server import Context, Reply, Script, ScriptedServer, smollm2_tokenizer
+from tests.scripted_server import Context, Reply, Script, ScriptedServer, ServerThread
 
 STEP = 0.05  # seconds of generation between looks at the pause state
 
@@ -117,20 +116,11 @@ class ScriptedVLLM(ScriptedServer):
         return web.json_response({"results": [None]})
 
 
-class VLLMThread:
+class VLLMThread(ServerThread):
     """The scripted vLLM on its own event loop, for a test or benchmark that runs the trainer as a subprocess."""
 
-    def __init__(self, script: Script) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.server = ScriptedVLLM(script, tokenizer=smollm2_tokenizer())
-        self.url = asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(60)
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(60)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
+    server_class = ScriptedVLLM
+    server: ScriptedVLLM
 
     def __enter__(self) -> VLLMThread:
         return self

@@ -15,6 +15,7 @@ from qwen_swe.data.generate.tasks import NOT_LOCALIZED, generate, instance_id, p
 from qwen_swe.data.generate.validate import TIMED_OUT, failure_of, validate
 from qwen_swe.data.taskpack import REPOS_DIR
 from qwen_swe.errors import TaskPackError
+from tests.tiny_repo import tiny_repo
 
 SOURCE = textwrap.dedent('''\
     """A module."""
@@ -78,21 +79,8 @@ def test_split_is_seeded_and_keeps_sites_apart():
     assert held != split_sites(sites, seed=4, heldout_fraction=0.25)
 
 
-def _tiny_repo(root: Path) -> Path:
-    repo = root / "tinyrepo"
-    (repo / "tiny").mkdir(parents=True)
-    (repo / "tests").mkdir()
-    (repo / "tiny" / "__init__.py").write_text("")
-    (repo / "tiny" / "ops.py").write_text("def add(a, b):\n    return a + b\n\n\ndef unused(x):\n    return x * 3\n")
-    (repo / "tests" / "test_ops.py").write_text(
-        "from tiny.ops import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
-        "def test_add_zero():\n    assert add(0, 0) == 0\n"
-    )
-    return repo
-
-
 def test_validate_computes_fail_to_pass_with_real_pytest(tmp_path):
-    repo = _tiny_repo(tmp_path)
+    repo = tiny_repo(tmp_path)
     mutations = mutations_of((repo / "tiny/ops.py").read_text(), "tiny/ops.py")
     verdicts = {m.new.strip(): v for m, v in zip(mutations, validate(repo, mutations, ["tests/test_ops.py"]))}
     minus = verdicts["return a - b"]
@@ -104,7 +92,7 @@ def test_validate_computes_fail_to_pass_with_real_pytest(tmp_path):
 
 
 def test_an_exception_in_the_project_brings_its_traceback_into_the_statement(tmp_path):
-    repo = _tiny_repo(tmp_path)
+    repo = tiny_repo(tmp_path)
     (repo / "tiny" / "ops.py").write_text(
         'def greet(name):\n    return "hi " + name\n\n\ndef welcome(name):\n    return greet(name).upper()\n'
     )
@@ -125,7 +113,7 @@ def test_an_exception_in_the_project_brings_its_traceback_into_the_statement(tmp
 
 
 def test_verdicts_are_reused_only_for_the_same_inputs_and_never_after_a_timeout(tmp_path, monkeypatch):
-    repo = _tiny_repo(tmp_path)
+    repo = tiny_repo(tmp_path)
     mutations = mutations_of((repo / "tiny/ops.py").read_text(), "tiny/ops.py")
     cache, tests = tmp_path / "verdicts", ["tests/test_ops.py"]
     first = validate(repo, mutations, tests, cache=cache)
@@ -170,7 +158,7 @@ def test_a_failure_message_drops_memory_addresses_so_generation_is_deterministic
 
 
 def test_validate_refuses_a_repository_whose_tests_fail(tmp_path):
-    repo = _tiny_repo(tmp_path)
+    repo = tiny_repo(tmp_path)
     (repo / "tests" / "test_ops.py").write_text("def test_broken():\n    assert False\n")
     with pytest.raises(TaskPackError, match="fails tests"):
         validate(repo, [], ["tests/test_ops.py"])

@@ -17,6 +17,7 @@ from qwen_swe.data.generate.__main__ import main
 from qwen_swe.data.generate.tasks import repo_mutations, shipped_repos
 from qwen_swe.data.generate.validate import validate
 from qwen_swe.paths import PACKAGE_DIR, REPO_ROOT
+from tests.tiny_repo import tiny_repo
 
 
 def test_the_shipped_verdicts_are_those_of_the_current_code():
@@ -58,19 +59,6 @@ def test_the_shipped_verdicts_are_package_data():
     assert sum(p.stat().st_size for p in files) < 200_000  # they travel in every clone and wheel
 
 
-def _tiny_repo(root: Path) -> Path:
-    repo = root / "tinyrepo"
-    (repo / "tiny").mkdir(parents=True)
-    (repo / "tests").mkdir()
-    (repo / "tiny" / "__init__.py").write_text("")
-    (repo / "tiny" / "ops.py").write_text("def add(a, b):\n    return a + b\n\n\ndef unused(x):\n    return x * 3\n")
-    (repo / "tests" / "test_ops.py").write_text(
-        "from tiny.ops import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
-        "def test_add_zero():\n    assert add(0, 0) == 0\n"
-    )
-    return repo
-
-
 def _quiet(_: str) -> None:
     pass
 
@@ -89,7 +77,7 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 
 
 def test_a_fresh_cache_takes_the_package_verdicts_of_the_same_key_and_judges_nothing(tmp_path, monkeypatch):
-    repo, package, judged = _tiny_repo(tmp_path), tmp_path / "package", tmp_path / "judged"
+    repo, package, judged = tiny_repo(tmp_path), tmp_path / "package", tmp_path / "judged"
     assert shipped.write([repo], judged, folder=package, log=_quiet) == ["tinyrepo"]  # judges into the cache
     mutations, tests = repo_mutations(repo)
     first = validate(repo, mutations, tests, cache=judged)
@@ -110,7 +98,7 @@ def test_a_fresh_cache_takes_the_package_verdicts_of_the_same_key_and_judges_not
 
 
 def test_another_python_or_a_changed_repository_is_judged_again(tmp_path, monkeypatch):
-    repo, package = _tiny_repo(tmp_path), tmp_path / "package"
+    repo, package = tiny_repo(tmp_path), tmp_path / "package"
     shipped.write([repo], tmp_path / "judged", folder=package, log=_quiet)
     mutations, tests = repo_mutations(repo)
     runs = _counting(monkeypatch)
@@ -127,7 +115,7 @@ def test_another_python_or_a_changed_repository_is_judged_again(tmp_path, monkey
 
 
 def test_no_cache_judges_even_what_the_package_ships(tmp_path, monkeypatch):
-    repo, package = _tiny_repo(tmp_path), tmp_path / "package"
+    repo, package = tiny_repo(tmp_path), tmp_path / "package"
     shipped.write([repo], tmp_path / "judged", folder=package, log=_quiet)
     monkeypatch.setattr(shipped, "SHIPPED_DIR", package)
     monkeypatch.setenv("QWEN_SWE_HOME", str(tmp_path / "home"))
