@@ -123,6 +123,7 @@ class ScriptedServer:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
+        self._add_routes(app)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -130,6 +131,9 @@ class ScriptedServer:
         host, port = self._runner.addresses[0][:2]
         self.url = f"http://{host}:{port}"
         return self.url
+
+    def _add_routes(self, app: web.Application) -> None:
+        """A subclass's routes beside the OpenAI ones."""
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -37,26 +37,17 @@ class ScriptedVLLM(ScriptedServer):
         self.syncs: list[dict[str, Any]] = []
 
     async def start(self) -> str:
-        self._stopping = asyncio.Event()
         self._resumed, self._idle = asyncio.Event(), asyncio.Event()
         self._resumed.set()
         self._idle.set()
-        app = web.Application(client_max_size=256 * 1024 * 1024)
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_post("/v1/completions", self._completions)
-        app.router.add_get("/v1/models", self._models)
+        return await super().start()
+
+    def _add_routes(self, app: web.Application) -> None:
         app.router.add_get("/health", self._ok)
         app.router.add_post("/pause", self._pause)
         app.router.add_post("/resume", self._resume)
         app.router.add_post("/collective_rpc", self._reload)
         app.router.add_post("/reset_prefix_cache", self._ok)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = self._runner.addresses[0][:2]
-        self.url = f"http://{host}:{port}"
-        return self.url
 
     # --- generation ---------------------------------------------------------------------------------
     async def _reply(self, ctx: Context) -> Reply:
