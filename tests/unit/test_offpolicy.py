@@ -5,7 +5,6 @@ driver with a stand-in engine whose batches wait until released)."""
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 
@@ -17,6 +16,7 @@ from qwen_swe.paths import TASK_PACK
 from qwen_swe.rollout.driver import RolloutDriver
 from qwen_swe.train.offpolicy import Prefetch, drop_stale
 from qwen_swe.train.update import prepare_batch
+from tests.driver_stand_in import driver_around
 
 
 def _sample(group: int, index: int, version: int, logprobs: bool = True) -> Sample:
@@ -148,19 +148,7 @@ class HeldEngine:
 
 
 def _driver(settings: Settings) -> RolloutDriver:
-    """The real driver around the stand-in engine (its constructor would start a proxy and a tokenizer)."""
-    driver = RolloutDriver.__new__(RolloutDriver)
-    driver.settings, driver.data_source = settings, SWEBenchDataSource.from_settings(settings)
-    driver._loop = asyncio.new_event_loop()
-    driver._thread = threading.Thread(target=driver._loop.run_forever, daemon=True)
-    driver._thread.start()
-    driver.engine = driver._call(_make(HeldEngine))
-    driver.last_sync, driver._in_flight, driver._evaluated = {}, {}, {}
-    return driver
-
-
-async def _make(cls):
-    return cls()  # on the loop: its Event belongs there
+    return driver_around(settings, HeldEngine)
 
 
 def _ids(groups) -> list[str]:

@@ -7,7 +7,6 @@ trained on."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from qwen_swe.rollout.driver import RolloutDriver
 from qwen_swe.rollout.engine import run_batch
 from qwen_swe.train.offpolicy import drop_stale
 from qwen_swe.train.trainer import Rollouts
+from tests.driver_stand_in import driver_around
 
 
 class GatedEngine:
@@ -87,15 +87,9 @@ def _settings(tmp_path: Path, steps: int = 4) -> Settings:
 
 
 def make_driver(settings: Settings) -> RolloutDriver:
-    """The real driver around the stand-in engine (its constructor would start a proxy and a tokenizer)."""
-    driver = RolloutDriver.__new__(RolloutDriver)
-    driver.settings, driver.data_source = settings, SWEBenchDataSource.from_settings(settings)
-    driver._loop = asyncio.new_event_loop()
-    driver._thread = threading.Thread(target=driver._loop.run_forever, daemon=True)
-    driver._thread.start()
-    driver.engine = driver._on_loop(GatedEngine)  # made on the loop: its Events belong there
+    """The real driver, in pool mode, around the gated stand-in engine."""
+    driver = driver_around(settings, GatedEngine)
     driver.weight_sync = NoSync()  # type: ignore[assignment]
-    driver.last_sync, driver._in_flight, driver._evaluated = {}, {}, {}
     driver.start_pool()
     return driver
 
