@@ -101,8 +101,8 @@ def sft_command(
             "SAVE_INTERVAL": str(steps),
             "RUN_ID": run_id,
             # SFT has no server or containers beside it: a 3000-token demonstration's activations (about 2.5 GB a
-            # rank) fit, and recomputing them made a step 1.44x slower (bench_train_step --recompute). The gradient
-            # is the same either way, so the warm start's key does not hold it; a user's value still wins.
+            # rank) fit, and recomputing them made a step slower (117-137 s against 92-117 s on idle cores). The
+            # gradient is the same either way, so the warm start's key does not hold it; a user's value still wins.
             "ACTIVATION_CHECKPOINTING": os.environ.get("ACTIVATION_CHECKPOINTING", "false"),
         },
     )
