@@ -222,8 +222,9 @@ def _train(settings: Settings, source: RolloutSource | None, model_path: str, de
                 with timer("save"):
                     _save(settings, source, learner, step, version)
             if trained or save:
-                with timer("sync"):
-                    turns.to_rollouts(_push(settings, source, learner, version) if trained else None)
+                with timer("sync"):  # SFT: nothing serves between steps, so only the saved step's weights go out
+                    push = (save and version > 0) if settings.train.train_mode == "sft" else trained
+                    turns.to_rollouts(_push(settings, source, learner, version) if push else None)
             last = {**metrics, **turns.metrics(), **timer.metrics(), "phases": timer.phases()}
             if "timeline/model_seconds" in last and last["time/step"] > 0 and not settings.train.max_staleness:
                 # the server's busy share of the whole step (a step's rollouts run within it only at MAX_STALENESS=0)

@@ -319,6 +319,28 @@ def test_flat_rewards_skip_the_update_but_count_the_step(tmp_path):
     assert (settings.output_dir / "checkpoints" / "step_000002" / "complete").exists()
 
 
+def test_sft_writes_only_the_saved_steps_weights(tmp_path):
+    """Nothing serves between SFT steps: every step updates, but only the step that saves exports its weights."""
+    from qwen_swe.train.trainer import train
+
+    demos = tmp_path / "demos.jsonl"
+    demos.write_text("")  # the FakeDriver stands in for the demonstrations' driver
+    settings = Settings.build(
+        vllm_url="http://127.0.0.1:9",
+        model=str(tiny_model_dir()),
+        output_dir=tmp_path / "run",
+        train_mode="sft",
+        sft_data=str(demos),
+        num_rollouts=3,
+        save_interval=3,
+        rollout_batch_size=2,
+        n_samples=2,
+    )
+    train(settings, FakeDriver(settings), model_path=settings.model_name)
+    assert [r["skipped_update"] for r in metrics_rows(settings.output_dir)] == [False] * 3
+    assert sorted(p.name for p in (settings.output_dir / "weights").iterdir()) == ["v000003"]
+
+
 def test_lora_exports_merged_weights(tmp_path):
     from qwen_swe.train.trainer import train
 
