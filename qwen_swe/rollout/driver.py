@@ -297,7 +297,7 @@ async def _wait(task: asyncio.Task) -> Any:
 
 async def _cancel_all() -> None:
     """Cancel every task on the loop, as ``asyncio.run`` does before it closes one: a batch's or a pool group's task
-    and the group tasks it started, which cancelling it does not reach (``asyncio.wait`` leaves them running)."""
+    (which cancels the group tasks it started) and any other still running, an evaluation's included."""
     tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
     for task in tasks:
         task.cancel()

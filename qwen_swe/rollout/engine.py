@@ -308,9 +308,9 @@ async def run_batch(
 ) -> list[list[Sample]]:
     """Run groups concurrently; return the complete ones (a group with a dropped sample is refilled or gone).
 
-    ``rollout_timeout`` bounds the whole batch: groups still running then are cancelled (their containers are
-    removed on the way out) and their unfinished samples dropped with the reason, never the run crashed. The
-    local engine and the Ray pool share these group rules; only where a sample runs differs.
+    ``rollout_timeout`` bounds the whole batch: groups still running then are cancelled (containers removed on the
+    way out), their unfinished samples dropped with the reason, never the run crashed; a cancel of the batch cancels
+    them alike, dropping nothing (PENDING: no drop, no reward). The local engine and the Ray pool share these rules.
     """
     stats.groups += len(groups)
     stats.planned += sum(len(g) for g in groups)
@@ -326,18 +326,20 @@ async def run_batch(
         return None if any(x.status == Status.ABORTED for x in group) else group
 
     tasks = [asyncio.ensure_future(one_group(g)) for g in groups]
-    _, late = await asyncio.wait(tasks, timeout=rollout.rollout_timeout)
-    for task in late:
-        task.cancel()
-    await asyncio.gather(*late, return_exceptions=True)
+    late = set(tasks)  # all of them if the caller gives the batch up (a written-off pool group)
+    try:
+        _, late = await asyncio.wait(tasks, timeout=rollout.rollout_timeout)
+    finally:  # asyncio.wait leaves them running; each removes its machines on the way out
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
     for x in (x for g in groups for x in g if x.status == Status.PENDING):
         stats.count(drop(x, DropReason.ROLLOUT_TIMEOUT, f"the batch exceeded {rollout.rollout_timeout:.0f}s"))
     return [g for t in tasks if t not in late and (g := t.result()) is not None]
 
 
 def _fresh_copy(sample: Sample) -> Sample:
-    """A new attempt at the same instance, for ``dropped_policy=replace``: the row without the failed attempt's
-    record."""
+    """A new attempt at the same instance (``dropped_policy=replace``): the row without the failed attempt's record."""
     fresh = copy.deepcopy(sample)
     fresh.status = Status.PENDING
     fresh.metadata = attempt_row(sample)

@@ -2,24 +2,32 @@
 stand-in engine whose groups end only when the test releases them: a step takes the first complete groups (oldest
 first) and the others carry over a sync, a group too old is written off and dropped as stale, a lost group is
 replaced, a step without an update does not starve the pool, and a checkpoint serves again exactly the groups not
-trained on."""
+trained on. And the real engine's batch runner, cancelled, removes its samples' machines without dropping or scoring
+them."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
+from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from qwen_swe.agent.qwen import AgentResult
 from qwen_swe.config.settings import Settings
-from qwen_swe.data.sample import Status, drop, stamp
+from qwen_swe.data.sample import Sample, Status, drop, stamp
 from qwen_swe.data.source import SWEBenchDataSource
 from qwen_swe.errors import DataError, DropReason
 from qwen_swe.paths import TASK_PACK
 from qwen_swe.rollout.contract import WeightUpdate
 from qwen_swe.rollout.driver import RolloutDriver
-from qwen_swe.rollout.engine import run_batch
+from qwen_swe.rollout.engine import RolloutEngine, run_batch
+from qwen_swe.rollout.progress import BatchStats
+from qwen_swe.sandbox.base import ExecResult, Sandbox, SandboxRequest
+from qwen_swe.traffic.sessions import Session
 from qwen_swe.train.offpolicy import drop_stale
 from qwen_swe.train.trainer import Rollouts
 from tests.driver_stand_in import driver_around
@@ -282,7 +290,7 @@ def test_the_trainers_pipeline_trains_the_straggler_a_step_later(tmp_path):
 
 
 class BatchEngine(GatedEngine):
-    """Groups run through the engine's own batch runner, whose group tasks outlive a cancel of the batch's task."""
+    """Groups run through the engine's own batch runner, each sample a rollout that never ends."""
 
     def __init__(self, settings: Settings) -> None:
         super().__init__()
@@ -324,3 +332,90 @@ def test_a_checkpoints_group_of_an_instance_no_longer_in_the_data_is_refused(tmp
             other.load_state_dict(state)
     finally:
         other.close()
+
+
+class Machines:
+    """A sandbox factory whose machines only record that they were started and removed."""
+
+    def __init__(self) -> None:
+        self.live: set[str] = set()
+        self.made = 0
+
+    def __call__(self, request: SandboxRequest) -> Sandbox:
+        self.made += 1
+        return Machine(self, f"machine-{self.made}")
+
+
+class Machine(Sandbox):
+    def __init__(self, machines: Machines, name: str) -> None:
+        self.machines, self.name = machines, name
+
+    async def start(self) -> None:
+        self.machines.live.add(self.name)
+
+    async def stop(self) -> None:
+        self.machines.live.discard(self.name)
+
+    async def exec(self, cmd, timeout, *, workdir=None, env=None) -> ExecResult:
+        return ExecResult(0, "", False, False, 0.0)
+
+    async def read_file(self, path: str) -> bytes:
+        return b""
+
+    async def write_file(self, path: str, data, mode: int = 0o644) -> None:
+        pass
+
+
+class NoCallsProxy:
+    """The recording proxy's session side, with no model call ever made."""
+
+    def open_session(self, meta, seed=None) -> Session:
+        return Session(id=uuid.uuid4().hex, base_url="", meta=meta, seed=seed)
+
+    def close_session(self, sid: str) -> list:
+        return []
+
+    @asynccontextmanager
+    async def endpoint(self, sid: str):
+        yield SimpleNamespace(folder="/nonexistent", socket_in_container="/sock/model.sock")
+
+
+class HangingAgentEngine(RolloutEngine):
+    """The real engine, its agent a run that never ends; ``all_running`` is set once every sample's agent runs."""
+
+    def __init__(self, settings: Settings, machines: Machines, samples: int) -> None:
+        super().__init__(settings, upstream="http://127.0.0.1:9/v1", model="m", sandboxes=machines)
+        self.proxy, self.agents, self.samples = NoCallsProxy(), 0, samples
+        self.all_running = asyncio.Event()
+
+    async def _run_agent(self, sandbox, model_socket, prompt, fresh_session) -> AgentResult:
+        self.agents += 1
+        if self.agents == self.samples:
+            self.all_running.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+def test_cancelling_a_groups_run_removes_its_machines_and_neither_drops_nor_scores_its_samples(tmp_path):
+    """What a written-off group's cancel reaches: the engine's run of the group, through ``run_batch``'s group task
+    (which ``asyncio.wait`` alone would leave running) down to each sample's machine."""
+    settings = Settings.build(output_dir=tmp_path, rollout_concurrency=2)
+    group = [Sample(index=i, group_index=0, prompt="fix it", metadata={"instance_id": "a__b-1"}) for i in range(2)]
+    stats = BatchStats()
+
+    async def cancel_mid_run() -> None:
+        machines = Machines()
+        engine = HangingAgentEngine(settings, machines, samples=len(group))
+        task = asyncio.ensure_future(engine.run_groups([group], stats))
+        await engine.all_running.wait()
+        assert len(machines.live) == 2 and stats.running == 2
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert machines.made == 2 and machines.live == set()  # removed by the time the cancel has propagated
+        assert engine._samples._value == 2  # both rollout slots are free for a fresh group
+
+    asyncio.run(cancel_mid_run())
+    assert all(x.status == Status.PENDING and x.reward is None for x in group)  # neither dropped nor scored
+    assert (stats.dropped, stats.reasons, stats.graded, stats.running) == (0, {}, 0, 0)
+    assert all(x.metadata.get("timeline") is not None for x in group)  # the spans it reached are kept
