@@ -193,10 +193,14 @@ class RolloutDriver:
         left = [*taken.stale, *taken.lost]
         stats = BatchStats()
         for x in (x for g in [*taken.trained, *left] for x in g):
-            stats.count(x)
-        stats.groups = len(taken.trained) + len(left)
-        # the stale groups go to the trainer with the rest: drop_stale drops them with their reason
-        batch = Batch([*taken.trained, *left], [*taken.trained, *taken.stale], [*taken.trained, *taken.stale], 1)
+            stats.count(x)  # not the written-off groups' samples: drop_stale counts them (dropped/stale)
+        stats.groups = len(taken.trained) + len(left) + len(taken.written_off)
+        # the stale groups go to the trainer with the rest: drop_stale drops them with their reason; the written-off
+        # ones (cancelled, not complete) are recorded with the dropped samples, not with the complete groups
+        stale = [*taken.stale, *taken.written_off]
+        batch = Batch(
+            [*taken.trained, *left, *taken.written_off], [*taken.trained, *taken.stale], [*taken.trained, *stale], 1
+        )
         samples, metrics = self._finish(step, batch, stats, time.monotonic() - t0, self._evaluated.pop(step, {}))
         metrics.update(taken.metrics)
         return samples, metrics

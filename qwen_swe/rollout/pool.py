@@ -11,9 +11,11 @@ ROLLOUT_BATCH_SIZE`` at the start, ``ROLLOUT_BATCH_SIZE`` more at each weight sy
 update, at the next step's start: the version did not move), one more for each group that leaves without being
 trained (lost to the infrastructure, or too old). A group started on version v is then taken by
 the step at version v + MAX_STALENESS at the latest unless it is one of the slowest; a group that is older anyway
-(a straggler) is not waited for: it is written off (its credit goes to a fresh group) and, when it ends, returned
-with the step's samples so that ``drop_stale`` drops it with its reason. A step never waits on a pool too small to
-fill it: when fewer than ROLLOUT_BATCH_SIZE groups are left (steps with no update add no credit), more start.
+(a straggler) is not waited for: it is written off (its credit goes to a fresh group) and its rollout cancelled (it
+can never be trained: its slot and CPU go to the fresh group, its machines are removed on the way out). Once its task
+has ended it is returned with a step's samples, every sample dropped as stale, so that ``drop_stale`` drops and counts
+it as it does a complete group too old to train. A step never waits on a pool too small to fill it: when fewer than
+ROLLOUT_BATCH_SIZE groups are left (steps with no update add no credit), more start.
 
 AReaL bounds the groups started by the weight version; counting a step without an update as a version keeps the
 pool from starving when steps skip their update (a batch of equal rewards). Everything here runs on the driver's
@@ -31,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qwen_swe.data.prompts import build_prompt
-from qwen_swe.data.sample import Sample, Status, run_of
-from qwen_swe.errors import DataError
+from qwen_swe.data.sample import Sample, Status, drop, run_of
+from qwen_swe.errors import DataError, DropReason
 
 Groups = list[list[Sample]]
 
@@ -45,10 +47,11 @@ class PoolGroup:
     started: float = field(default_factory=time.monotonic)
     done: int | None = None  # completion order
     ended: float | None = None
-    written_off: bool = False  # too old to train while still running: its credit went to a fresh group
+    written_off: bool = False  # too old to train while running: its credit went to a fresh group, its task cancelled
+    write_off: str = ""  # why, for its samples' record
 
     def complete(self) -> bool:
-        return self.done is not None and bool(self.task.result())
+        return self.done is not None and not self.task.cancelled() and bool(self.task.result())
 
     def oldest(self) -> int | None:
         """The oldest weight version a sample of the group started on (None: no sample has started)."""
@@ -63,6 +66,7 @@ class Taken:
     trained: Groups  # the step's ROLLOUT_BATCH_SIZE complete groups
     stale: Groups  # complete, but older than MAX_STALENESS allows (``drop_stale`` drops them)
     lost: Groups  # ended without every sample (the infrastructure's drops)
+    written_off: Groups  # cancelled while running, too old to train: every sample dropped as stale
     metrics: dict[str, float]
 
 
@@ -107,7 +111,9 @@ class RolloutPool:
     def _ended_one(self, entry: PoolGroup, _task: asyncio.Task) -> None:
         entry.done, entry.ended = self._ended, time.monotonic()
         self._ended += 1
-        if not entry.task.cancelled() and entry.task.exception() is None and not entry.task.result():
+        if entry.written_off or entry.task.cancelled() or entry.task.exception() is not None:
+            return  # a written-off group's credit went to a fresh group already
+        if not entry.task.result():
             self.credit += 1  # lost samples: a fresh group takes its place
 
     # --- one step -------------------------------------------------------------------------------------
@@ -119,7 +125,12 @@ class RolloutPool:
         for e in self.groups:
             if e.done is None and not e.written_off and self._stale(e, version):
                 e.written_off = True
+                e.write_off = (
+                    f"written off at weight version {version}: started on {e.oldest()}, more than MAX_STALENESS="
+                    f"{self.max_staleness} versions behind; its rollout was cancelled"
+                )
                 self.credit += 1
+                e.task.cancel()  # never to be trained: its slot goes to a fresh group now, not when it ends
 
     def _ready(self, version: int) -> list[PoolGroup]:
         fresh = [e for e in self.groups if e.complete() and not self._stale(e, version)]
@@ -150,21 +161,31 @@ class RolloutPool:
         taken = ready[: self.batch_size]
         ended = [e for e in self.groups if e.done is not None]
         for e in ended:
-            e.task.result()  # a bug in a rollout propagates here
+            if not e.task.cancelled():
+                e.task.result()  # a bug in a rollout propagates here
         stale = [e for e in ended if e.complete() and self._stale(e, version)]
-        lost = [e for e in ended if not e.complete()]
-        out = {id(e) for e in [*taken, *stale, *lost]}
+        off = [e for e in ended if e.task.cancelled()]
+        lost = [e for e in ended if not e.complete() and not e.task.cancelled()]
+        for e in off:
+            for x in e.group:
+                drop(x, DropReason.STALE, e.write_off)
+        out = {id(e) for e in [*taken, *stale, *off, *lost]}
         self.groups = [e for e in self.groups if id(e) not in out]
-        metrics = self._metrics(taken, stale, time.monotonic() - t0)
+        metrics = self._metrics(taken, stale, off, time.monotonic() - t0)
         self.steps += 1
-        return Taken([e.group for e in taken], [e.group for e in stale], [e.group for e in lost], metrics)
+        return Taken(
+            [e.group for e in taken], [e.group for e in stale], [e.group for e in lost], [e.group for e in off], metrics
+        )
 
-    def _metrics(self, taken: list[PoolGroup], stale: list[PoolGroup], wait: float) -> dict[str, float]:
+    def _metrics(
+        self, taken: list[PoolGroup], stale: list[PoolGroup], off: list[PoolGroup], wait: float
+    ) -> dict[str, float]:
         ages = [(e.ended or e.started) - e.started for e in taken]
         return {
             "time/rollout_wait": wait,
             "async/carried_groups": sum(e.drawn_at < self.steps for e in taken),
-            "async/stale_groups": len(stale),
+            "async/stale_groups": len(stale) + len(off),  # too old to train: complete, or written off and cancelled
+            "async/written_off_groups": len(off),
             "async/spanning_samples": sum(len(set(x.weight_versions)) > 1 for e in taken for x in e.group),
             "async/group_seconds_mean": sum(ages) / len(ages) if ages else 0.0,
             "async/group_seconds_max": max(ages, default=0.0),
@@ -175,8 +196,10 @@ class RolloutPool:
 
     # --- stopping, resuming ---------------------------------------------------------------------------
     def untrained(self) -> Groups:
-        """Every group drawn and not handed out (running, or complete and waiting), in draw order."""
-        return [e.group for e in self.groups]
+        """Every group drawn and not handed out (running, or complete and waiting), in draw order. A written-off
+        group is not among them: it was dropped when it was cancelled, so a resumed run does not draw it again, as
+        the run that wrote it off never trains it."""
+        return [e.group for e in self.groups if not e.written_off]
 
 
 def identity(group: list[Sample]) -> dict[str, Any]:

@@ -1,13 +1,14 @@
 """PARTIAL_ROLLOUTS' streaming pool through the real driver and the real data source over the task pack, with a
 stand-in engine whose groups end only when the test releases them: a step takes the first complete groups (oldest
-first) and the others carry over a sync, a group too old is written off and dropped as stale, a lost group is
-replaced, a step without an update does not starve the pool, and a checkpoint serves again exactly the groups not
-trained on. And the real engine's batch runner, cancelled, removes its samples' machines without dropping or scoring
-them."""
+first) and the others carry over a sync, a group too old is written off, cancelled and dropped as stale, a lost group
+is replaced, a step without an update does not starve the pool, and a checkpoint serves again exactly the groups not
+trained on. And the real engine's batch
+runner, cancelled, removes its samples' machines without dropping or scoring them."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -43,6 +44,7 @@ class GatedEngine:
         self.lose: set[int] = set()
         self.running: dict[int, set[int]] = {}  # group index -> versions seen while running
         self.ended: set[int] = set()
+        self.cancelled: set[int] = set()
 
     def set_weight_version(self, version: int) -> None:
         self.weight_version = version
@@ -60,7 +62,11 @@ class GatedEngine:
         seen = self.running.setdefault(gi, {self.weight_version})
         for x in group:
             stamp(x, weight_version=self.weight_version)
-        await self.gate(gi).wait()
+        try:
+            await self.gate(gi).wait()
+        except asyncio.CancelledError:
+            self.cancelled.add(gi)
+            raise
         del self.running[gi]
         self.ended.add(gi)
         if gi in self.lose:
@@ -81,7 +87,7 @@ class NoSync:
         return {}
 
 
-def _settings(tmp_path: Path, steps: int = 4) -> Settings:
+def _settings(tmp_path: Path, steps: int = 4, **extra) -> Settings:
     return Settings.build(
         vllm_url="http://127.0.0.1:9",
         dataset=str(TASK_PACK),
@@ -91,6 +97,7 @@ def _settings(tmp_path: Path, steps: int = 4) -> Settings:
         max_staleness=1,
         partial_rollouts=True,
         num_rollouts=steps,
+        **extra,
     )
 
 
@@ -178,7 +185,15 @@ def test_a_group_too_old_to_train_is_written_off_replaced_and_dropped_as_stale(d
     assert all(x.metadata["drop_reason"] == DropReason.STALE.value for x in samples if x.group_index == 3)
 
 
-def test_a_straggler_still_running_past_the_bound_gives_its_place_to_a_fresh_group(driver, tmp_path):
+def written_off_ended(driver: RolloutDriver) -> None:
+    """Wait until every written-off group's cancelled task has ended (the engine's clean-up on the way out)."""
+    deadline = time.monotonic() + 10
+    while not driver._on_loop(lambda: all(e.done is not None for e in driver._pool.groups if e.written_off)):
+        assert time.monotonic() < deadline, "a written-off group's task did not end"
+        time.sleep(0.01)
+
+
+def test_a_straggler_still_running_past_the_bound_is_cancelled_and_gives_its_place_to_a_fresh_group(driver, tmp_path):
     driver.submit(0, 0)
     release(driver, 1, 2)
     driver.collect(0)
@@ -191,8 +206,26 @@ def test_a_straggler_still_running_past_the_bound_gives_its_place_to_a_fresh_gro
     assert in_pool(driver) == [0, 5, 6, 7]  # 0 began on version 0: too old at 2, still running
     release(driver, 5, 7)
     samples, m = driver.collect(2)
-    assert groups_of(samples) == [5, 7] and m["async/pool_written_off"] == 1
-    assert in_pool(driver) == [0, 6, 8]  # its credit went to group 8
+    assert groups_of(samples) == [5, 7] and m["async/pool_written_off"] == 1  # its cancel is still under way
+    assert in_pool(driver) == [6, 8]  # its credit went to group 8; it is no longer among the untrained
+    assert [p["group_index"] for p in driver.state_dict()["pending"]] == [6, 8]  # a resumed run does not draw it
+    written_off_ended(driver)
+    assert driver._on_loop(lambda: (driver.engine.cancelled, driver.engine.ended)) == ({0}, {1, 2, 3, 4, 5, 7})
+
+    driver.submit(3, 2)
+    sync(driver, 3, tmp_path)
+    release(driver, 6, 8)
+    samples, m = driver.collect(3)  # the cancelled group comes back with this step's samples, dropped as stale
+    assert groups_of(samples) == [0, 6, 8]
+    assert m["async/stale_groups"] == 1 and m["async/written_off_groups"] == 1 and m["async/pool_written_off"] == 0
+    assert m["rollout/dropped_samples"] == 0  # not the infrastructure's drop: drop_stale counts it
+    straggler = [x for x in samples if x.group_index == 0]
+    assert all(x.status == Status.ABORTED and x.reward == 0.0 for x in straggler)
+    assert all("written off at weight version 2" in x.metadata["drop_detail"] for x in straggler)
+    rows = [json.loads(r) for r in (tmp_path / "rollouts" / "step_000003.jsonl").read_text().splitlines()]
+    assert sorted(r["drop_reason"] for r in rows if r["group_index"] == 0) == ["stale", "stale"]
+    kept, lag = drop_stale(samples, version=3, max_staleness=1)
+    assert groups_of(kept) == [6, 8] and lag["dropped/stale"] == 2
 
 
 def test_a_lost_group_is_replaced_and_reported(driver):
