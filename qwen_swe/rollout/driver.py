@@ -175,8 +175,10 @@ class RolloutDriver:
         return self._call(call())
 
     def _wanted(self) -> int:
-        """Groups the steps left (from the next one to collect) can still train."""
-        return max(0, self.settings.num_rollouts - self._next_step) * self.settings.rollout_batch_size
+        """Groups the steps left (from the next one to collect) can still train, plus OVER_SAMPLING while a step
+        is left: the last steps, too, take the first groups to complete (none is drawn after the last step)."""
+        steps = max(0, self.settings.num_rollouts - self._next_step)
+        return steps * self.settings.rollout_batch_size + (self.settings.train.over_sampling if steps else 0)
 
     def _fill_pool(self) -> None:
         assert self._pool is not None

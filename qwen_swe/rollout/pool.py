@@ -17,6 +17,10 @@ has ended it is returned with a step's samples, every sample dropped as stale, s
 it as it does a complete group too old to train. A step never waits on a pool too small to fill it: when fewer than
 ROLLOUT_BATCH_SIZE groups are left (steps with no update add no credit), more start.
 
+The pool holds no more groups than the run's remaining steps can train plus OVER_SAMPLING (slime's
+``--over-sampling-batch-size``), so that the last steps, too, take the first groups to complete rather than every
+group in flight, stragglers included; the groups left when the run ends are cancelled untrained.
+
 AReaL bounds the groups started by the weight version; counting a step without an update as a version keeps the
 pool from starving when steps skip their update (a batch of equal rewards). Everything here runs on the driver's
 event loop.
@@ -91,7 +95,7 @@ class RolloutPool:
     # --- starting groups ------------------------------------------------------------------------------
     def fill(self, wanted: int) -> None:
         """Start groups while credit lasts, with at most ``wanted`` in the pool (what the run's remaining steps
-        can still train)."""
+        can still train, plus OVER_SAMPLING)."""
         live = sum(not e.written_off and not (e.done is not None and not e.complete()) for e in self.groups)
         n = min(self.credit, wanted - live)
         if n <= 0:

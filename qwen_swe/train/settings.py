@@ -96,6 +96,14 @@ class TrainSettings:
         "for its slowest groups: about (1 + MAX_STALENESS) x ROLLOUT_BATCH_SIZE groups stay in flight, a step trains "
         "on the first ROLLOUT_BATCH_SIZE to complete, and the others carry over to later steps",
     )
+    over_sampling: int = opt(
+        0,
+        "with PARTIAL_ROLLOUTS, groups the pool may hold beyond what the run's remaining steps can train (still "
+        "within the MAX_STALENESS credit), as slime's --over-sampling-batch-size: the last steps take the first "
+        "groups to complete instead of waiting on the slowest; the groups left when the run ends are not trained. "
+        "0 = no more groups than the steps left can train",
+        minimum=0,
+    )
 
     def __post_init__(self) -> None:
         validate(self)
@@ -109,6 +117,11 @@ class TrainSettings:
             raise ConfigError(
                 "PARTIAL_ROLLOUTS=1 needs MAX_STALENESS >= 1: at 0 every rollout has ended before a sync, so there "
                 "is nothing in flight to continue; set MAX_STALENESS=1 or unset PARTIAL_ROLLOUTS"
+            )
+        if self.over_sampling and not self.partial_rollouts:
+            raise ConfigError(
+                f"OVER_SAMPLING={self.over_sampling} needs PARTIAL_ROLLOUTS=1: only the streaming pool draws groups "
+                "ahead of the steps; set PARTIAL_ROLLOUTS=1 (with MAX_STALENESS >= 1) or set OVER_SAMPLING=0"
             )
         if self.kl_loss_coef and self.train_mode != "grpo":
             raise ConfigError(

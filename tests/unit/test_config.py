@@ -197,6 +197,16 @@ def test_partial_rollouts_need_calls_in_flight_and_a_proxy_that_is_told_of_the_s
         Settings.build(vllm_url=url, max_staleness=1, partial_rollouts=True, rollout_backend="ray")
 
 
+def test_over_sampling_needs_the_streaming_pool():
+    url = "http://127.0.0.1:9"
+    pooled = Settings.build(vllm_url=url, max_staleness=1, partial_rollouts=True, over_sampling=4)
+    assert pooled.train.over_sampling == 4 and Settings.build(vllm_url=url).train.over_sampling == 0
+    with pytest.raises(ConfigError, match="OVER_SAMPLING=4 needs PARTIAL_ROLLOUTS=1: .*set OVER_SAMPLING=0"):
+        load_settings([], {"VLLM_URL": url, "MAX_STALENESS": "1", "OVER_SAMPLING": "4"})
+    with pytest.raises(ConfigError, match="OVER_SAMPLING"):
+        load_settings([], {"VLLM_URL": url, "OVER_SAMPLING": "-1"})
+
+
 def test_a_kl_penalty_is_refused_for_the_supervised_warm_start():
     with pytest.raises(ConfigError, match="KL_LOSS_COEF=0.1 needs TRAIN_MODE=grpo"):
         Settings.build(vllm_url="http://127.0.0.1:9", train_mode="sft", kl_loss_coef=0.1)

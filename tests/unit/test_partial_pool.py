@@ -1,8 +1,8 @@
 """PARTIAL_ROLLOUTS' streaming pool through the real driver and the real data source over the task pack, with a
 stand-in engine whose groups end only when the test releases them: a step takes the first complete groups (oldest
 first) and the others carry over a sync, a group too old is written off, cancelled and dropped as stale, a lost group
-is replaced, a step without an update does not starve the pool, and a checkpoint serves again exactly the groups not
-trained on. And the real engine's batch
+is replaced, a step without an update does not starve the pool, OVER_SAMPLING lets the last step take the first
+groups to complete, and a checkpoint serves again exactly the groups not trained on. And the real engine's batch
 runner, cancelled, removes its samples' machines without dropping or scoring them."""
 
 from __future__ import annotations
@@ -253,6 +253,28 @@ def test_the_pool_draws_no_more_than_the_steps_left_can_train(tmp_path):
     try:
         d.submit(0, 0)
         assert in_pool(d) == [0, 1]
+    finally:
+        d.close()
+
+
+def test_over_sampling_lets_the_last_step_take_the_first_groups_to_complete(tmp_path):
+    d = make_driver(_settings(tmp_path, steps=1, over_sampling=1))
+    try:
+        d.submit(0, 0)
+        assert in_pool(d) == [0, 1, 2]  # one group beyond the last step's two
+        release(d, 0, 2)
+        samples, _ = d.collect(0)  # 1 is the straggler: not waited for
+        assert groups_of(samples) == [0, 2] and in_pool(d) == [1]  # none drawn after the last step; close cancels 1
+    finally:
+        d.close()
+    assert d.engine.cancelled == {1}
+
+
+def test_over_sampling_stays_within_the_staleness_credit(tmp_path):
+    d = make_driver(_settings(tmp_path, steps=2, over_sampling=10))
+    try:
+        d.submit(0, 0)
+        assert in_pool(d) == [0, 1, 2, 3]  # (1 + MAX_STALENESS) x ROLLOUT_BATCH_SIZE, not 2 x 2 + 10
     finally:
         d.close()
 
