@@ -7,11 +7,15 @@ scripted model (``tests/scripted_vllm.py``, with vLLM's pause, reload and resume
 time from a seeded lognormal, capped, and spreads it over the rollout's calls: a few rollouts run many times longer
 than the median. The reference's batch waits for its slowest rollout and its sync drains the calls in flight
 (``/pause?mode=wait``); with partial rollouts a step trains on the first groups to complete and the sync freezes the
-calls in flight (``mode=keep``). Both runs use the same settings, ROLLOUT_CONCURRENCY included.
+calls in flight (``mode=keep``). Both runs use the same settings, ROLLOUT_CONCURRENCY included; the partial run
+adds OVER_SAMPLING (``--over-sampling``, default one step's groups), so its last steps, too, take the first groups
+to complete. ``--median`` and ``--cap`` set how heavy the tail is: rollouts slower than a training step (SmolLM2
+trains 8 samples in about 110-260 s on 2 cores) are where the pool should gain.
 
 Steps per hour count the warm steps (every step after the first) over their summed ``time/step``. Target: >= 1.5x.
 
     .venv/bin/python -m benchmarks.bench_partial [--steps 4] [--batch 4] [--seed 0] [--median 12] [--sigma 1.5]
+        [--cap 240] [--over-sampling BATCH]
 """
 
 from __future__ import annotations
@@ -46,12 +50,13 @@ def run(out: Path, args: argparse.Namespace, partial: bool) -> dict:
             n_samples=2,
             max_staleness=1,
             partial_rollouts=partial,
+            over_sampling=args.over_sampling if partial else 0,  # within the credit: the concurrency below holds all
             rollout_concurrency=args.batch * 2 * 2,  # the pool's groups, all at once; the same for the reference
             boot_concurrency=4,
-            agent_timeout=1800.0,
+            agent_timeout=max(1800.0, 2 * args.cap + 600),  # the slowest rollout's model time, and its tools'
             save_interval=args.steps,
         )
-        proc = run_trainer(settings, timeout=2400)
+        proc = run_trainer(settings, timeout=run_timeout(args))
         syncs = list(vllm.server.syncs)
     if proc.returncode != 0:
         print(proc.stdout[-6000:], file=sys.stderr)
@@ -62,6 +67,12 @@ def run(out: Path, args: argparse.Namespace, partial: bool) -> dict:
         "syncs": syncs,
         "wall": time.monotonic() - t0,
     }
+
+
+def run_timeout(args: argparse.Namespace) -> float:
+    """Seconds one run may take: the reference waits for each batch's slowest rollout, up to ``--cap`` a step, and
+    trains 110-260 s a step here; never less than the 2400 s the default distribution was measured with."""
+    return max(2400.0, 600 + args.steps * (2 * args.cap + 400))
 
 
 def lognormal(rng: random.Random, mu: float, sigma: float, cap: float) -> float:
@@ -75,7 +86,7 @@ def report(name: str, result: dict) -> float:
             f"{s['time/train']:.1f} + sync {s['time/sync']:.1f} + save {s['time/save']:.1f} | samples {s['samples']} "
             f"zero-var groups {s['zero_variance_groups']} update {not s['skipped_update']} | staleness max "
             f"{s.get('async/staleness_max', 0):.0f} carried {s.get('async/carried_groups', 0):.0f} stale dropped "
-            f"{s.get('dropped/stale', 0):.0f}"
+            f"{s.get('dropped/stale', 0):.0f} (written off {s.get('async/written_off_groups', 0):.0f} groups)"
         )
     plans, syncs = result["plans"], result["syncs"]
     print(
@@ -95,17 +106,32 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=4, help="steps per run (at least 2: the first one is cold)")
     ap.add_argument("--batch", type=int, default=4, help="ROLLOUT_BATCH_SIZE (groups of 2)")
     ap.add_argument("--seed", type=int, default=0, help="the seed of the model-time draws")
-    ap.add_argument("--median", type=float, default=12.0, help="median model seconds of a rollout")
+    ap.add_argument(
+        "--median", type=float, default=12.0, help="median model seconds of a rollout (raise it for a heavier tail)"
+    )
     ap.add_argument("--sigma", type=float, default=1.5, help="sigma of the lognormal")
-    ap.add_argument("--cap", type=float, default=240.0, help="no rollout's model time above this")
+    ap.add_argument("--cap", type=float, default=240.0, help="no rollout's model time above this many seconds")
+    ap.add_argument(
+        "--over-sampling",
+        type=int,
+        default=None,
+        help="OVER_SAMPLING of the partial run (the reference has none); default: --batch, one step's groups",
+    )
     args = ap.parse_args()
     if args.steps < 2:
         ap.error("--steps must be at least 2")
+    if args.median <= 0 or args.cap <= 0:
+        ap.error("--median and --cap must be above 0")
+    if args.over_sampling is None:
+        args.over_sampling = args.batch
+    if args.over_sampling < 0:
+        ap.error("--over-sampling must be at least 0")
     root = Path(tempfile.mkdtemp(prefix="bench_partial_"))
     print(
         f"command: {' '.join(sys.argv)} (output {root})\nmodel seconds per rollout: min({args.cap:g}, "
         f"lognormal(mu=ln {args.median:g}, sigma={args.sigma:g})), seed {args.seed}; {args.steps} steps of "
-        f"{args.batch} groups of 2, MAX_STALENESS=1, ROLLOUT_CONCURRENCY={args.batch * 4}"
+        f"{args.batch} groups of 2, MAX_STALENESS=1, ROLLOUT_CONCURRENCY={args.batch * 4}; the partial run with "
+        f"OVER_SAMPLING={args.over_sampling}; each run's time limit {run_timeout(args):.0f}s"
     )
     reference = report("PARTIAL_ROLLOUTS=false", run(root / "reference", args, partial=False))
     partial = report("PARTIAL_ROLLOUTS=true", run(root / "partial", args, partial=True))
