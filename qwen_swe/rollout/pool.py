@@ -115,9 +115,11 @@ class RolloutPool:
     def _ended_one(self, entry: PoolGroup, _task: asyncio.Task) -> None:
         entry.done, entry.ended = self._ended, time.monotonic()
         self._ended += 1
-        if entry.written_off or entry.task.cancelled() or entry.task.exception() is not None:
-            return  # a written-off group's credit went to a fresh group already
-        if not entry.task.result():
+        if entry.task.cancelled() or entry.task.exception() is not None:
+            return
+        if kept := entry.task.result():
+            entry.group = kept[0]  # DROPPED_POLICY=replace: the refilled samples in place of the dropped ones
+        elif not entry.written_off:  # a written-off group's credit went to a fresh group already
             self.credit += 1  # lost samples: a fresh group takes its place
 
     # --- one step -------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ runner, cancelled, removes its samples' machines without dropping or scoring the
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import time
 import uuid
@@ -42,6 +43,7 @@ class GatedEngine:
         self.weight_version = 0
         self.gates: dict[int, asyncio.Event] = {}
         self.lose: set[int] = set()
+        self.refill: set[int] = set()  # groups whose first sample is dropped and refilled (DROPPED_POLICY=replace)
         self.running: dict[int, set[int]] = {}  # group index -> versions seen while running
         self.ended: set[int] = set()
         self.cancelled: set[int] = set()
@@ -72,6 +74,9 @@ class GatedEngine:
         if gi in self.lose:
             drop(group[0], DropReason.AGENT_ERROR, "scripted loss")
             return []
+        if gi in self.refill:  # as run_batch does: the group it returns holds a fresh copy of the dropped sample
+            group = [copy.deepcopy(group[0]), *group[1:]]
+            drop(groups[0][0], DropReason.AGENT_ERROR, "scripted loss, refilled")
         for x in group:
             x.status, x.reward = Status.COMPLETED, float(x.index % 2) * 2 - 1
             x.tokens, x.response_length, x.loss_mask, x.rollout_log_probs = [1, 2, 3, 4], 2, [1, 1], [-0.5, -0.5]
@@ -236,6 +241,15 @@ def test_a_lost_group_is_replaced_and_reported(driver):
     samples, m = driver.collect(0)
     assert groups_of(samples) == [2, 4] and m["dropped/agent_error"] == 1
     assert in_pool(driver) == [0, 3]
+
+
+def test_a_refilled_group_is_trained_with_its_refill_not_the_dropped_sample(driver):
+    driver.submit(0, 0)
+    driver._on_loop(lambda: driver.engine.refill.add(1))
+    release(driver, 1, 2)
+    samples, _ = driver.collect(0)
+    assert groups_of(samples) == [1, 2] and len(samples) == 4
+    assert all(x.status == Status.COMPLETED for x in samples)
 
 
 def test_a_step_without_an_update_lets_the_next_step_start_fresh_groups(driver):
