@@ -28,6 +28,7 @@ from qwen_swe.errors import ProxyError
 SOCKET_NAME = "model.sock"
 SOCKET_DIR_IN_CONTAINER = "/run/qwen-swe-model"  # where the folder is mounted in a rollout container
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux; a longer TMPDIR cannot hold a socket
+STOP_GRACE = 1.0  # seconds a call still in flight may take to end once its endpoint stops
 
 
 @dataclass
@@ -85,7 +86,9 @@ class SessionEndpoint:
         app[BINDING] = self.binding
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # a call still in flight at stop belongs to an attempt broken off (cancelled, or its agent killed at its
+        # timeout): cancel it, and its upstream request, rather than hold the rollout's slot up to aiohttp's 60 s
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=STOP_GRACE)
         try:
             await self._runner.setup()
             await web.UnixSite(self._runner, str(self.socket_path)).start()

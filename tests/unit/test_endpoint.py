@@ -1,5 +1,6 @@
 """A session's Unix-socket endpoint (``traffic/endpoint.py``) on the real recording proxy: it serves its own session's
-routes only, follows a restarted session, answers 410 once the session is closed, and leaves nothing on disk."""
+routes only, follows a restarted session, answers 410 once the session is closed, and leaves nothing on disk; stopped
+with a call in flight (a cancelled rollout), it cancels the call at once."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import asyncio
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from qwen_swe.errors import ProxyError
-from qwen_swe.traffic.endpoint import MAX_SOCKET_PATH
+from qwen_swe.traffic.endpoint import MAX_SOCKET_PATH, SessionEndpoint
 from qwen_swe.traffic.proxy import RecordingProxy
 
 
@@ -17,6 +19,14 @@ async def _status(socket_path: str, path: str) -> int:
     async with (
         aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=socket_path)) as client,
         client.get(f"http://session{path}", timeout=aiohttp.ClientTimeout(total=30)) as resp,
+    ):
+        return resp.status
+
+
+async def _post(socket_path: str, path: str) -> int:
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=socket_path)) as client,
+        client.post(f"http://session{path}", json={}, timeout=aiohttp.ClientTimeout(total=30)) as resp,
     ):
         return resp.status
 
@@ -56,3 +66,33 @@ def test_an_endpoint_needs_an_open_session_and_a_short_path(tmp_path):
                     pass
 
     asyncio.run(scenario())
+
+
+def test_stopping_an_endpoint_cancels_a_call_still_in_flight():
+    """A rollout cancelled mid-call (a written-off pool group) stops its endpoint: the call's handler is cancelled,
+    its upstream request with it, instead of being waited for (aiohttp's default, 60 s) while the slot stays held."""
+
+    async def scenario() -> BaseException | None:
+        entered, cancelled = asyncio.Event(), asyncio.Event()
+
+        async def chat(request: web.Request) -> web.StreamResponse:
+            entered.set()
+            try:
+                await asyncio.Event().wait()  # the model's answer never comes
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+            raise AssertionError("unreachable")
+
+        async def models(request: web.Request) -> web.StreamResponse:
+            return web.json_response({})
+
+        ep = await SessionEndpoint(chat, models, "sid", parent="/tmp").start()
+        call = asyncio.ensure_future(_post(str(ep.socket_path), "/v1/chat/completions"))
+        await entered.wait()
+        await asyncio.wait_for(ep.stop(), 10)  # not a race: it fails only if stop waits out aiohttp's 60 s
+        assert cancelled.is_set()
+        (outcome,) = await asyncio.gather(call, return_exceptions=True)
+        return outcome
+
+    assert isinstance(asyncio.run(scenario()), aiohttp.ClientError)  # the agent sees its connection end
