@@ -1,5 +1,5 @@
 """PARTIAL_ROLLOUTS=true MAX_STALENESS=1 end to end: the real trainer (FSDP2 on CPU), driver, proxy, Docker sandbox,
-qwen-code and grader on the embedded default's tasks, 3 steps of 2 groups of 2, the scripted model choosing the
+qwen-code and grader on the embedded default's tasks, 2 steps of 2 groups of 2, the scripted model choosing the
 actions (``tests/partial_run.py``).
 
 The first group drawn is a straggler: its second model call is generated only once the server serves version 1.
@@ -25,8 +25,7 @@ def test_a_straggler_group_is_carried_over_a_sync_and_trained_a_step_later(tmp_p
     script = PlanScript(
         fixable_rows(),
         seed=0,
-        # groups started on version 1 take longer, so the straggler released at the sync ends before them
-        seconds=lambda rng, iid, version: 2.0 if version == 0 else 20.0,
+        seconds=lambda rng, iid, version: 2.0,
         hold=lambda iid, version: 1 if iid == first["straggler"] and version == 0 else 0,
     )
     with VLLMThread(script) as vllm:
@@ -35,14 +34,14 @@ def test_a_straggler_group_is_carried_over_a_sync_and_trained_a_step_later(tmp_p
             tmp_path / "run",
             vllm.url,
             run_id=RUN_ID,
-            num_rollouts=3,
+            num_rollouts=2,
             rollout_batch_size=2,
             n_samples=2,
             max_staleness=1,
             partial_rollouts=True,
             rollout_concurrency=8,
             agent_timeout=900.0,  # the straggler waits for step 0's training and sync
-            save_interval=3,
+            save_interval=2,
         )
         first["straggler"] = SWEBenchDataSource.from_settings(settings).get_samples(1)[0][0].metadata["instance_id"]
         proc = run_trainer(settings, timeout=1800)
@@ -51,7 +50,7 @@ def test_a_straggler_group_is_carried_over_a_sync_and_trained_a_step_later(tmp_p
     assert proc.returncode == 0, proc.stdout[-8000:]
 
     metrics = jsonl(out / "metrics.jsonl")
-    assert [m["step"] for m in metrics] == [0, 1, 2]
+    assert [m["step"] for m in metrics] == [0, 1]
     assert not metrics[0]["skipped_update"], "step 0 made no update, so nothing was synced"
     assert syncs[0]["mode"] == "keep" and syncs[0]["in_flight"] >= 1, syncs  # frozen, not drained
     step0 = {r["instance_id"] for r in jsonl(out / "rollouts" / "step_000000.jsonl")}
