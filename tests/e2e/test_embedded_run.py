@@ -1,8 +1,10 @@
 """The whole loop on the embedded default: local tasks in Docker, real qwen-code, vLLM CPU, FSDP2 on CPU.
 
-Run 1 stops after the first step's checkpoint; run 2 (same OUTPUT_DIR) must resume: the second step serves
-exactly the next groups of the data source and starts from the saved state. The optimiser must have moved the
-weights, and after each sync the server must answer with the new ones (the probe logprob changes).
+First the run is stopped at several phases (SIGTERM while the server starts, SIGINT and SIGKILL mid-rollout): each
+stop must leave no process and, but for SIGKILL, no container. Then run 1 reaps what the SIGKILL left and stops after
+the first step's checkpoint; run 2 (same OUTPUT_DIR) must resume: the second step serves exactly the next groups of
+the data source and starts from the saved state. The optimiser must have moved the weights, and after each sync the
+server must answer with the new ones (the probe logprob changes).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from safetensors.torch import load_file
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.source import SWEBenchDataSource
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir
+from tests.run_stops import Run
 from tests.warm_start import small_run_env, small_warm_start
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.vllm, pytest.mark.agent]
@@ -45,10 +49,28 @@ def _served_ids(out, step_file: str) -> list[str]:
     return [r["instance_id"] for r in _jsonl(out / "rollouts" / step_file)]
 
 
+def _stop_at_every_phase(out: Path, client: docker.DockerClient) -> dict[str, float]:
+    """Seconds from each signal to every process of the run gone (and its containers, but after SIGKILL)."""
+    timings = {}
+    run = Run(out, RUN_ID)  # SIGTERM while the vLLM server starts
+    run.wait_for(
+        "vLLM server log", lambda: any((out / "logs").glob("vllm-*.log")) if (out / "logs").is_dir() else False
+    )
+    timings["server start"] = run.stop_and_check(signal.SIGTERM, client)
+    run = Run(out, RUN_ID)  # SIGINT in the middle of a rollout (a rollout container is up)
+    run.wait_for("rollout container", lambda: bool(run.containers(client)))
+    timings["rollout"] = run.stop_and_check(signal.SIGINT, client)
+    run = Run(out, RUN_ID)  # SIGKILL of the main process mid-rollout: server and trainer die by themselves
+    run.wait_for("rollout container", lambda: bool(run.containers(client)))
+    timings["sigkill"] = run.stop_and_check(signal.SIGKILL, client)
+    return timings
+
+
 def test_embedded_default_trains_syncs_and_resumes(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
-    _run(out, 1)
+    print("seconds from signal to everything gone:", _stop_at_every_phase(out, docker.from_env()))
+    _run(out, 1)  # reaps what the SIGKILLed run left
     metrics = _jsonl(out / "metrics.jsonl")
     assert len(metrics) == 1
     checkpoints = sorted(p.name for p in (out / "checkpoints").iterdir())

@@ -1,0 +1,95 @@
+"""Runs of the embedded default stopped by a signal, and the checks that nothing is left: the signal tests'
+process helpers and the whole run (``run_grpo.sh``) with a marker in its environment to find every process it starts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import docker
+
+from qwen_swe.paths import REPO_ROOT
+from tests.warm_start import small_run_env
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def wait_gone(pids: list[int], timeout: float) -> float:
+    start = time.monotonic()
+    while any(alive(p) for p in pids):
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"still running after {timeout} s: {[p for p in pids if alive(p)]}")
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def marked(marker: str) -> list[int]:
+    """Processes (not zombies) carrying the run's marker in their environment: everything the run started."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if f"QWEN_SWE_TEST_MARKER={marker}".encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return [p for p in found if alive(p)]
+
+
+class Run:
+    """``run_grpo.sh`` on the embedded default, with a marker to find every process it starts."""
+
+    def __init__(self, out: Path, run_id: str, num_rollouts: int = 2) -> None:
+        self.marker, self.out, self.run_id = uuid.uuid4().hex, out, run_id
+        env = {k: v for k, v in os.environ.items() if k not in ("VLLM_URL", "MODEL", "DATASET")}
+        env.update(
+            OUTPUT_DIR=str(out),
+            NUM_ROLLOUTS=str(num_rollouts),
+            RUN_ID=run_id,
+            STOP_TIMEOUT="20",
+            QWEN_SWE_TEST_MARKER=self.marker,
+            **small_run_env(),
+        )
+        self.log = (out.parent / f"{run_id}-{self.marker[:6]}.log").open("w")
+        self.proc = subprocess.Popen(
+            ["bash", "examples/qwen_swe/run_grpo.sh"], cwd=REPO_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT
+        )
+
+    def wait_for(self, what: str, ready, timeout: float = 900.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the run ended (exit {self.proc.returncode}) before {what}; see {self.log.name}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {what} within {timeout} s; see {self.log.name}")
+            time.sleep(0.5)
+
+    def containers(self, client: docker.DockerClient) -> list:
+        return client.containers.list(all=True, filters={"label": f"qwen-swe.run={self.run_id}"})
+
+    def stop_and_check(self, sig: int, client: docker.DockerClient, budget: float = 60.0) -> float:
+        """Signal the run, then: exit code 128+sig, no process and no container of the run left; the seconds."""
+        t0 = time.monotonic()
+        if sig == signal.SIGKILL:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        else:
+            self.proc.send_signal(sig)
+            assert self.proc.wait(timeout=budget + 60) == 128 + sig
+        wait_gone(marked(self.marker), budget)
+        seconds = time.monotonic() - t0
+        self.log.close()
+        if sig != signal.SIGKILL:  # a SIGKILLed run cannot reap; the next run does (checked by the caller)
+            assert self.containers(client) == [], "the run's containers must be removed"
+        return seconds
