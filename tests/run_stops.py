@@ -3,7 +3,6 @@ process helpers and the whole run (``run_grpo.sh``) with a marker in its environ
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import time
@@ -52,15 +51,7 @@ class Run:
 
     def __init__(self, out: Path, run_id: str, num_rollouts: int = 2) -> None:
         self.marker, self.out, self.run_id = uuid.uuid4().hex, out, run_id
-        env = {k: v for k, v in os.environ.items() if k not in ("VLLM_URL", "MODEL", "DATASET")}
-        env.update(
-            OUTPUT_DIR=str(out),
-            NUM_ROLLOUTS=str(num_rollouts),
-            RUN_ID=run_id,
-            STOP_TIMEOUT="20",
-            QWEN_SWE_TEST_MARKER=self.marker,
-            **small_run_env(),
-        )
+        env = small_run_env(out, run_id, num_rollouts, STOP_TIMEOUT="20", QWEN_SWE_TEST_MARKER=self.marker)
         self.log = (out.parent / f"{run_id}-{self.marker[:6]}.log").open("w")
         self.proc = subprocess.Popen(
             ["bash", "examples/qwen_swe/run_grpo.sh"], cwd=REPO_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT

@@ -8,7 +8,6 @@ then the next), every sample must record the weight version it was sampled with,
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -27,16 +26,7 @@ STEPS = 3
 
 
 def _env(out) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_URL", "MODEL", "DATASET")}
-    env.update(
-        OUTPUT_DIR=str(out),
-        NUM_ROLLOUTS=str(STEPS),
-        RUN_ID=RUN_ID,
-        MAX_STALENESS="1",
-        STOP_TIMEOUT="20",
-        **small_run_env(),
-    )
-    return env
+    return small_run_env(out, RUN_ID, STEPS, MAX_STALENESS="1", STOP_TIMEOUT="20")
 
 
 def _jsonl(path) -> list[dict]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import subprocess
 from pathlib import Path
@@ -31,8 +30,7 @@ RUN_ID = "qwen-swe-e2e"
 
 
 def _run(out, num_rollouts: int) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_URL", "MODEL", "DATASET")}
-    env.update(OUTPUT_DIR=str(out), NUM_ROLLOUTS=str(num_rollouts), RUN_ID=RUN_ID, **small_run_env())
+    env = small_run_env(out, RUN_ID, num_rollouts)
     proc = subprocess.run(
         ["bash", "examples/qwen_swe/run_grpo.sh"], cwd=REPO_ROOT, env=env, text=True, capture_output=True, timeout=2700
     )
