@@ -64,6 +64,7 @@ def _stop_at_every_phase(out: Path, client: docker.DockerClient) -> dict[str, fl
     return timings
 
 
+@pytest.mark.timeout(2700)  # three stopped runs and two whole ones (and the small warm start, if it comes first)
 def test_embedded_default_trains_syncs_and_resumes(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
