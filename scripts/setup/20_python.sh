@@ -4,8 +4,6 @@ set -euo pipefail
 stamp=".venv/.stamp-$(cat requirements.txt requirements-nodeps.txt | sha256sum | cut -c1-16)"
 [ -f "$stamp" ] && { echo ".venv up to date"; exit 0; }
 [ -x .venv/bin/python ] || python3 -m venv .venv
-# --no-compile: a module is byte-compiled at its first import instead (uv's default); compiling every file of torch,
-# transformers, ray and the rest up front took about half a minute a virtualenv here.
-.venv/bin/pip install -qq --no-compile --disable-pip-version-check -r requirements.txt
-.venv/bin/pip install -qq --no-compile --disable-pip-version-check --no-deps -r requirements-nodeps.txt
+.venv/bin/pip install -qq --disable-pip-version-check -r requirements.txt
+.venv/bin/pip install -qq --disable-pip-version-check --no-deps -r requirements-nodeps.txt
 rm -f .venv/.stamp-*; touch "$stamp"

@@ -17,8 +17,7 @@ stamp="$venv/.stamp-$(cat requirements-vllm.txt "$0" | sha256sum | cut -c1-16)"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 extra=()
 [ -n "${TORCH_INDEX_URL:-}" ] && extra+=(--extra-index-url "$TORCH_INDEX_URL")
-# --no-compile: as 20_python.sh (1 min 15 s -> 41 s for this step)
-"$venv/bin/pip" install -qq --no-compile --disable-pip-version-check --no-deps "${extra[@]}" -r requirements-vllm.txt
+"$venv/bin/pip" install -qq --disable-pip-version-check --no-deps "${extra[@]}" -r requirements-vllm.txt
 "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 # Smoke check: the server module and the CPU platform import (fails loudly on a broken torch/torchvision mix).
 "$venv/bin/python" -c "import vllm.entrypoints.openai.api_server, transformers; from vllm.platforms import current_platform as p; assert p.is_cpu(), p" >/dev/null
