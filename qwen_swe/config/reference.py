@@ -12,7 +12,7 @@ from typing import Any
 
 from qwen_swe.config.docs_page import generator_main, portable
 from qwen_swe.config.fields import env_name
-from qwen_swe.config.settings import EMBEDDED_PROFILE, all_fields
+from qwen_swe.config.settings import EMBEDDED_PROFILE, PROFILE_SHOWN, all_fields
 from qwen_swe.paths import REPO_ROOT
 
 PAGE = REPO_ROOT / "docs" / "reference" / "settings.md"
@@ -35,7 +35,7 @@ def settings_table() -> str:
             meaning += f" (one of: {', '.join(f.metadata['choices'])})"
         rows.append(
             f"| `{env_name(f.name)}` / `--{f.name.replace('_', '-')}` | {_cell(f.default)} | "
-            f"{_cell(EMBEDDED_PROFILE.get(f.name))} | {meaning} |"
+            f"{_cell(PROFILE_SHOWN.get(f.name, EMBEDDED_PROFILE.get(f.name)))} | {meaning} |"
         )
     return "\n".join(rows) + "\n"
 

@@ -23,6 +23,7 @@ from qwen_swe.agent.settings import AgentSettings
 from qwen_swe.config.environment import check_environment
 from qwen_swe.config.fields import convert, describe, env_name, from_json_value, opt, to_json_value, validate
 from qwen_swe.config.files import read_file
+from qwen_swe.config.hardware import native_bf16
 from qwen_swe.errors import ConfigError
 from qwen_swe.inference.settings import InferenceSettings
 from qwen_swe.paths import embedded_tasks
@@ -304,7 +305,7 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
                 dest=f.name,
                 default=None,
                 metavar="VALUE",
-                help=describe(f, EMBEDDED_PROFILE.get(f.name)),
+                help=describe(f, PROFILE_SHOWN.get(f.name, EMBEDDED_PROFILE.get(f.name))),
             )
     return parser
 
@@ -321,16 +322,17 @@ WARM_START_AGENT: dict[str, Any] = {
 # The embedded default (no VLLM_URL) is a small run of the same code path on 2 CPU cores, on the generated train
 # tasks: the warm-started SmolLM2-135M (``run.py`` builds it once and caches it; MODEL=<folder> trains another), the
 # warm start's agent profile, the seed's binary reward, and 2 steps of 4 groups of 4: about half the groups have
-# both outcomes (measured), so 8 groups give an update in nearly every run (docs). bf16 compute and recomputed
-# activations: a 3000-token rollout's activations and logits are several GB a rank, and two ranks, the server and
-# the containers share 24 GiB. Each value applies only where the user set nothing.
+# both outcomes (measured), so 8 groups give an update in nearly every run (docs). Recomputed activations: a
+# 3000-token rollout's activations and logits are several GB a rank, and two ranks, the server and the containers
+# share 24 GiB. bf16 compute where the machine has it natively (hardware.native_bf16: emulated, it is about 25x slower
+# than fp32). Each value applies only where the user set nothing.
 EMBEDDED_PROFILE: dict[str, Any] = {
     **WARM_START_AGENT,
     "num_rollouts": 2,
     "rollout_batch_size": 4,
     "n_samples": 4,
     "reward_mode": "binary",
-    "mixed_precision": True,
+    "mixed_precision": native_bf16(),
     "activation_checkpointing": True,
     "lr": 2e-5,
     "max_response_len": 4096,
@@ -342,6 +344,8 @@ EMBEDDED_PROFILE: dict[str, Any] = {
     "shaped_length": 0.2,
     "shaped_token_budget": 1024,
 }
+# How --help and the reference show a profile value that depends on the machine
+PROFILE_SHOWN = {"mixed_precision": "True where bf16 is native, else False"}
 
 
 def given_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> dict[str, Any]:

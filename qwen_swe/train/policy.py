@@ -31,6 +31,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from qwen_swe.config.hardware import native_bf16
 from qwen_swe.errors import TrainerError
 from qwen_swe.paths import ORIGIN_FILE, base_model_of
 from qwen_swe.train import loading
@@ -264,6 +265,8 @@ def _shard(
     kwargs: dict[str, Any] = {"mesh": mesh}
     if mixed_precision:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if device.type == "cpu" and not native_bf16():
+            log.warning("MIXED_PRECISION=true on a CPU without bf16 instructions: emulated, about 25x slower than fp32")
     layers = [m for m in policy.modules() if type(m).__name__ in layer_names]
     if not layers:
         raise RuntimeError(f"{model_path}: found no decoder layers ({sorted(layer_names)}) to shard")

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
+from qwen_swe.config.hardware import native_bf16
 from qwen_swe.config.settings import load_settings
 from qwen_swe.data.instances import load_instances
 from qwen_swe.errors import SETUP_EXIT_CODE, SetupError
@@ -76,8 +77,8 @@ def parser() -> argparse.ArgumentParser:
     building.add_argument(
         "--mixed-precision",
         action=argparse.BooleanOptionalAction,
-        default=default["mixed_precision"],
-        help="bf16 compute in SFT",
+        default=argparse.SUPPRESS,  # not shown: it depends on the machine
+        help="bf16 compute in SFT (default: where the machine has it natively)",
     )
     building.add_argument("--print-key", action="store_true", help="print the key of these inputs; build nothing")
     return ap
@@ -94,7 +95,7 @@ def build(own: argparse.Namespace) -> int:
         batch=own.batch,
         lr=own.lr,
         seed=own.seed,
-        mixed_precision=own.mixed_precision,
+        mixed_precision=getattr(own, "mixed_precision", native_bf16()),
     )
     home = cache_home()
     if own.print_key:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from qwen_swe.agent.bundle import QWEN_CODE_VERSION
+from qwen_swe.config.hardware import native_bf16
 from qwen_swe.errors import ConfigError, DataError, SetupError
 from qwen_swe.inference.embedded_model import STAMP_NAME
 from qwen_swe.paths import cache_home, embedded_model_dir, embedded_tasks, file_sha256
@@ -75,7 +76,8 @@ class WarmStartSpec:
     batch: int = 8
     lr: float = 1e-4
     seed: int = 0
-    mixed_precision: bool = True  # bf16 compute in SFT, fp32 master weights
+    # bf16 compute in SFT where the machine has it natively (hardware.native_bf16), fp32 master weights
+    mixed_precision: bool = field(default_factory=native_bf16)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", Path(self.model).expanduser())

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from qwen_swe.config.hardware import native_bf16
 from qwen_swe.errors import ConfigError, DataError, SetupError
 from qwen_swe.inference.embedded_model import STAMP_NAME
 from qwen_swe.warmstart import __main__ as cli
@@ -108,7 +109,7 @@ def test_the_key_changes_with_every_input(model: Path, tasks: Path, tmp_path: Pa
             ("batch", 4),
             ("lr", 2e-4),
             ("seed", 1),
-            ("mixed_precision", False),
+            ("mixed_precision", not native_bf16()),  # the other precision than the default here
         )
     }
     monkeypatch.setattr(stage, "EXPERT_VERSION", stage.EXPERT_VERSION + 1)
