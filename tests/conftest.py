@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 from functools import cache
 
@@ -89,6 +90,16 @@ CHECKS = {
 }
 # Resources CI provides itself; the rest (GPU, Modal account, a slime checkout on SLIME_PATH) are skipped there too.
 CI_PROVIDES = {"docker", "vllm", "agent", "browser", "slime_env"}
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A test command stopped by SIGTERM (a CI time limit, a kill of its process group) unwinds as Ctrl-C does, so each
+    # test's ``finally`` stops the runs and containers it started: an unhandled SIGTERM runs none of them.
+    signal.signal(signal.SIGTERM, _interrupted)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

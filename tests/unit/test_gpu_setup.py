@@ -56,10 +56,11 @@ def test_without_a_gpu_the_plan_is_todays_cpu_build():
     assert steps == sorted(p.name for p in (REPO_ROOT / "scripts" / "setup").glob("[0-9]*.sh"))
 
 
-def test_the_test_commands_set_up_leaves_the_warm_start_to_the_main_job():
+def test_the_test_commands_set_up_builds_the_tests_small_warm_start_in_place_of_the_default():
     path = no_gpu_path()
-    assert "70_warmstart.sh" in setup_plan(path)
-    assert "70_warmstart.sh" not in setup_plan(path, "--tests") and "60_tasks.sh" in setup_plan(path, "--tests")
+    assert "== setup would run: 70_warmstart.sh\n" in setup_plan(path)
+    tests = setup_plan(path, "--tests")
+    assert "== setup would run: 70_warmstart.sh --tests\n" in tests and "60_tasks.sh" in tests, tests
     assert "bash scripts/setup.sh --tests" in (REPO_ROOT / "scripts" / "test.sh").read_text()
     bad = subprocess.run(
         ["bash", "scripts/setup.sh", "--test"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
