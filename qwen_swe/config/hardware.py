@@ -27,3 +27,9 @@ def native_bf16(cpuinfo: Path = Path("/proc/cpuinfo"), gpus: Path = Path("/proc/
     """Whether bf16 compute pays off here: an NVIDIA GPU, or a CPU with bf16 instructions. Elsewhere PyTorch emulates
     bf16 matmuls, and they run about 25x slower than fp32 (an AVX2-only AMD EPYC: 0.8 against 20 GFLOPS)."""
     return (gpus.is_dir() and any(gpus.iterdir())) or bool(BF16_FLAGS & cpu_flags(cpuinfo))
+
+
+def served_dtype() -> str:
+    """The dtype a CPU vLLM server computes in here: bf16 where native (half the KV cache's bytes), else fp32 (vLLM's
+    warm-up of the embedded model took 460 s in emulated bf16 on an AVX2-only CPU)."""
+    return "bfloat16" if native_bf16() else "float32"

@@ -23,7 +23,7 @@ from qwen_swe.agent.settings import AgentSettings
 from qwen_swe.config.environment import check_environment
 from qwen_swe.config.fields import convert, describe, env_name, from_json_value, opt, to_json_value, validate
 from qwen_swe.config.files import read_file
-from qwen_swe.config.hardware import native_bf16
+from qwen_swe.config.hardware import native_bf16, served_dtype
 from qwen_swe.errors import ConfigError
 from qwen_swe.inference.settings import InferenceSettings
 from qwen_swe.paths import embedded_tasks
@@ -333,6 +333,7 @@ EMBEDDED_PROFILE: dict[str, Any] = {
     "n_samples": 4,
     "reward_mode": "binary",
     "mixed_precision": native_bf16(),
+    "broadcast_dtype": served_dtype(),  # the embedded server's own dtype
     "activation_checkpointing": True,
     "lr": 2e-5,
     "max_response_len": 4096,
@@ -345,7 +346,10 @@ EMBEDDED_PROFILE: dict[str, Any] = {
     "shaped_token_budget": 1024,
 }
 # How --help and the reference show a profile value that depends on the machine
-PROFILE_SHOWN = {"mixed_precision": "True where bf16 is native, else False"}
+PROFILE_SHOWN = {
+    "mixed_precision": "True where bf16 is native, else False",
+    "broadcast_dtype": "bfloat16 where native, else float32",
+}
 
 
 def given_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import TypedDict, Unpack
 
 from qwen_swe import paths
 from qwen_swe.config import settings as config
+from qwen_swe.config.hardware import served_dtype
 from qwen_swe.errors import EmbeddedModelError
 from qwen_swe.inference.embedded_model import ensure_embedded_model
 from qwen_swe.inference.serve_config import ServeConfig, worker_extension
@@ -43,8 +44,8 @@ def embedded_serve_config(
     lora_rank: int | None = None,
     api_key: str | None = None,
 ) -> ServeConfig:
-    """The measured-good CPU profile for the embedded SmolLM2: bf16, native
-    8192 context, hermes parser with the compact template, 1 GiB KV cache (~46k tokens, 5.7 full contexts).
+    """The measured-good CPU profile for the embedded SmolLM2: bf16 where the CPU has it (else fp32), native
+    8192 context, hermes parser with the compact template, 1 GiB KV cache (~46k tokens in bf16, 5.7 full contexts).
     One core is reserved for the API server: with the trainer busy on the other core, a 2-thread engine spins at
     OpenMP barriers on a contended core (measured with benchmarks/bench_inference.py --trainer-load: 1 stream
     3.0-4.6 tok/s and 8 streams 16-55 tok/s with 0 reserved, against 15.6-23.2 and 116-158 tok/s with 1).
@@ -64,7 +65,7 @@ def embedded_serve_config(
         tool_call_parser="hermes",
         max_model_len=min(settings.inference.max_model_len or 8192, 8192),
         gpu_memory_utilization=EMBEDDED_GPU_MEMORY if on_gpu else None,
-        dtype="bfloat16",
+        dtype="bfloat16" if on_gpu else served_dtype(),
         chat_template=str(TEMPLATE),
         lora_rank=settings.train.lora_rank if lora_rank is None else lora_rank,
         python=python,

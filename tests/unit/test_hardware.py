@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from qwen_swe.config.hardware import cpu_flags, native_bf16
+from qwen_swe.config.hardware import cpu_flags, native_bf16, served_dtype
 from qwen_swe.config.settings import EMBEDDED_PROFILE
 from qwen_swe.warmstart.stage import WarmStartSpec
 
@@ -34,4 +34,5 @@ def test_this_machines_answer_agrees_with_torch_and_sets_the_defaults():
     # torch's own probes of the CPU's bf16 instructions (x86 here): the kernel's flags must say the same
     assert native_bf16() == (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
     assert EMBEDDED_PROFILE["mixed_precision"] is native_bf16()
+    assert EMBEDDED_PROFILE["broadcast_dtype"] == served_dtype() == ("bfloat16" if native_bf16() else "float32")
     assert WarmStartSpec().mixed_precision is native_bf16()

@@ -12,6 +12,7 @@ import pytest
 
 from qwen_swe import paths
 from qwen_swe.config import settings as config
+from qwen_swe.config.hardware import served_dtype
 from qwen_swe.inference.client import InferenceClient, InferenceError
 from qwen_swe.inference.embedded_server import EMBEDDED_GPU_MEMORY, EMBEDDED_SERVED_NAME, embedded_serve_config
 from qwen_swe.inference.serve_config import ServeConfig
@@ -153,7 +154,7 @@ def test_embedded_profile_is_the_measured_cpu_setup(tmp_path: Path):
     serve = embedded_serve_config(config.load_settings([], env={}), port=8123, model_dir=tmp_path)
     argv, env = serve.argv(), serve.env()
     assert argv[0] == str(paths.vllm_python())
-    assert flag(argv, "--tool-call-parser") == "hermes" and flag(argv, "--dtype") == "bfloat16"
+    assert flag(argv, "--tool-call-parser") == "hermes" and flag(argv, "--dtype") == served_dtype()  # the CPU's
     assert flag(argv, "--max-model-len") == "8192" and flag(argv, "--host") == "127.0.0.1"
     assert Path(flag(argv, "--chat-template")).is_file()
     assert "--gpu-memory-utilization" not in argv
