@@ -16,7 +16,8 @@ from qwen_swe.data.source import SWEBenchDataSource
 from tests.partial_run import PlanScript, fixable_rows, jsonl, run_settings, run_trainer
 from tests.scripted_vllm import VLLMThread
 
-pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.agent]
+# the run's own limit (run_trainer: 30 min) bounds it, not the default 15 min
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.agent, pytest.mark.timeout(2100)]
 RUN_ID = "qwen-swe-e2e-partial"
 
 
