@@ -43,6 +43,7 @@ def _probe(client, model: str) -> tuple[list[int], list[float]]:
 def _worker(url: str, out: Path, lora: int = 0) -> None:
     import torch.distributed as dist
 
+    from qwen_swe.config.hardware import served_dtype
     from qwen_swe.inference.broadcast import BroadcastSync
     from qwen_swe.inference.client import InferenceClient
     from qwen_swe.train.policy import build_policy, full_state_dict, save_hf_folder
@@ -80,7 +81,8 @@ def _worker(url: str, out: Path, lora: int = 0) -> None:
         sync.connect()
     dist.barrier()
     t0 = time.monotonic()
-    stream = weight_buckets(policy, 64 << 20, torch.bfloat16)  # what trainer.publish streams
+    dtype = getattr(torch, served_dtype())  # the server's, as the embedded profile's BROADCAST_DTYPE
+    stream = weight_buckets(policy, 64 << 20, dtype)  # what trainer.publish streams
     if rank == 0:
         result["metrics"] = sync.push(stream, 2)
         result["broadcast_seconds"] = time.monotonic() - t0
@@ -94,7 +96,7 @@ def _worker(url: str, out: Path, lora: int = 0) -> None:
     if lora:  # the previous LoRA broadcast, for comparison: the adapted layers merged on the trainer, full size
         dist.barrier()
         t0 = time.monotonic()
-        stream = merged_lora_buckets(policy, 64 << 20, torch.bfloat16)
+        stream = merged_lora_buckets(policy, 64 << 20, dtype)
         if rank == 0:
             result["merged_metrics"] = sync.push(stream, 3)
             result["merged_seconds"] = time.monotonic() - t0

@@ -28,6 +28,7 @@ from tests.vllm_sync import run_against
 @pytest.mark.slow
 def test_broadcast_serves_exactly_what_the_disk_reload_serves(tmp_path):
     from qwen_swe.config import settings as config
+    from qwen_swe.config.hardware import served_dtype
     from qwen_swe.inference.embedded_server import embedded_server
 
     settings = config.load_settings([], env={"WEIGHT_SYNC": "broadcast"})
@@ -40,11 +41,12 @@ def test_broadcast_serves_exactly_what_the_disk_reload_serves(tmp_path):
         assert r["after_restore"] == r["before"]
         assert r["version"] == 3
     assert full["metrics"]["sync/broadcast_buckets"] >= 2 and lora["metrics"]["sync/broadcast_buckets"] == 1
-    assert full["metrics"]["sync/broadcast_bytes"] == 134_515_008 * 2  # every parameter once, in bf16
+    width = 2 if served_dtype() == "bfloat16" else 4  # the server's dtype: fp32 on a CPU without bf16
+    assert full["metrics"]["sync/broadcast_bytes"] == 134_515_008 * width  # every parameter once
     # LoRA: only the adapters, fp32 (30 layers x 40,704 rank-4 A and B weights), which the worker merges itself into
-    # its base weights: the same answers as the layers merged on the trainer (30 x 3,538,944 weights in bf16)
+    # its base weights: the same answers as the layers merged on the trainer (30 x 3,538,944 weights)
     assert lora["metrics"]["sync/broadcast_bytes"] == 30 * 40_704 * 4
-    assert lora["merged_metrics"]["sync/broadcast_bytes"] == 30 * 3_538_944 * 2
+    assert lora["merged_metrics"]["sync/broadcast_bytes"] == 30 * 3_538_944 * width
     assert lora["merged"] == lora["disk"] == lora["broadcast"]
 
 
