@@ -149,13 +149,15 @@ def run_trainer(settings: Settings, timeout: float) -> subprocess.CompletedProce
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    finally:
+        pass
+    finally:  # also when the test's own time limit raises in here: a test never leaves its trainer running
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
         log.close()
         reap_until_quiet(settings.label, quiet=5.0, timeout=60.0)
     return subprocess.CompletedProcess(cmd, proc.returncode, (settings.output_dir / "trainer.log").read_text(), "")
