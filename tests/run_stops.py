@@ -46,6 +46,34 @@ def marked(marker: str) -> list[int]:
     return [p for p in found if alive(p)]
 
 
+def stop(proc: subprocess.Popen, grace: float = 120.0) -> None:
+    """SIGTERM a run still going (``run_grpo.sh`` execs the run: it stops everything it started), SIGKILL after
+    ``grace``: called in ``finally``, so a test stopped by its time limit leaves no run behind."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def run_to_end(env: dict[str, str], log: Path, timeout: float) -> subprocess.CompletedProcess:
+    """``run_grpo.sh`` to its end, stdout and stderr in ``log`` (and in the result's ``stdout``), stopped by
+    :func:`stop` when it outlasts ``timeout`` or the test is stopped."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            ["bash", "examples/qwen_swe/run_grpo.sh"], cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            stop(proc)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, log.read_text(), "")
+
+
 class Run:
     """``run_grpo.sh`` on the embedded default, with a marker to find every process it starts."""
 

@@ -18,6 +18,7 @@ import pytest
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.source import SWEBenchDataSource
 from qwen_swe.paths import REPO_ROOT
+from tests.run_stops import run_to_end, stop
 from tests.warm_start import small_run_env
 
 # two runs of the whole loop (stopped, then resumed): 45 minutes, as the other whole-run tests; the default 15 ran out
@@ -59,9 +60,7 @@ def _stop_after_first_checkpoint(out) -> int:
         proc.send_signal(signal.SIGTERM)
         return proc.wait(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         log.close()
 
 
@@ -72,17 +71,9 @@ def test_off_policy_run_records_versions_and_resumes_exactly_after_sigterm(tmp_p
     assert not (out / "checkpoints" / "step_000002").exists(), "stopped too late to leave a batch in flight"
     before = {name: len(rows) for name, rows in _dumped(out).items()}
 
-    proc = subprocess.run(
-        ["bash", "examples/qwen_swe/run_grpo.sh"],
-        cwd=REPO_ROOT,
-        env=_env(out),
-        text=True,
-        capture_output=True,
-        timeout=2700,
-    )
-    (out / "run2.log").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0, f"the resumed run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    assert "resuming from" in proc.stdout + proc.stderr
+    proc = run_to_end(_env(out), out / "run2.log", timeout=2700)
+    assert proc.returncode == 0, f"the resumed run failed:\n{proc.stdout[-8000:]}"
+    assert "resuming from" in proc.stdout
 
     settings = Settings.from_json(out / "settings.json")  # what the run used: the small warm start's sizes
     ds = SWEBenchDataSource.from_settings(settings)

@@ -21,8 +21,8 @@ from safetensors.torch import load_file
 
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.source import SWEBenchDataSource
-from qwen_swe.paths import REPO_ROOT, embedded_model_dir
-from tests.run_stops import Run
+from qwen_swe.paths import embedded_model_dir
+from tests.run_stops import Run, run_to_end
 from tests.warm_start import small_run_env, small_warm_start
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.vllm, pytest.mark.agent]
@@ -30,12 +30,8 @@ RUN_ID = "qwen-swe-e2e"
 
 
 def _run(out, num_rollouts: int) -> subprocess.CompletedProcess:
-    env = small_run_env(out, RUN_ID, num_rollouts)
-    proc = subprocess.run(
-        ["bash", "examples/qwen_swe/run_grpo.sh"], cwd=REPO_ROOT, env=env, text=True, capture_output=True, timeout=2700
-    )
-    (out / f"run{num_rollouts}.log").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0, f"run_grpo.sh failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    proc = run_to_end(small_run_env(out, RUN_ID, num_rollouts), out / f"run{num_rollouts}.log", timeout=2700)
+    assert proc.returncode == 0, f"run_grpo.sh failed:\n{proc.stdout[-8000:]}"
     return proc
 
 
