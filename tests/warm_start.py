@@ -1,9 +1,9 @@
 """A small warm start for the tests that run the embedded default.
 
 The default's own policy (48 demonstrations, 12 SFT steps) takes about half an hour to build, so the test
-command's set-up (``setup.sh --tests``) leaves it to the main job; a test that ran the default without ``MODEL``
-would build it inside its timeout. These tests train this one instead: the same stage, 2 demonstrations and 1 SFT
-step, cached by its key like any other, and groups of 2 x 2, the sizes the tests were written for.
+command's set-up (``setup.sh --tests``) leaves it to the main job and builds this one instead (``70_warmstart.sh
+--tests``), before any test: the same stage, 2 demonstrations and 1 SFT step, cached by its key like any other. The
+tests train it in groups of 2 x 2, the sizes they were written for.
 """
 
 from __future__ import annotations
