@@ -8,6 +8,12 @@ from pathlib import Path
 # CPU flags of native bf16 matmuls: x86's AVX512-BF16 and AMX, Arm's BF16 extension ("Features" in /proc/cpuinfo)
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 
+# How --help and the reference show the embedded profile's values that depend on the machine
+PROFILE_SHOWN = {
+    "mixed_precision": "True where bf16 is native, else False",
+    "broadcast_dtype": "bfloat16 where native, else float32",
+}
+
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     try:

@@ -23,7 +23,7 @@ from qwen_swe.agent.settings import AgentSettings
 from qwen_swe.config.environment import check_environment
 from qwen_swe.config.fields import convert, describe, env_name, from_json_value, opt, to_json_value, validate
 from qwen_swe.config.files import read_file
-from qwen_swe.config.hardware import native_bf16, served_dtype
+from qwen_swe.config.hardware import PROFILE_SHOWN, native_bf16, served_dtype
 from qwen_swe.errors import ConfigError
 from qwen_swe.inference.settings import InferenceSettings
 from qwen_swe.paths import embedded_tasks
@@ -324,8 +324,7 @@ WARM_START_AGENT: dict[str, Any] = {
 # warm start's agent profile, the seed's binary reward, and 2 steps of 4 groups of 4: about half the groups have
 # both outcomes (measured), so 8 groups give an update in nearly every run (docs). Recomputed activations: a
 # 3000-token rollout's activations and logits are several GB a rank, and two ranks, the server and the containers
-# share 24 GiB. bf16 compute where the machine has it natively (hardware.native_bf16: emulated, it is about 25x slower
-# than fp32). Each value applies only where the user set nothing.
+# share 24 GiB. bf16 only where native (hardware.py). Each value applies only where the user set nothing.
 EMBEDDED_PROFILE: dict[str, Any] = {
     **WARM_START_AGENT,
     "num_rollouts": 2,
@@ -344,11 +343,6 @@ EMBEDDED_PROFILE: dict[str, Any] = {
     "image_namespace": "",
     "shaped_length": 0.2,
     "shaped_token_budget": 1024,
-}
-# How --help and the reference show a profile value that depends on the machine
-PROFILE_SHOWN = {
-    "mixed_precision": "True where bf16 is native, else False",
-    "broadcast_dtype": "bfloat16 where native, else float32",
 }
 
 
