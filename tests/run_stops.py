@@ -3,11 +3,13 @@ process helpers and the whole run (``run_grpo.sh``) with a marker in its environ
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import IO
 
 import docker
 
@@ -46,25 +48,33 @@ def marked(marker: str) -> list[int]:
     return [p for p in found if alive(p)]
 
 
-def stop(proc: subprocess.Popen, grace: float = 120.0) -> None:
-    """SIGTERM a run still going (``run_grpo.sh`` execs the run: it stops everything it started), SIGKILL after
-    ``grace``: called in ``finally``, so a test stopped by its time limit leaves no run behind."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def stop(proc: subprocess.Popen, grace: float = 120.0, group: bool = False) -> None:
+    """SIGTERM a process still going (a run: ``run_grpo.sh`` execs it, and it stops everything it started; with
+    ``group``, the process group it leads), SIGKILL after ``grace``: called in ``finally``, so a test stopped by its
+    time limit leaves nothing running."""
+    if proc.poll() is not None:
+        return
+    send = (lambda sig: os.killpg(proc.pid, sig)) if group else proc.send_signal
+    send(signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        send(signal.SIGKILL)
+        proc.wait()
+
+
+def start_run(env: dict[str, str], log: IO[str]) -> subprocess.Popen:
+    """``run_grpo.sh`` with ``env``, stdout and stderr to ``log``."""
+    return subprocess.Popen(
+        ["bash", "examples/qwen_swe/run_grpo.sh"], cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
 
 
 def run_to_end(env: dict[str, str], log: Path, timeout: float) -> subprocess.CompletedProcess:
     """``run_grpo.sh`` to its end, stdout and stderr in ``log`` (and in the result's ``stdout``), stopped by
     :func:`stop` when it outlasts ``timeout`` or the test is stopped."""
     with log.open("w") as out:
-        proc = subprocess.Popen(
-            ["bash", "examples/qwen_swe/run_grpo.sh"], cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
-        )
+        proc = start_run(env, out)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -81,9 +91,7 @@ class Run:
         self.marker, self.out, self.run_id = uuid.uuid4().hex, out, run_id
         env = small_run_env(out, run_id, num_rollouts, STOP_TIMEOUT="20", QWEN_SWE_TEST_MARKER=self.marker)
         self.log = (out.parent / f"{run_id}-{self.marker[:6]}.log").open("w")
-        self.proc = subprocess.Popen(
-            ["bash", "examples/qwen_swe/run_grpo.sh"], cwd=REPO_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT
-        )
+        self.proc = start_run(env, self.log)
 
     def wait_for(self, what: str, ready, timeout: float = 900.0) -> None:
         deadline = time.monotonic() + timeout

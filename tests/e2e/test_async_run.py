@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 
 import docker
@@ -17,8 +16,7 @@ import pytest
 
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.source import SWEBenchDataSource
-from qwen_swe.paths import REPO_ROOT
-from tests.run_stops import run_to_end, stop
+from tests.run_stops import run_to_end, start_run, stop
 from tests.warm_start import small_run_env
 
 # two runs of the whole loop (stopped, then resumed): 45 minutes, as the other whole-run tests; the default 15 ran out
@@ -43,14 +41,7 @@ def _dumped(out) -> dict[str, list[dict]]:
 
 def _stop_after_first_checkpoint(out) -> int:
     log = (out / "run1.log").open("w")
-    proc = subprocess.Popen(
-        ["bash", "examples/qwen_swe/run_grpo.sh"],
-        cwd=REPO_ROOT,
-        env=_env(out),
-        text=True,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    proc = start_run(_env(out), log)
     deadline = time.monotonic() + 1500
     try:
         while not (out / "checkpoints" / "step_000001" / "complete").exists():
