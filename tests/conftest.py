@@ -157,6 +157,38 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     return FileGroups(config, log)
 
 
+# --- where the suite's time went -----------------------------------------------------------------------------------
+# Each scheduling group's wall time (its first setup's start to its last teardown's end) and the worker that ran it,
+# printed at the end of the run: the slowest groups and each worker's busy time show what bounds the suite's time.
+_SPANS: dict[str, tuple[float, float, str]] = {}
+SLOWEST_SHOWN = 12
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    node = getattr(report, "node", None)  # xdist's controller: the worker the report came from
+    worker = node.gateway.id if node is not None else "main"
+    group = _group_of(report.nodeid)
+    start, stop, _ = _SPANS.get(group, (report.start, report.stop, worker))
+    _SPANS[group] = (min(start, report.start), max(stop, report.stop), worker)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _SPANS or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    spans = sorted(_SPANS.items(), key=lambda kv: kv[1][0] - kv[1][1])
+    first = min(start for start, _, _ in _SPANS.values())
+    terminalreporter.write_sep("-", f"the {min(SLOWEST_SHOWN, len(spans))} slowest of {len(spans)} test groups")
+    for group, (start, stop, worker) in spans[:SLOWEST_SHOWN]:
+        terminalreporter.write_line(f"{stop - start:8.1f}s  {worker:>4}  from {start - first:7.1f}s  {group}")
+    busy: dict[str, float] = {}
+    end: dict[str, float] = {}
+    for start, stop, worker in _SPANS.values():
+        busy[worker] = busy.get(worker, 0.0) + stop - start
+        end[worker] = max(end.get(worker, 0.0), stop - first)
+    shown = ", ".join(f"{w} {busy[w]:.0f}s busy, done at {end[w]:.0f}s" for w in sorted(busy))
+    terminalreporter.write_line(f"per worker: {shown}")
+
+
 @pytest.fixture(scope="session")
 def shared_data():
     if not SHARED_DATA.is_dir():
