@@ -9,13 +9,16 @@ than the median. The reference's batch waits for its slowest rollout and its syn
 (``/pause?mode=wait``); with partial rollouts a step trains on the first groups to complete and the sync freezes the
 calls in flight (``mode=keep``). Both runs use the same settings, ROLLOUT_CONCURRENCY included; the partial run
 adds OVER_SAMPLING (``--over-sampling``, default one step's groups), so its last steps, too, take the first groups
-to complete. ``--median`` and ``--cap`` set how heavy the tail is: rollouts slower than a training step (SmolLM2
-trains 8 samples in about 110-260 s on 2 cores) are where the pool should gain.
+to complete. ``--median`` and ``--cap`` set how heavy the tail is: rollouts slower than a training step are where the
+pool should gain. ``--trained-model`` sets what a training step costs: ``smollm2`` (the embedded default's policy:
+8 samples train in 110-260 s on 2 cores with native bf16, about 450 s in fp32 on an AVX2-only CPU, longer than most
+rollouts, so the step is training-bound) or ``tiny`` (a random 2-layer SmolLM2, ``tests/tiny_model.py``: a step
+trains in seconds, so, as with a large model on GPUs where generation is most of a step, the rollouts bound it).
 
 Steps per hour count the warm steps (every step after the first) over their summed ``time/step``. Target: >= 1.5x.
 
     .venv/bin/python -m benchmarks.bench_partial [--steps 4] [--batch 4] [--seed 0] [--median 12] [--sigma 1.5]
-        [--cap 240] [--over-sampling BATCH]
+        [--cap 240] [--over-sampling BATCH] [--trained-model smollm2|tiny]
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import signal
 import statistics
 import sys
 import tempfile
@@ -31,6 +35,7 @@ from pathlib import Path
 
 from tests.partial_run import PlanScript, fixable_rows, jsonl, run_settings, run_trainer
 from tests.scripted_vllm import VLLMThread
+from tests.tiny_model import tiny_smollm2_dir
 
 TARGET = 1.5
 
@@ -55,6 +60,7 @@ def run(out: Path, args: argparse.Namespace, partial: bool) -> dict:
             boot_concurrency=4,
             agent_timeout=max(1800.0, 2 * args.cap + 600),  # the slowest rollout's model time, and its tools'
             save_interval=args.steps,
+            **({"model": str(tiny_smollm2_dir())} if args.trained_model == "tiny" else {}),
         )
         proc = run_trainer(settings, timeout=run_timeout(args))
         syncs = list(vllm.server.syncs)
@@ -101,7 +107,12 @@ def report(name: str, result: dict) -> float:
     return per_hour
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")  # so run_trainer's finally stops the trainer and its containers
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _interrupted)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=4, help="steps per run (at least 2: the first one is cold)")
     ap.add_argument("--batch", type=int, default=4, help="ROLLOUT_BATCH_SIZE (groups of 2)")
@@ -117,6 +128,13 @@ def main() -> int:
         default=None,
         help="OVER_SAMPLING of the partial run (the reference has none); default: --batch, one step's groups",
     )
+    ap.add_argument(
+        "--trained-model",
+        choices=("smollm2", "tiny"),
+        default="smollm2",
+        help="the policy the trainer updates: the embedded default's SmolLM2 (training-bound on 2 cores) or a tiny "
+        "random 2-layer SmolLM2 (a step trains in seconds: rollout-bound)",
+    )
     args = ap.parse_args()
     if args.steps < 2:
         ap.error("--steps must be at least 2")
@@ -131,7 +149,8 @@ def main() -> int:
         f"command: {' '.join(sys.argv)} (output {root})\nmodel seconds per rollout: min({args.cap:g}, "
         f"lognormal(mu=ln {args.median:g}, sigma={args.sigma:g})), seed {args.seed}; {args.steps} steps of "
         f"{args.batch} groups of 2, MAX_STALENESS=1, ROLLOUT_CONCURRENCY={args.batch * 4}; the partial run with "
-        f"OVER_SAMPLING={args.over_sampling}; each run's time limit {run_timeout(args):.0f}s"
+        f"OVER_SAMPLING={args.over_sampling}; trained model {args.trained_model}; each run's time limit "
+        f"{run_timeout(args):.0f}s"
     )
     reference = report("PARTIAL_ROLLOUTS=false", run(root / "reference", args, partial=False))
     partial = report("PARTIAL_ROLLOUTS=true", run(root / "partial", args, partial=True))
