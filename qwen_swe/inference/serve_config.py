@@ -48,6 +48,7 @@ class ServeConfig:
     sleep_mode: bool = False  # COLOCATE: /sleep releases GPU memory (vLLM's CPU build refuses the flag, see sleep.py)
     devices: tuple[int, ...] = ()  # the GPUs the server sees (CUDA_VISIBLE_DEVICES); () = all, or none on CPU
     api_key: str | None = None  # required on every route but /health (server_auth.py); None = an open server
+    eager: bool = False  # --enforce-eager: no torch.compile, no warm-up pass (ENFORCE_EAGER, the embedded CPU server)
     extra_args: tuple[str, ...] = field(default=())
 
     @property
@@ -97,6 +98,8 @@ class ServeConfig:
             cmd += ["--enable-lora", "--max-lora-rank", str(rank), "--max-loras", str(self.max_loras)]
         if self.worker_extension:
             cmd += ["--worker-extension-cls", self.worker_extension]
+        if self.eager:
+            cmd += ["--enforce-eager"]
         if self.sleep_mode and not self.cpu:
             cmd += ["--enable-sleep-mode"]
         if self.api_key:  # the key itself travels in the environment (KEY_ENV), never on the command line

@@ -108,6 +108,7 @@ def test_the_free_settings_are_marked_on_their_fields():
         "keep_checkpoints": "free",
         "report_to": "free",
         "vllm_api_key": "free",
+        "enforce_eager": "free",
         "output_dir": "new",
         "resume_override": "new",
         "served_url": "new",

@@ -161,6 +161,9 @@ def test_embedded_profile_is_the_measured_cpu_setup(tmp_path: Path):
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
     assert env["VLLM_SERVER_DEV_MODE"] == "1"
     assert env["VLLM_USE_AOT_COMPILE"] == "0"  # the CPU build's AOT artifact does not load back: compiled every start
+    assert "--enforce-eager" in argv  # ENFORCE_EAGER: a start without the compile and its warm-up pass
+    compiled = embedded_serve_config(config.load_settings([], env={"ENFORCE_EAGER": "false"}), model_dir=tmp_path)
+    assert "--enforce-eager" not in compiled.argv()
     names = argv[argv.index("--served-model-name") + 1 : argv.index("--tensor-parallel-size")]
     assert names[0] == EMBEDDED_SERVED_NAME and str(tmp_path) in names
     assert serve.base_url == "http://127.0.0.1:8123/v1"
@@ -236,6 +239,7 @@ def test_the_embedded_server_runs_on_a_gpu_with_the_cuda_build(tmp_path: Path, m
     assert not serve.cpu and serve.devices == (0,) and serve.python.endswith("venv-cuda/bin/python")
     argv, env = serve.argv(), serve.env()
     assert flag(argv, "--gpu-memory-utilization") == str(EMBEDDED_GPU_MEMORY)
+    assert "--enforce-eager" not in argv  # CUDA graphs on a GPU, whatever ENFORCE_EAGER says
     assert env["CUDA_VISIBLE_DEVICES"] == "0" and "VLLM_CPU_KVCACHE_SPACE" not in env
     monkeypatch.setenv("PATH", str(tmp_path / "no-gpu"))  # the same environment without a GPU: the CPU profile
     assert embedded_serve_config(config.Settings.build(), port=8011, model_dir=tmp_path).cpu
