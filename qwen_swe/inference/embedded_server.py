@@ -50,8 +50,8 @@ def embedded_serve_config(
     OpenMP barriers on a contended core (measured with benchmarks/bench_inference.py --trainer-load: 1 stream
     3.0-4.6 tok/s and 8 streams 16-55 tok/s with 0 reserved, against 15.6-23.2 and 116-158 tok/s with 1).
     Eager (ENFORCE_EAGER, on CPU): measured with benchmarks/bench_server_start.py on an AVX2-only CPU in fp32, a start
-    took 48 s against 84 s compiled (34 s of it the compile's warm-up pass, with a warm cache; a cold one compiles for
-    about 3 minutes), decode ran at 0.82x (1 stream) and 0.84x (4 streams) the compiled rate and a 3000-token prefill
+    took 48 s against 84 s compiled (34 s of it the compile's warm-up pass, with a warm cache; 181 s with a cold one),
+    decode ran at 0.82x (1 stream) and 0.84x (4 streams) the compiled rate and a 3000-token prefill
     took as long: a run of a few steps, an evaluation or a test pays more for the start than for the calls.
     Served as ``smollm2-135m`` (or SERVED_MODEL_NAME) and also under the model folder's path."""
     if model_dir is None:

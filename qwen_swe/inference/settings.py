@@ -23,8 +23,8 @@ class InferenceSettings:
     enforce_eager: bool = opt(
         True,
         "the embedded CPU server runs the model eagerly (vLLM's --enforce-eager): no torch.compile and no warm-up "
-        "pass, so it starts in 0.57x the time (no 3-minute first compile either) and decodes at about 0.83x the "
-        "rate, prefill the same; false compiles, for long runs",
+        "pass, so it starts in 0.57x the time (0.27x a first start's, whose compile cache is cold) and decodes at "
+        "about 0.83x the rate, prefill the same; false compiles, for long runs",
         resume="free",
     )
     served_url: str | None = opt(
