@@ -19,18 +19,7 @@ from pathlib import Path
 
 from qwen_swe.paths import embedded_model_dir
 
-TINY_QWEN3 = dict(
-    vocab_size=151936,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    tie_word_embeddings=True,
-    max_position_embeddings=4096,
-)
-TINY_SMOLLM2 = dict(  # SmolLM2-135M's architecture and vocabulary, 2 narrow layers: 3.2 M parameters
+NARROW = dict(  # 2 narrow layers: the tiny models' shape
     hidden_size=64,
     intermediate_size=128,
     num_hidden_layers=2,
@@ -38,6 +27,8 @@ TINY_SMOLLM2 = dict(  # SmolLM2-135M's architecture and vocabulary, 2 narrow lay
     num_key_value_heads=2,
     head_dim=16,
 )
+TINY_QWEN3 = dict(vocab_size=151936, **NARROW, tie_word_embeddings=True, max_position_embeddings=4096)
+TINY_SMOLLM2 = NARROW  # over SmolLM2-135M's own config and vocabulary: 3.2 M parameters
 
 
 def qwen_tokenizer_dir() -> Path:
