@@ -76,10 +76,12 @@ def test_embedded_default_trains_syncs_and_resumes(tmp_path):
     metrics = _jsonl(out / "metrics.jsonl")
     assert len(metrics) == 2, metrics
 
-    # The embedded CPU server runs eagerly (ENFORCE_EAGER): no compile and no compile warm-up in any start.
+    # The embedded CPU server runs eagerly (ENFORCE_EAGER): no compile and no compile warm-up in any start. A run
+    # stopped while its server started can leave an empty log; the two whole runs' servers logged their config.
     logs = [p.read_text(errors="replace") for p in sorted((out / "logs").glob("vllm-embedded-*.log"))]
-    assert logs, "the runs wrote no vLLM log"
-    assert all("enforce_eager=True" in text and "Warming up model" not in text for text in logs)
+    configured = [text for text in logs if "enforce_eager=" in text]
+    assert len(configured) >= 2 and all("enforce_eager=True" in text for text in configured), len(configured)
+    assert not any("Warming up model" in text for text in logs)
 
     # The data source order a fresh run would serve: step 1 = the first groups, step 2 = exactly the next ones.
     settings = Settings.from_json(out / "settings.json")  # what the run used, its warm-started model included
