@@ -26,13 +26,13 @@ from __future__ import annotations
 import argparse
 import math
 import random
-import signal
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from qwen_swe.supervise import install as install_supervisor
 from tests.partial_run import PlanScript, fixable_rows, jsonl, run_settings, run_trainer
 from tests.scripted_vllm import VLLMThread
 from tests.tiny_model import tiny_smollm2_dir
@@ -107,12 +107,8 @@ def report(name: str, result: dict) -> float:
     return per_hour
 
 
-def _interrupted(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")  # so run_trainer's finally stops the trainer and its containers
-
-
 def main() -> int:
-    signal.signal(signal.SIGTERM, _interrupted)
+    install_supervisor()  # a SIGTERM unwinds: run_trainer's finally stops the trainer and its containers
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=4, help="steps per run (at least 2: the first one is cold)")
     ap.add_argument("--batch", type=int, default=4, help="ROLLOUT_BATCH_SIZE (groups of 2)")

@@ -30,7 +30,7 @@ from qwen_swe.config.settings import Settings, with_profile
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir, embedded_tasks, python_path
 from qwen_swe.run import trainer_command
 from qwen_swe.sandbox.docker_host import reap_until_quiet
-from tests.run_stops import stop
+from qwen_swe.supervise import SUPERVISOR
 from tests.scripted_server import Context, Reply
 from tests.scripted_vllm import Held
 from tests.task_pack import gold_edit
@@ -151,7 +151,7 @@ def run_trainer(settings: Settings, timeout: float) -> subprocess.CompletedProce
     except subprocess.TimeoutExpired:
         pass
     finally:  # also when the test's own time limit raises in here: a test never leaves its trainer running
-        stop(proc, grace=60, group=True)
+        SUPERVISOR.stop(proc, grace=60)  # as run.py stops its trainer: the group, SIGKILL after the grace
         log.close()
         reap_until_quiet(settings.label, quiet=5.0, timeout=60.0)
     return subprocess.CompletedProcess(cmd, proc.returncode, (settings.output_dir / "trainer.log").read_text(), "")

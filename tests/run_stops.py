@@ -3,7 +3,6 @@ process helpers and the whole run (``run_grpo.sh``) with a marker in its environ
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import time
@@ -48,19 +47,16 @@ def marked(marker: str) -> list[int]:
     return [p for p in found if alive(p)]
 
 
-def stop(proc: subprocess.Popen, grace: float = 120.0, group: bool = False) -> None:
-    """SIGTERM a process still going (a run: ``run_grpo.sh`` execs it, and it stops everything it started; with
-    ``group``, the process group it leads), SIGKILL after ``grace``: called in ``finally``, so a test stopped by its
-    time limit leaves nothing running."""
-    if proc.poll() is not None:
-        return
-    send = (lambda sig: os.killpg(proc.pid, sig)) if group else proc.send_signal
-    send(signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        send(signal.SIGKILL)
-        proc.wait()
+def stop(proc: subprocess.Popen, grace: float = 120.0) -> None:
+    """SIGTERM a run still going (``run_grpo.sh`` execs the run: it stops everything it started), SIGKILL after
+    ``grace``: called in ``finally``, so a test stopped by its time limit leaves no run behind."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def start_run(env: dict[str, str], log: IO[str]) -> subprocess.Popen:
