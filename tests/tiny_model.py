@@ -28,7 +28,7 @@ NARROW = dict(  # 2 narrow layers: the tiny models' shape
     head_dim=16,
 )
 TINY_QWEN3 = dict(vocab_size=151936, **NARROW, tie_word_embeddings=True, max_position_embeddings=4096)
-TINY_SMOLLM2 = NARROW  # over SmolLM2-135M's own config and vocabulary: 3.2 M parameters
+TINY_SMOLLM2 = {**NARROW, "head_dim": 32}  # over SmolLM2-135M's config and vocabulary; vLLM's CPU attention needs 32+
 
 
 def qwen_tokenizer_dir() -> Path:

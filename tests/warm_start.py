@@ -32,15 +32,16 @@ def small_warm_start() -> Path:
 
 def small_run_env(out: Path, run_id: str, num_rollouts: int, **settings: str) -> dict[str, str]:
     """The environment of a test's ``run_grpo.sh`` on the embedded default: this process's, without a server, model
-    or dataset of the caller's, with the small warm start, groups of 2 x 2 and ``settings`` (env names)."""
+    or dataset of the caller's, with the small warm start (unless ``settings`` name a MODEL), groups of 2 x 2 and
+    ``settings`` (env names)."""
     env = {k: v for k, v in os.environ.items() if k not in ("VLLM_URL", "MODEL", "DATASET")}
     env.update(
         OUTPUT_DIR=str(out),
         NUM_ROLLOUTS=str(num_rollouts),
         RUN_ID=run_id,
-        MODEL=str(small_warm_start()),
         ROLLOUT_BATCH_SIZE="2",
         N_SAMPLES="2",
         **settings,
     )
+    env.setdefault("MODEL", str(small_warm_start()))
     return env

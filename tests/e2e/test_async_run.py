@@ -1,5 +1,8 @@
 """Off-policy rollouts (MAX_STALENESS=1) on the embedded default: local tasks in Docker, real qwen-code, vLLM CPU,
-FSDP2 on CPU, 3 steps, stopped by SIGTERM right after step 1's checkpoint (step 2's batch is then in flight).
+FSDP2 on CPU, 3 steps, stopped by SIGTERM right after step 1's checkpoint (step 2's batch is then in flight). The
+policy is the tiny model of SmolLM2's architecture and tokenizer (``tests/tiny_model.py``): its rollouts rarely
+differ in reward, so steps seldom update; the trainer's async run (``test_trainer_fsdp.py``) and the partial-rollout
+run (``test_partial_run.py``) check versions across real updates, this test the whole run's stop and resume.
 
 The rerun with the same OUTPUT_DIR must serve exactly the groups not trained on (the batch that was in flight,
 then the next), every sample must record the weight version it was sampled with, and no container may be left.
@@ -17,6 +20,7 @@ import pytest
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.source import SWEBenchDataSource
 from tests.run_stops import run_to_end, start_run, stop
+from tests.tiny_model import tiny_smollm2_dir
 from tests.warm_start import small_run_env
 
 # two runs of the whole loop (stopped, then resumed): 45 minutes, as the other whole-run tests; the default 15 ran out
@@ -27,7 +31,10 @@ STEPS = 3
 
 
 def _env(out) -> dict[str, str]:
-    return small_run_env(out, RUN_ID, STEPS, MAX_STALENESS="1", STOP_TIMEOUT="20")
+    # the tiny model of SmolLM2's architecture and tokenizer: versions and resumption need no particular weights,
+    # and SmolLM2 in fp32 trains a step in minutes on 2 cores (the embedded-run test runs the warm-started default)
+    model = str(tiny_smollm2_dir())
+    return small_run_env(out, RUN_ID, STEPS, MAX_STALENESS="1", STOP_TIMEOUT="20", MODEL=model)
 
 
 def _jsonl(path) -> list[dict]:

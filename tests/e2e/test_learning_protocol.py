@@ -2,7 +2,8 @@
 
 generate -> expert demonstrations through the real agent, proxy and grader -> SFT -> held-out and fit-task
 evaluations -> a GRPO step on the fit task from the warm-started weights -> the same evaluations, each through its
-own entry point.
+own entry point. The base model is the tiny one of SmolLM2's architecture and tokenizer (``tests/tiny_model.py``):
+the pieces need no particular weights, and with SmolLM2 in fp32 the test took 37 of CI's minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ import pytest
 from safetensors.torch import load_file
 
 from benchmarks.bench_learning import AGENT, parser, run_protocol
-from qwen_swe.paths import embedded_model_dir
 from qwen_swe.warmstart.expert import NOOP, SWAP, one_line_fix, traceback_paths
+from tests.tiny_model import tiny_smollm2_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.vllm, pytest.mark.agent]
 
 
-@pytest.mark.timeout(3600)  # 37 min in CI on an AVX2-only CPU (5 evaluation servers, SFT and GRPO in fp32)
+@pytest.mark.timeout(2400)  # 9.4 min idle on an AVX2-only CPU, most of it the 6 vLLM starts (tiny model)
 def test_small_protocol(tmp_path):
+    base_dir = tiny_smollm2_dir()
     args = parser().parse_args(
         [
             "--seed",
@@ -55,7 +57,7 @@ def test_small_protocol(tmp_path):
             "--fit-k",
             "1",
             "--model",
-            str(embedded_model_dir()),
+            str(base_dir),
             "--eval-base",
             "--work",
             str(tmp_path),
@@ -95,11 +97,11 @@ def test_small_protocol(tmp_path):
     assert {k: v for k, v in stumbles.items() if k} == demos["stumbles"], (stumbles, demos)
 
     settings = json.loads((tmp_path / "sft" / "settings.json").read_text())
-    assert settings["inference"]["model"] == str(embedded_model_dir())  # --model: the base the warm start trains
+    assert settings["inference"]["model"] == str(base_dir)  # --model: the base the warm start trains
     sft = json.loads((tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()[0])
     assert not sft["skipped_update"] and sft["nll"] > 0 and sft["trainable_samples"] == 2  # epochs wrap around
     start = load_file(str(tmp_path / "sft" / "weights" / "v000001" / "model.safetensors"))
-    base = load_file(str(embedded_model_dir() / "model.safetensors"))
+    base = load_file(str(base_dir / "model.safetensors"))
     assert any(not (start[k].float() == base[k].float()).all() for k in base if k in start), "SFT changed nothing"
 
     for phase in ("base", "before", "after"):

@@ -1,6 +1,8 @@
 """PARTIAL_ROLLOUTS=true MAX_STALENESS=1 end to end: the real trainer (FSDP2 on CPU), driver, proxy, Docker sandbox,
 qwen-code and grader on the embedded default's tasks, 2 steps of 2 groups of 2, the scripted model choosing the
-actions (``tests/partial_run.py``).
+actions (``tests/partial_run.py``). The trainer updates the tiny model of SmolLM2's architecture and tokenizer
+(``tests/tiny_model.py``): a step of seconds, where SmolLM2 in fp32 on 2 cores takes minutes to train what the test
+needs of no particular weights.
 
 The first group drawn is a straggler: its second model call is generated only once the server serves version 1.
 Step 0 must train on two other groups without waiting for it, the sync must freeze its call instead of draining it,
@@ -15,6 +17,7 @@ import pytest
 from qwen_swe.data.source import SWEBenchDataSource
 from tests.partial_run import PlanScript, fixable_rows, jsonl, run_settings, run_trainer
 from tests.scripted_vllm import VLLMThread
+from tests.tiny_model import tiny_smollm2_dir
 
 # the run's own limit (run_trainer: 30 min) bounds it, not the default 15 min
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.agent, pytest.mark.timeout(2100)]
@@ -35,6 +38,7 @@ def test_a_straggler_group_is_carried_over_a_sync_and_trained_a_step_later(tmp_p
             tmp_path / "run",
             vllm.url,
             run_id=RUN_ID,
+            model=str(tiny_smollm2_dir()),
             num_rollouts=2,
             rollout_batch_size=2,
             n_samples=2,
