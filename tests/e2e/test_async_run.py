@@ -31,10 +31,7 @@ STEPS = 3
 
 
 def _env(out) -> dict[str, str]:
-    # the tiny model of SmolLM2's architecture and tokenizer: versions and resumption need no particular weights,
-    # and SmolLM2 in fp32 trains a step in minutes on 2 cores (the embedded-run test runs the warm-started default)
-    model = str(tiny_smollm2_dir())
-    return small_run_env(out, RUN_ID, STEPS, MAX_STALENESS="1", STOP_TIMEOUT="20", MODEL=model)
+    return small_run_env(out, RUN_ID, STEPS, MAX_STALENESS="1", STOP_TIMEOUT="20", MODEL=str(tiny_smollm2_dir()))
 
 
 def _jsonl(path) -> list[dict]:
