@@ -1,8 +1,10 @@
 """Off-policy rollouts (MAX_STALENESS=1) on the embedded default: local tasks in Docker, real qwen-code, vLLM CPU,
 FSDP2 on CPU, 3 steps, stopped by SIGTERM right after step 1's checkpoint (step 2's batch is then in flight). The
-policy is the tiny model of SmolLM2's architecture and tokenizer (``tests/tiny_model.py``): its rollouts rarely
-differ in reward, so steps seldom update; the trainer's async run (``test_trainer_fsdp.py``) and the partial-rollout
-run (``test_partial_run.py``) check versions across real updates, this test the whole run's stop and resume.
+policy is the tiny model of SmolLM2's architecture and tokenizer (``tests/tiny_model.py``): its random weights
+resolve nothing (a run measured: 12 one-turn attempts, all -1), so every step skips its update and the weight version
+stays 0. The trainer's async run (``test_trainer_fsdp.py``: the same stop with a batch in flight, then a resume) and
+the partial-rollout run (``test_partial_run.py``) check versions across real updates; this test, the whole run's stop
+and resume.
 
 The rerun with the same OUTPUT_DIR must serve exactly the groups not trained on (the batch that was in flight,
 then the next), every sample must record the weight version it was sampled with, and no container may be left.
