@@ -5,6 +5,10 @@
   their process groups (SIGTERM, then SIGKILL after the grace) and remove the run's containers. The process then
   exits with 128 + the signal number.
 - A second signal does not wait: every process group the run started gets SIGKILL and the process exits at once.
+- The signal is never lost. Python ignores an exception raised where it cannot propagate (an at-fork hook, a
+  ``__del__``): it prints "Exception ignored in ..." and goes on, and so would the run. ``spawn`` keeps the stop
+  signals blocked across its fork (a ``preexec_fn`` runs the at-fork hooks), and an ``Interrupted`` that is ignored
+  anyway (another thread took the signal) is raised again by re-sending the signal.
 - Children are started in their own session (so a terminal's Ctrl-C reaches only the run, which then stops them
   in order) and with ``PR_SET_PDEATHSIG``: if the run dies by SIGKILL, the kernel sends them SIGTERM. The next
   run reaps the containers that were left.
@@ -14,6 +18,7 @@ Signals are process-wide, so the supervisor is too: ``install`` once, in the ent
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import functools
@@ -23,12 +28,15 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 PR_SET_PDEATHSIG = 1
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+REDELIVERY_DELAY = 0.01  # seconds before a stop signal whose Interrupted was ignored is sent again
+EXIT_GRACE = 30.0  # seconds a child still registered at exit gets between SIGTERM and SIGKILL
 
 
 class Interrupted(BaseException):
@@ -50,11 +58,23 @@ class Supervisor:
         self.groups: set[int] = set()
         self.stopping = False
         self._lock = threading.Lock()
+        self._default_unraisable: Callable[[Any], object] = sys.unraisablehook
 
     def install(self) -> None:
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
                 signal.signal(sig, self._handle)
+            if sys.unraisablehook is not self._unraisable:  # once per process
+                self._default_unraisable = sys.unraisablehook
+                sys.unraisablehook = self._unraisable
+                atexit.register(self.stop_all, EXIT_GRACE)
+
+    def _unraisable(self, unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, Interrupted):  # raised where Python ignores it: raise it again,
+            self.stopping = False  # from another thread, so that it is not handled (and ignored) in this hook too
+            threading.Timer(REDELIVERY_DELAY, os.kill, (os.getpid(), unraisable.exc_value.signum)).start()
+            return
+        self._default_unraisable(unraisable)
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.stopping:  # the second signal: no more waiting
@@ -66,9 +86,13 @@ class Supervisor:
     def spawn(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
         """Start ``argv`` in its own session, dying with this process; its group is stopped on the way out."""
         _prctl()  # resolved here, not in the forked child (no dlopen between fork and exec)
-        proc = subprocess.Popen(list(argv), start_new_session=True, preexec_fn=die_with_parent, **kwargs)
-        with self._lock:
-            self.groups.add(proc.pid)
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # until the child is registered
+        try:
+            proc = subprocess.Popen(list(argv), start_new_session=True, preexec_fn=_child_setup, **kwargs)
+            with self._lock:
+                self.groups.add(proc.pid)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         return proc
 
     def stop(self, proc: subprocess.Popen, grace: float) -> None:
@@ -85,6 +109,20 @@ class Supervisor:
         finally:
             with self._lock:
                 self.groups.discard(proc.pid)
+
+    def stop_all(self, grace: float) -> None:
+        """Stop every group still registered: at exit, a child whose ``spawn`` the stop signal cut short (it raised
+        after the fork, so no caller holds the child to stop it)."""
+        with self._lock:
+            groups = list(self.groups)
+        for pgid in groups:
+            signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while not all(_reaped(g) for g in groups) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.kill_all()  # what is left of each group
+        with self._lock:
+            self.groups.difference_update(groups)
 
     def kill_all(self) -> None:
         with self._lock:
@@ -112,6 +150,20 @@ def _prctl() -> Any:
         return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):  # not Linux: no parent-death signal, the stop path still works
         return None
+
+
+def _reaped(pid: int) -> bool:
+    """Whether this process's child ``pid`` has exited (and is reaped now)."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:  # reaped already
+        return True
+
+
+def _child_setup() -> None:
+    """A spawned child, between fork and exec: the parent's blocked stop signals unblocked, dying with the parent."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    die_with_parent()
 
 
 def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> None:

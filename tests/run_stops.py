@@ -98,6 +98,10 @@ class Run:
                 raise AssertionError(f"no {what} within {timeout} s; see {self.log.name}")
             time.sleep(0.5)
 
+    def log_tail(self, lines: int = 40) -> str:
+        self.log.flush()
+        return "\n".join(Path(self.log.name).read_text(errors="replace").splitlines()[-lines:])
+
     def containers(self, client: docker.DockerClient) -> list:
         return client.containers.list(all=True, filters={"label": f"qwen-swe.run={self.run_id}"})
 
@@ -109,7 +113,11 @@ class Run:
             self.proc.wait(timeout=30)
         else:
             self.proc.send_signal(sig)
-            assert self.proc.wait(timeout=budget + 60) == 128 + sig
+            try:
+                code = self.proc.wait(timeout=budget + 60)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"the run outlived its stop by {budget + 60} s:\n{self.log_tail()}") from None
+            assert code == 128 + sig, self.log_tail()
         wait_gone(marked(self.marker), budget)
         seconds = time.monotonic() - t0
         self.log.close()

@@ -82,3 +82,51 @@ def test_children_die_with_a_parent_killed_by_sigkill():
         wait_gone([child], 10)
     finally:
         proc.kill()
+
+
+# A stop signal that Python handles inside an at-fork hook: the hook's exception is "ignored" (printed, not raised).
+LOST_IN_A_HOOK = textwrap.dedent("""
+    import os, signal, subprocess, sys, time
+    from qwen_swe.supervise import Interrupted, install
+    install()
+    os.register_at_fork(after_in_parent=lambda: os.kill(os.getpid(), signal.SIGTERM))
+    try:
+        subprocess.run(["true"], preexec_fn=lambda: None)  # a preexec_fn runs the at-fork hooks
+        time.sleep(10)  # the signal is long handled by then
+    except Interrupted as stop:
+        sys.exit(stop.exit_code)
+""")
+# A stop signal sent while the supervisor forks a child: the child must be registered, stopped, and not inherit the
+# blocked signals.
+DURING_SPAWN = textwrap.dedent("""
+    import os, signal, sys
+    from qwen_swe.supervise import SUPERVISOR, Interrupted, install
+    install()
+    os.register_at_fork(before=lambda: os.kill(os.getpid(), signal.SIGTERM))
+    try:
+        SUPERVISOR.spawn([sys.executable, "-c", "import time; time.sleep(600)"])
+    except Interrupted as stop:
+        (child,) = SUPERVISOR.groups
+        blocked = [l for l in open(f"/proc/{child}/status") if l.startswith("SigBlk:")][0].split()[1]
+        print(child, int(blocked, 16), flush=True)
+        sys.exit(stop.exit_code)
+""")
+
+
+def _script(code: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_a_stop_signal_handled_where_python_ignores_exceptions_still_stops_the_run():
+    proc = _script(LOST_IN_A_HOOK)
+    assert proc.returncode == 143, proc.stderr
+
+
+def test_a_stop_signal_during_a_spawn_raises_once_the_child_is_registered_and_the_child_is_stopped():
+    proc = _script(DURING_SPAWN)
+    assert proc.returncode == 143, proc.stderr
+    assert "Exception ignored" not in proc.stderr  # the signal waited for the fork's hooks to finish
+    child, blocked = map(int, proc.stdout.split())
+    assert blocked & (1 << (signal.SIGTERM - 1) | 1 << (signal.SIGINT - 1)) == 0, "the child may be stopped"
+    wait_gone([child], 5)  # stopped at exit by its registration, though no caller got hold of it
