@@ -2,9 +2,10 @@
 reload) and by broadcast, and what it answered each time; shared by tests/integration/test_broadcast_sync.py and
 benchmarks/bench_weight_sync.py (``run_against``).
 
-Run as a module (``-m tests.vllm_sync URL OUT LORA``) it is the worker: 2 gloo trainer ranks build SmolLM2 sharded,
-change it, and make the server serve the change twice, once through the disk (today's path) and once by broadcast;
-rank 0 records what the server answered and how long each took, and restores the server's original weights.
+Run as a module (``-m tests.vllm_sync URL OUT LORA MODEL BUCKET_BYTES``) it is the worker: 2 gloo trainer ranks
+build the served model sharded (SmolLM2 in the benchmark, the tiny SmolLM2 in the test), change it, and make the
+server serve the change twice, once through the disk (today's path) and once by broadcast; rank 0 records what the
+server answered and how long each took, and restores the server's original weights.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def _probe(client, model: str) -> tuple[list[int], list[float]]:
     return choice["token_ids"], choice["logprobs"]["token_logprobs"]
 
 
-def _worker(url: str, out: Path, lora: int = 0) -> None:
+def _worker(url: str, out: Path, lora: int, model: str, bucket_bytes: int) -> None:
     import torch.distributed as dist
 
     from qwen_swe.config.hardware import served_dtype
@@ -50,7 +51,7 @@ def _worker(url: str, out: Path, lora: int = 0) -> None:
     from qwen_swe.train.streaming import weight_buckets
 
     dist.init_process_group("gloo")
-    rank, model = dist.get_rank(), str(embedded_model_dir())
+    rank = dist.get_rank()
     torch.manual_seed(0)
     policy = build_policy(model, device=torch.device("cpu"), weight_loading="meta", lora_rank=lora)
     with torch.no_grad():
@@ -82,7 +83,7 @@ def _worker(url: str, out: Path, lora: int = 0) -> None:
     dist.barrier()
     t0 = time.monotonic()
     dtype = getattr(torch, served_dtype())  # the server's, as the embedded profile's BROADCAST_DTYPE
-    stream = weight_buckets(policy, 64 << 20, dtype)  # what trainer.publish streams
+    stream = weight_buckets(policy, bucket_bytes, dtype)  # what trainer.publish streams
     if rank == 0:
         result["metrics"] = sync.push(stream, 2)
         result["broadcast_seconds"] = time.monotonic() - t0
@@ -96,7 +97,7 @@ def _worker(url: str, out: Path, lora: int = 0) -> None:
     if lora:  # the previous LoRA broadcast, for comparison: the adapted layers merged on the trainer, full size
         dist.barrier()
         t0 = time.monotonic()
-        stream = merged_lora_buckets(policy, 64 << 20, dtype)
+        stream = merged_lora_buckets(policy, bucket_bytes, dtype)
         if rank == 0:
             result["merged_metrics"] = sync.push(stream, 3)
             result["merged_seconds"] = time.monotonic() - t0
@@ -140,8 +141,9 @@ def merged_lora_buckets(policy, bucket_bytes: int, dtype: torch.dtype):
         yield bucket
 
 
-def run_against(url: str, out: Path, lora: int = 0) -> dict:
-    """The worker on 2 torchrun ranks against the server at ``url``: what it answered and how long each path took."""
+def run_against(url: str, out: Path, lora: int = 0, model: Path | None = None, bucket_mib: int = 64) -> dict:
+    """The worker on 2 torchrun ranks against the server at ``url``, which serves ``model`` (default the embedded
+    SmolLM2), in buckets of ``bucket_mib``: what the server answered and how long each path took."""
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
     cmd = [
@@ -156,6 +158,8 @@ def run_against(url: str, out: Path, lora: int = 0) -> dict:
         url,
         str(out),
         str(lora),
+        str(model or embedded_model_dir()),
+        str(bucket_mib << 20),
     ]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
     if proc.returncode != 0 or not (out / "result.json").exists():
@@ -164,4 +168,4 @@ def run_against(url: str, out: Path, lora: int = 0) -> dict:
 
 
 if __name__ == "__main__":  # a torchrun worker
-    run_rank(lambda: _worker(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])))
+    run_rank(lambda: _worker(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])))

@@ -24,17 +24,30 @@ from tests.vllm_sync import run_against
 # --- the real vLLM CPU server --------------------------------------------------------------------------------
 
 
+def _projections(config: dict) -> list[tuple[int, int]]:
+    """(in, out) of each linear layer of one decoder layer ("all-linear" LoRA's targets): q, k, v, o, gate, up, down."""
+    h, i, d = config["hidden_size"], config["intermediate_size"], config["head_dim"]
+    q, kv = config["num_attention_heads"] * d, config["num_key_value_heads"] * d
+    return [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)]
+
+
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_broadcast_serves_exactly_what_the_disk_reload_serves(tmp_path):
+    """On the tiny SmolLM2 (the real model's sizes are the weight-sync benchmark's), in 4 MiB buckets so that the
+    full weights take several."""
+    from safetensors.torch import load_file
+
     from qwen_swe.config import settings as config
     from qwen_swe.config.hardware import served_dtype
     from qwen_swe.inference.embedded_server import embedded_server
+    from tests.tiny_model import tiny_smollm2_dir
 
+    model = tiny_smollm2_dir()
     settings = config.load_settings([], env={"WEIGHT_SYNC": "broadcast"})
-    with embedded_server(settings, log_dir=tmp_path / "logs") as url:  # our own server: it needs the extension
-        full = run_against(url, tmp_path / "full")
-        lora = run_against(url, tmp_path / "lora", lora=4)
+    with embedded_server(settings, log_dir=tmp_path / "logs", model_dir=model) as url:  # it needs the extension
+        full = run_against(url, tmp_path / "full", model=model, bucket_mib=4)
+        lora = run_against(url, tmp_path / "lora", lora=4, model=model, bucket_mib=4)
     for r in (full, lora):
         assert r["disk"] != r["before"] and r["restored"] == r["before"]  # the change is visible, and reversible
         assert r["broadcast"] == r["disk"]  # same token ids and logprobs as the disk path, to the last bit
@@ -42,11 +55,14 @@ def test_broadcast_serves_exactly_what_the_disk_reload_serves(tmp_path):
         assert r["version"] == 3
     assert full["metrics"]["sync/broadcast_buckets"] >= 2 and lora["metrics"]["sync/broadcast_buckets"] == 1
     width = 2 if served_dtype() == "bfloat16" else 4  # the server's dtype: fp32 on a CPU without bf16
-    assert full["metrics"]["sync/broadcast_bytes"] == 134_515_008 * width  # every parameter once
-    # LoRA: only the adapters, fp32 (30 layers x 40,704 rank-4 A and B weights), which the worker merges itself into
-    # its base weights: the same answers as the layers merged on the trainer (30 x 3,538,944 weights)
-    assert lora["metrics"]["sync/broadcast_bytes"] == 30 * 40_704 * 4
-    assert lora["merged_metrics"]["sync/broadcast_bytes"] == 30 * 3_538_944 * width
+    parameters = sum(t.numel() for t in load_file(str(model / "model.safetensors")).values())  # tied: saved once
+    assert full["metrics"]["sync/broadcast_bytes"] == parameters * width  # every parameter once
+    # LoRA: only the rank-4 adapters, fp32 (A: 4 x in, B: out x 4 per projection), which the worker merges itself
+    # into its base weights: the same answers as the layers merged on the trainer (in x out per projection)
+    cfg = json.loads((model / "config.json").read_text())
+    layers, projections = cfg["num_hidden_layers"], _projections(cfg)
+    assert lora["metrics"]["sync/broadcast_bytes"] == layers * sum(4 * (i + o) for i, o in projections) * 4
+    assert lora["merged_metrics"]["sync/broadcast_bytes"] == layers * sum(i * o for i, o in projections) * width
     assert lora["merged"] == lora["disk"] == lora["broadcast"]
 
 
