@@ -159,23 +159,29 @@ class BroadcastWorkerExtension:
     def qwen_swe_receive(self) -> str:
         """Receive buckets from the trainer's rank 0 until it sends the end mark, feeding them to vLLM's in-place
         ``reload_weights`` as they arrive (one reload per sync, as from disk, but from the wire); LoRA adapters are
-        merged into the base weights from the server's model folder first."""
+        merged into the base weights from the server's model folder first. A failure here (the reload, a merge) is
+        raised only after the rest of the stream is taken to its end mark: a send the workers never take holds the
+        trainer for the group's whole timeout (gloo waits for it when the group goes)."""
         counts = {"tensors": 0, "bytes": 0, "merged": 0}
+        wire = {"between_buckets": True, "ended": False}
         with ExitStack() as stack:
             reader: list[Any] = []  # the base checkpoint, opened at the first adapter of this sync
 
             def weights() -> Iterator[tuple[str, torch.Tensor]]:
                 while True:
+                    wire["between_buckets"] = False
                     manifest = receive_manifest(self.qwen_swe_group, self.qwen_swe_device)
                     if manifest is None:
+                        wire.update(between_buckets=True, ended=True)
                         return
                     flat = torch.empty(manifest_bytes(manifest), dtype=torch.uint8, device=self.qwen_swe_device)
+                    self.qwen_swe_group.broadcast([flat], _root0()).wait()
+                    wire["between_buckets"] = True
                     lora = [e["module"] + ".weight" for e in manifest["entries"] if e["kind"] == "lora"]
                     if lora:  # before this bucket feeds anything: a wrong model folder fails on its first adapter
                         self._qwen_swe_base().check(lora)
                         if not reader:
                             reader.append(stack.enter_context(self._qwen_swe_base().reader()))
-                    self.qwen_swe_group.broadcast([flat], _root0()).wait()
                     counts["tensors"] += len(manifest["entries"])
                     counts["bytes"] += flat.numel()
                     for item in unpack(flat, manifest):
@@ -195,8 +201,19 @@ class BroadcastWorkerExtension:
                         else:
                             yield item
 
-            self.model_runner.reload_weights(weights_iterator=weights(), is_checkpoint_format=True)
+            try:
+                self.model_runner.reload_weights(weights_iterator=weights(), is_checkpoint_format=True)
+            except Exception:
+                if wire["between_buckets"] and not wire["ended"]:  # not a failure of the wire itself
+                    self._qwen_swe_drain()
+                raise
         return f"{counts['tensors']} entries ({counts['merged']} LoRA merges), {counts['bytes']} bytes"
+
+    def _qwen_swe_drain(self) -> None:
+        """Take the stream's remaining buckets, unused, up to its end mark."""
+        while (manifest := receive_manifest(self.qwen_swe_group, self.qwen_swe_device)) is not None:
+            flat = torch.empty(manifest_bytes(manifest), dtype=torch.uint8, device=self.qwen_swe_device)
+            self.qwen_swe_group.broadcast([flat], _root0()).wait()
 
     def _qwen_swe_base(self) -> BaseWeights:
         """The served model's safetensors index, built on first use (headers only) and kept."""
