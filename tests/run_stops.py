@@ -116,6 +116,7 @@ class Run:
             try:
                 code = self.proc.wait(timeout=budget + 60)
             except subprocess.TimeoutExpired:
+                stop(self.proc)  # a second signal: the run kills what it started and exits at once
                 raise AssertionError(f"the run outlived its stop by {budget + 60} s:\n{self.log_tail()}") from None
             assert code == 128 + sig, self.log_tail()
         wait_gone(marked(self.marker), budget)
