@@ -163,20 +163,20 @@ class BroadcastWorkerExtension:
         raised only after the rest of the stream is taken to its end mark: a send the workers never take holds the
         trainer for the group's whole timeout (gloo waits for it when the group goes)."""
         counts = {"tensors": 0, "bytes": 0, "merged": 0}
-        wire = {"between_buckets": True, "ended": False}
+        wire = "between buckets"  # or "receiving" (a wire operation under way), or "ended" (the end mark taken)
         with ExitStack() as stack:
             reader: list[Any] = []  # the base checkpoint, opened at the first adapter of this sync
 
             def weights() -> Iterator[tuple[str, torch.Tensor]]:
+                nonlocal wire
                 while True:
-                    wire["between_buckets"] = False
-                    manifest = receive_manifest(self.qwen_swe_group, self.qwen_swe_device)
-                    if manifest is None:
-                        wire.update(between_buckets=True, ended=True)
+                    wire = "receiving"
+                    bucket = receive_bucket(self.qwen_swe_group, self.qwen_swe_device)
+                    if bucket is None:
+                        wire = "ended"
                         return
-                    flat = torch.empty(manifest_bytes(manifest), dtype=torch.uint8, device=self.qwen_swe_device)
-                    self.qwen_swe_group.broadcast([flat], _root0()).wait()
-                    wire["between_buckets"] = True
+                    wire = "between buckets"
+                    manifest, flat = bucket
                     lora = [e["module"] + ".weight" for e in manifest["entries"] if e["kind"] == "lora"]
                     if lora:  # before this bucket feeds anything: a wrong model folder fails on its first adapter
                         self._qwen_swe_base().check(lora)
@@ -204,16 +204,11 @@ class BroadcastWorkerExtension:
             try:
                 self.model_runner.reload_weights(weights_iterator=weights(), is_checkpoint_format=True)
             except Exception:
-                if wire["between_buckets"] and not wire["ended"]:  # not a failure of the wire itself
-                    self._qwen_swe_drain()
+                if wire == "between buckets":  # not a failure of the wire itself: take the rest, unused
+                    while receive_bucket(self.qwen_swe_group, self.qwen_swe_device) is not None:
+                        pass
                 raise
         return f"{counts['tensors']} entries ({counts['merged']} LoRA merges), {counts['bytes']} bytes"
-
-    def _qwen_swe_drain(self) -> None:
-        """Take the stream's remaining buckets, unused, up to its end mark."""
-        while (manifest := receive_manifest(self.qwen_swe_group, self.qwen_swe_device)) is not None:
-            flat = torch.empty(manifest_bytes(manifest), dtype=torch.uint8, device=self.qwen_swe_device)
-            self.qwen_swe_group.broadcast([flat], _root0()).wait()
 
     def _qwen_swe_base(self) -> BaseWeights:
         """The served model's safetensors index, built on first use (headers only) and kept."""
@@ -251,6 +246,16 @@ def receive_manifest(group: Any, device: torch.device) -> dict[str, Any] | None:
     data = torch.empty(int(length.item()), dtype=torch.uint8, device=device)
     group.broadcast([data], _root0()).wait()
     return json.loads(bytes(data.cpu().tolist()))
+
+
+def receive_bucket(group: Any, device: torch.device) -> tuple[dict[str, Any], torch.Tensor] | None:
+    """The next bucket's manifest and flat bytes from rank 0; ``None`` at the end mark."""
+    manifest = receive_manifest(group, device)
+    if manifest is None:
+        return None
+    flat = torch.empty(manifest_bytes(manifest), dtype=torch.uint8, device=device)
+    group.broadcast([flat], _root0()).wait()
+    return manifest, flat
 
 
 def _nbytes(dtype: str, shape: list[int]) -> int:

@@ -38,10 +38,13 @@ STUBBORN = (
 )
 
 
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+
+
 def _parent(child: str, grace: float = 30.0) -> tuple[subprocess.Popen, int]:
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", PARENT, child, str(grace)], stdout=subprocess.PIPE, text=True, env=env, cwd=REPO_ROOT
+        [sys.executable, "-c", PARENT, child, str(grace)], stdout=subprocess.PIPE, text=True, env=_env(), cwd=REPO_ROOT
     )
     return proc, int(proc.stdout.readline())
 
@@ -114,8 +117,7 @@ DURING_SPAWN = textwrap.dedent("""
 
 
 def _script(code: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=120)
 
 
 def test_a_stop_signal_handled_where_python_ignores_exceptions_still_stops_the_run():
