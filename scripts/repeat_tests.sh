@@ -18,7 +18,11 @@ stop_busy() {
 trap stop_busy EXIT
 trap 'stop_busy; exit 130' INT
 trap 'stop_busy; exit 143' TERM
-echo "repeat_tests: $passes passes, busy loops beside pass ${busy_pass:-none}, storage $(docker info --format '{{.Driver}}')"
+driver=$(docker info --format '{{.Driver}}' 2>/dev/null) || {
+  echo "repeat_tests: Docker is not running; start it as the set-up does: bash scripts/setup/10_system.sh" >&2
+  exit 1
+}
+echo "repeat_tests: $passes passes, busy loops beside pass ${busy_pass:-none}, storage $driver"
 for k in $(seq "$passes"); do
   if [[ "$k" == "$busy_pass" ]]; then
     for _ in 1 2; do
