@@ -13,8 +13,9 @@ from pathlib import Path
 from qwen_swe import preflight
 from qwen_swe.backends.slime.checkpoints import TRACKER as SLIME_TRACKER
 from qwen_swe.backends.slime.launcher import launch as launch_slime
+from qwen_swe.config.profile import with_profile
 from qwen_swe.config.resume import resumed_settings, run_folder
-from qwen_swe.config.settings import Settings, given_settings, given_with_sources, with_profile
+from qwen_swe.config.settings import Settings, given_settings, given_with_sources
 from qwen_swe.config.show import precedence
 from qwen_swe.config.show import render as show_config
 from qwen_swe.errors import SETUP_EXIT_CODE, SetupError, TaskPackError
@@ -171,7 +172,7 @@ def run(settings: Settings) -> int:
         "run %s -> %s (%s)",
         settings.label,
         settings.output_dir,
-        "embedded default" if settings.embedded else settings.inference.vllm_url,
+        " on ".join(filter(None, ("embedded default" if settings.embedded else "", settings.inference.vllm_url))),
     )
     place = preflight.check(settings)  # the GPU placement, () on CPU
     reap(settings.label)  # leftovers of a runner that was killed with SIGKILL

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qwen_swe.config.settings import Settings, with_profile
+from qwen_swe.config.profile import with_profile
+from qwen_swe.config.settings import Settings
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir, embedded_tasks, python_path
 from qwen_swe.run import trainer_command
 from qwen_swe.sandbox.docker_host import reap_until_quiet

@@ -13,7 +13,8 @@ from typing import Any
 from qwen_swe.config.docs_page import generator_main, portable
 from qwen_swe.config.fields import env_name
 from qwen_swe.config.hardware import PROFILE_SHOWN
-from qwen_swe.config.settings import EMBEDDED_PROFILE, all_fields
+from qwen_swe.config.profile import EMBEDDED_PROFILE
+from qwen_swe.config.settings import all_fields
 from qwen_swe.paths import REPO_ROOT
 
 PAGE = REPO_ROOT / "docs" / "reference" / "settings.md"

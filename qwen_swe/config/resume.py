@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from qwen_swe.config.fields import env_name, from_json_value, to_json_value
-from qwen_swe.config.settings import SECTIONS, Settings, all_fields, with_profile
+from qwen_swe.config.profile import with_profile
+from qwen_swe.config.settings import SECTIONS, Settings, all_fields
 from qwen_swe.errors import ConfigError
 
 

@@ -23,10 +23,11 @@ from qwen_swe.agent.settings import AgentSettings
 from qwen_swe.config.environment import check_environment
 from qwen_swe.config.fields import convert, describe, env_name, from_json_value, opt, to_json_value, validate
 from qwen_swe.config.files import read_file
-from qwen_swe.config.hardware import PROFILE_SHOWN, native_bf16, served_dtype
+from qwen_swe.config.hardware import PROFILE_SHOWN
+from qwen_swe.config.profile import EMBEDDED_PROFILE, PROFILES, with_profile
 from qwen_swe.errors import ConfigError
-from qwen_swe.inference.settings import InferenceSettings
-from qwen_swe.paths import embedded_tasks
+from qwen_swe.inference.settings import DEFAULT_MODEL, InferenceSettings
+from qwen_swe.paths import embedded_model_dir, embedded_tasks
 from qwen_swe.plan.settings import PlacementSettings
 from qwen_swe.reward.settings import RewardSettings
 from qwen_swe.rollout.settings import RolloutSettings
@@ -46,7 +47,7 @@ SECTIONS: dict[str, type] = {
 CONFIG_DEST = "config_file"  # the parser's --config: not a setting itself, so never in settings.json
 PRECEDENCE = (
     "a flag wins over its env var, which wins over the --config file, which wins over the embedded "
-    "profile (applied when no VLLM_URL is given anywhere), which wins over the default"
+    "profile (applied when no VLLM_URL is given anywhere, or with PROFILE=embedded), which wins over the default"
 )
 
 
@@ -66,14 +67,20 @@ class Settings:
     )
     dataset: str | None = opt(
         None,
-        f"HF dataset name or local .json/.jsonl/.parquet; default {DEFAULT_DATASET} "
-        "with VLLM_URL, the localized generated train tasks of seed 0 without",
+        "HF dataset name or local .json/.jsonl/.parquet; default the localized generated train tasks of seed 0 in "
+        f"the embedded default, else {DEFAULT_DATASET}",
     )
     instance_list: Path | None = opt(None, "file of instance ids, one a line")
     seed: int = opt(1234, "data shuffle and sampling seed")
 
     # --- run ---------------------------------------------------------------------------------
     backend: str = opt("fsdp", "trainer: built-in FSDP2 or slime's train.py", choices=("fsdp", "slime"))
+    profile: str = opt(
+        "auto",
+        "embedded: the embedded default's values, tasks, policy and agent prompt also against VLLM_URL's server "
+        "(one kept warm: `qwen-swe serve --model embedded:FOLDER`); auto: only when no VLLM_URL is given",
+        choices=PROFILES,
+    )
     slime_dir: Path | None = opt(None, "slime checkout (BACKEND=slime)")
     slime_python: str | None = opt(
         None, "interpreter that runs slime's train.py (BACKEND=slime); default: the current one"
@@ -186,8 +193,9 @@ class Settings:
     # --- derived values ----------------------------------------------------------------------
     @property
     def embedded(self) -> bool:
-        """No server given: run on the embedded CPU server, the generated train tasks and the tiny model."""
-        return self.inference.embedded
+        """The embedded default: the generated train tasks, the warm-started SmolLM2 and its compact agent prompt, on
+        the CPU server the run starts (no VLLM_URL) or, with PROFILE=embedded, on VLLM_URL's."""
+        return self.profile == "embedded" or self.inference.starts_server
 
     @property
     def dataset_source(self) -> str:
@@ -195,7 +203,8 @@ class Settings:
 
     @property
     def model_name(self) -> str:
-        return self.inference.model_name
+        """The model to train and serve: MODEL, else the embedded SmolLM2 folder or the seed's Qwen3-Coder."""
+        return self.inference.model or (str(embedded_model_dir()) if self.embedded else DEFAULT_MODEL)
 
     @property
     def offline(self) -> bool:
@@ -310,42 +319,6 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
-# The agent profile a small model can act in: free tool choice, up to 5 calls of up to 256 tokens. The warm start's
-# demonstrations are recorded in it, and the embedded default trains the warm-started policy in it, so the two agree.
-WARM_START_AGENT: dict[str, Any] = {
-    "tool_choice": "auto",
-    "max_turns": 5,
-    "agent_max_tokens": 256,
-    "agent_timeout": 180,
-}
-
-# The embedded default (no VLLM_URL) is a small run of the same code path on 2 CPU cores, on the generated train
-# tasks: the warm-started SmolLM2-135M (``run.py`` builds it once and caches it; MODEL=<folder> trains another), the
-# warm start's agent profile, the seed's binary reward, and 2 steps of 4 groups of 4: about half the groups have
-# both outcomes (measured), so 8 groups give an update in nearly every run (docs). Recomputed activations: a
-# 3000-token rollout's activations and logits are several GB a rank, and two ranks, the server and the containers
-# share 24 GiB. bf16 only where native (hardware.py). Each value applies only where the user set nothing.
-EMBEDDED_PROFILE: dict[str, Any] = {
-    **WARM_START_AGENT,
-    "num_rollouts": 2,
-    "rollout_batch_size": 4,
-    "n_samples": 4,
-    "reward_mode": "binary",
-    "mixed_precision": native_bf16(),
-    "broadcast_dtype": served_dtype(),  # the embedded server's own dtype
-    "activation_checkpointing": True,
-    "lr": 2e-5,
-    "max_response_len": 4096,
-    "max_model_len": 8192,
-    "rollout_concurrency": 4,
-    "boot_concurrency": 2,
-    "eval_timeout": 300.0,
-    "image_namespace": "",
-    "shaped_length": 0.2,
-    "shaped_token_budget": 1024,
-}
-
-
 def given_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The settings the user gave, by flat name: ``argv`` flags over ``env`` (default ``os.environ``) variables over
     the ``--config`` file. A variable or key that looks like a setting but is not one is an error naming the nearest."""
@@ -382,11 +355,6 @@ def given_with_sources(
         elif f.name in in_file:
             values[f.name], sources[f.name] = in_file[f.name], f"file {path}"
     return values, sources
-
-
-def with_profile(values: Mapping[str, Any]) -> dict[str, Any]:
-    """With no VLLM_URL, the embedded profile's values (``EMBEDDED_PROFILE``) where ``values`` set nothing."""
-    return dict(values) if values.get("vllm_url") else {**EMBEDDED_PROFILE, **values}
 
 
 def load_settings(

@@ -10,7 +10,8 @@ from typing import Any
 import yaml
 
 from qwen_swe.config.fields import to_json_value
-from qwen_swe.config.settings import EMBEDDED_PROFILE, Settings, all_fields, field_groups
+from qwen_swe.config.profile import EMBEDDED_PROFILE
+from qwen_swe.config.settings import Settings, all_fields, field_groups
 
 FIELDS = {f.name: f for f in all_fields()}
 
@@ -21,7 +22,7 @@ def precedence(sources: Mapping[str, str], profile: bool, resumed: Path | None =
     layers = ["flags", "env vars", f"file {files[0]}" if files else "file (none: --config FILE)"]
     if resumed is not None:
         layers.append(f"the resumed run's {resumed}")
-    layers.append("embedded profile (no VLLM_URL)" if profile else "embedded profile (off: VLLM_URL is set)")
+    layers.append("embedded profile" if profile else "embedded profile (off: VLLM_URL without PROFILE=embedded)")
     layers.append("defaults")
     return "settings: " + " > ".join(layers)
 

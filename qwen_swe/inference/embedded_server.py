@@ -107,7 +107,7 @@ def serving(settings: config.Settings, *, log_dir: Path) -> Iterator[config.Sett
     """With VLLM_URL: that server. Without: the embedded CPU server (MODEL's folder when given, else the embedded
     SmolLM2), started here and stopped by its process group, requiring VLLM_API_KEY (a fresh random key when unset)
     on every route; yields the settings with its URL and key."""
-    if not settings.embedded:
+    if not settings.inference.starts_server:
         yield settings
         return
     model_dir = Path(settings.inference.model).expanduser() if settings.inference.model else None

@@ -3,6 +3,7 @@
     python examples/qwen_swe/start_vllm.py --port 8000 --tp 8            # MODEL from env, default Qwen3-Coder
     python examples/qwen_swe/start_vllm.py --tp 8 --dry-run              # print env + command, start nothing
     python -m qwen_swe.inference.launcher --model embedded --port 8011  # the embedded CPU server
+    qwen-swe serve --model embedded:FOLDER   # the same for FOLDER (a warm start, weights/vN), kept warm between runs
 
 This module is the command: its flags become a ``ServeConfig`` (``serve_config.py``), which ``VLLMServer``
 (``server.py``) runs in its own process group, stopped by that group's id on Ctrl-C/SIGTERM, never by name.
@@ -42,7 +43,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
         description="Start vLLM's OpenAI server with tool calls and the RL endpoints on.",
         epilog="Arguments after -- go to vLLM unchanged.",
     )
-    p.add_argument("--model", help=f"HF name or folder, or '{EMBEDDED}' (env MODEL; default {DEFAULT_MODEL})")
+    p.add_argument(
+        "--model",
+        help=f"HF name or folder, or '{EMBEDDED}[:FOLDER]': the embedded CPU server of the shipped SmolLM2 or of "
+        f"FOLDER, for runs with PROFILE=embedded (env MODEL; default {DEFAULT_MODEL})",
+    )
     p.add_argument("--served-model-name", help="name clients send (env SERVED_MODEL_NAME; default the model)")
     p.add_argument("--host", default=None, help="bind address (default 0.0.0.0; embedded 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000)
@@ -61,27 +66,35 @@ def build_arg_parser() -> argparse.ArgumentParser:
 
 def serve_config_from_args(
     args: argparse.Namespace, extra: Sequence[str] = (), env: Mapping[str, str] | None = None
-) -> ServeConfig:
+) -> tuple[ServeConfig, bool]:
+    """The server's configuration, and whether it is the embedded CPU profile (``--model embedded[:FOLDER]``)."""
     settings = config.load_settings([], env=env, profile=False)  # the embedded run profile is not a GPU default
     model = args.model or settings.inference.model or DEFAULT_MODEL
     lora_rank = settings.train.lora_rank if args.lora_rank is None else args.lora_rank
     if model == EMBEDDED or model.startswith(EMBEDDED + ":"):
+        folder = model.partition(":")[2]
+        model_dir = Path(folder).expanduser().resolve() if folder else None
+        if model_dir is not None and not (model_dir / "config.json").is_file():
+            raise config.ConfigError(
+                f"--model {model}: {folder} has no config.json; give a model folder (a warm start, a run's weights/vN)"
+            )
         base = embedded_serve_config(
-            settings,
+            settings.replace(model=str(model_dir)) if model_dir else settings,  # served under FOLDER's path alone
             port=args.port,
             lora_rank=lora_rank,
-            model_dir=paths.embedded_model_dir() if args.dry_run else None,
+            model_dir=model_dir or (paths.embedded_model_dir() if args.dry_run else None),
             api_key=settings.inference.vllm_api_key or secrets.token_urlsafe(32),
         )
-        return dataclasses.replace(
+        serve = dataclasses.replace(
             base, host=args.host or base.host, extra_args=tuple(extra), python=args.python or base.python
         )
+        return serve, True
     served = args.served_model_name or settings.inference.served_model_name
     python = args.python or default_python()
     gpus = nvidia_gpus(env)
     tp = args.tp or settings.inference.tp
     devices = serve_gpus(settings.replace(tp=tp * args.dp), gpus) if cuda_server(python, gpus) else ()
-    return ServeConfig(
+    serve = ServeConfig(
         model=model,
         served_model_names=(served,) if served else (),
         host=args.host or "0.0.0.0",
@@ -99,6 +112,23 @@ def serve_config_from_args(
         api_key=settings.inference.vllm_api_key or secrets.token_urlsafe(32),
         extra_args=tuple(extra),
     )
+    return serve, False
+
+
+def ready_exports(serve: ServeConfig, url: str, embedded: bool) -> list[str]:
+    """What a run in another shell exports to use the started server."""
+    exports = [
+        f"export VLLM_URL={url}",
+        f"export MODEL={shlex.quote(serve.model)}",
+        f"export {KEY_ENV}={shlex.quote(serve.api_key or '')}",
+    ]  # every route but /health needs it
+    if serve.served_model_names:
+        exports.append(f"export SERVED_MODEL_NAME={shlex.quote(serve.served_model_names[0])}")
+    if embedded:  # a run against it takes the embedded default's tasks, agent prompt and settings
+        exports.append("export PROFILE=embedded")
+    if serve.devices:  # the run on this node keeps its trainer off these GPUs
+        exports.append(f"export INFERENCE_GPUS={','.join(map(str, serve.devices))} TP={serve.tp}")
+    return exports
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -106,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = build_arg_parser().parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     try:
-        serve = serve_config_from_args(args, extra)
+        serve, embedded = serve_config_from_args(args, extra)
         serve.parser  # noqa: B018 - fail on an unknown family before anything starts
     except config.ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -122,17 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         print(f"starting vLLM (log: {log}):\n  {serve.shell()}", flush=True)
         url = server.start(args.startup_timeout)
-        exports = [
-            f"export VLLM_URL={url}",
-            f"export MODEL={shlex.quote(serve.model)}",
-            f"export {KEY_ENV}={shlex.quote(serve.api_key or '')}",
-        ]  # every route but /health needs it
-        if serve.served_model_names:
-            exports.append(f"export SERVED_MODEL_NAME={shlex.quote(serve.served_model_names[0])}")
-        if serve.devices:  # the run on this node keeps its trainer off these GPUs
-            exports.append(f"export INFERENCE_GPUS={','.join(map(str, serve.devices))} TP={serve.tp}")
         print(
-            f"vLLM is ready (pid {server.pid}). In another shell:\n  " + "\n  ".join(exports) + "\nCtrl-C stops it.",
+            f"vLLM is ready (pid {server.pid}). In another shell:\n  "
+            + "\n  ".join(ready_exports(serve, url, embedded))
+            + "\nCtrl-C stops it.",
             flush=True,
         )
         while server.process is not None and server.process.poll() is None:

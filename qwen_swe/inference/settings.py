@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qwen_swe.config.fields import opt, validate
-from qwen_swe.paths import embedded_model_dir
 
 DEFAULT_MODEL = "Qwen/Qwen3-Coder-30B-A3B-Instruct"
 
@@ -14,7 +13,8 @@ DEFAULT_MODEL = "Qwen/Qwen3-Coder-30B-A3B-Instruct"
 class InferenceSettings:
     vllm_url: str | None = opt(None, "OpenAI-compatible server URL; unset = start the embedded CPU server")
     model: str | None = opt(
-        None, f"HF name or local folder; default {DEFAULT_MODEL} with VLLM_URL, the embedded SmolLM2 folder without"
+        None,
+        f"HF name or local folder; default the embedded SmolLM2 folder in the embedded default, else {DEFAULT_MODEL}",
     )
     tp: int = opt(1, "tensor parallel size of a locally started vLLM", minimum=1)
     served_model_name: str | None = opt(None, "model name the server exposes; default MODEL")
@@ -64,14 +64,9 @@ class InferenceSettings:
         validate(self)
 
     @property
-    def embedded(self) -> bool:
-        """No server given: the run starts the embedded CPU server with the tiny model."""
+    def starts_server(self) -> bool:
+        """No server given: the run starts the embedded CPU server."""
         return not self.vllm_url
-
-    @property
-    def model_name(self) -> str:
-        """The model to train and serve: MODEL, else the embedded SmolLM2 folder or the seed's Qwen3-Coder."""
-        return self.model or (str(embedded_model_dir()) if self.embedded else DEFAULT_MODEL)
 
     @property
     def url(self) -> str | None:

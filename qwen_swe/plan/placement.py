@@ -97,7 +97,7 @@ def parse_gpus(name: str, text: str | None) -> tuple[int, ...]:
 
 def server_is_local(settings: Settings) -> bool:
     """The embedded server, or a VLLM_URL on this host (loopback or this machine's name)."""
-    if settings.embedded:
+    if settings.inference.starts_server:
         return True
     host = urlparse(settings.inference.vllm_url or "").hostname or ""
     if host in ("localhost", socket.gethostname(), socket.getfqdn()):

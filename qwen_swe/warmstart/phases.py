@@ -19,7 +19,8 @@ from types import MappingProxyType
 from typing import Any
 
 from qwen_swe.config.fields import env_name
-from qwen_swe.config.settings import WARM_START_AGENT, all_fields
+from qwen_swe.config.profile import WARM_START_AGENT
+from qwen_swe.config.settings import all_fields
 from qwen_swe.errors import SetupError
 from qwen_swe.paths import REPO_ROOT
 from qwen_swe.progress import INTERVAL, format_seconds, show

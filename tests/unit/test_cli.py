@@ -135,4 +135,4 @@ def test_train_logs_the_precedence_at_start(monkeypatch, caplog, tmp_path):
     with caplog.at_level("INFO", logger="qwen_swe"):
         assert main(["train", "--config", str(cfg)]) == 0
     assert started[0].n_samples == 3
-    assert f"settings: flags > env vars > file {cfg} > embedded profile (no VLLM_URL) > defaults" in caplog.text
+    assert f"settings: flags > env vars > file {cfg} > embedded profile > defaults" in caplog.text

@@ -10,13 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from qwen_swe.config.settings import (
-    DEFAULT_DATASET,
-    EMBEDDED_PROFILE,
-    ConfigError,
-    Settings,
-    load_settings,
-)
+from qwen_swe.config.profile import EMBEDDED_PROFILE
+from qwen_swe.config.settings import DEFAULT_DATASET, ConfigError, Settings, load_settings
+from qwen_swe.inference.embedded_server import serving
 from qwen_swe.inference.settings import DEFAULT_MODEL
 from qwen_swe.paths import embedded_model_dir, embedded_tasks
 
@@ -55,6 +51,21 @@ def test_without_a_server_the_embedded_default():
     assert (s.num_rollouts, s.agent.max_turns, s.model_name) == (7, 9, "/models/mine")
     # an empty VLLM_URL is unset
     assert load_settings([], {"VLLM_URL": ""}).embedded
+
+
+def test_profile_embedded_takes_the_embedded_default_to_a_running_server(tmp_path):
+    """PROFILE=embedded with VLLM_URL (a server kept warm): the embedded default's values, tasks and model, on that
+    server; the run starts none of its own."""
+    s = load_settings([], {**SERVER, "PROFILE": "embedded"})
+    assert s.embedded and not s.inference.starts_server and s.inference.url == SERVER["VLLM_URL"]
+    assert s.model_name == str(embedded_model_dir()) and s.dataset_source == str(embedded_tasks())
+    for name, value in EMBEDDED_PROFILE.items():
+        assert s.flat()[name] == value, name
+    assert load_settings(["--max-turns", "9"], {**SERVER, "PROFILE": "embedded"}).agent.max_turns == 9
+    with serving(s, log_dir=tmp_path) as served:
+        assert served is s and not list(tmp_path.iterdir())  # no server started, no log
+    with pytest.raises(ConfigError, match="PROFILE"):
+        load_settings([], {"PROFILE": "tiny"})
 
 
 def test_env_parsing_of_every_type(tmp_path, monkeypatch):

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from qwen_swe.config.settings import EMBEDDED_PROFILE, ConfigError, Settings, given_with_sources, load_settings
+from qwen_swe.config.profile import EMBEDDED_PROFILE
+from qwen_swe.config.settings import ConfigError, Settings, given_with_sources, load_settings
 from qwen_swe.config.show import precedence, render, source_of
 from qwen_swe.paths import REPO_ROOT
 
@@ -133,7 +134,7 @@ def test_print_config_names_each_source_and_reads_back_as_a_config(tmp_path):
     assert lines["max_turns"] == f"max_turns: {EMBEDDED_PROFILE['max_turns']}  # profile"
     assert lines["seed"] == "seed: 1234  # default"
     assert "served_url" not in lines  # filled in by the run
-    assert text.startswith(f"# settings: flags > env vars > file {cfg} > embedded profile (no VLLM_URL) > defaults")
+    assert text.startswith(f"# settings: flags > env vars > file {cfg} > embedded profile > defaults")
     again = write(tmp_path, text, "again.yaml")  # the output is a config file giving the same settings
     assert load_settings(["--config", str(again)], {}).to_dict() == load_settings(argv, env).to_dict()
     assert yaml.safe_load(text)["output_dir"] == str(load_settings(argv, env).output_dir)
@@ -145,7 +146,7 @@ def test_a_resumed_run_names_its_settings_file_as_the_source(tmp_path):
     assert source_of("resume_override", {}, profile=False, resumed=saved) == "default"  # never carried over
     assert source_of("lr", {"lr": "flag"}, profile=False, resumed=saved) == "flag"
     assert "the resumed run's" in precedence({}, profile=False, resumed=saved)
-    assert "embedded profile (off: VLLM_URL is set)" in precedence({}, profile=False)
+    assert "embedded profile (off: VLLM_URL without PROFILE=embedded)" in precedence({}, profile=False)
 
 
 @pytest.mark.parametrize(

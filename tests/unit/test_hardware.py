@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from qwen_swe.config.hardware import cpu_flags, native_bf16, served_dtype
-from qwen_swe.config.settings import EMBEDDED_PROFILE
+from qwen_swe.config.profile import EMBEDDED_PROFILE
 from qwen_swe.warmstart.stage import WarmStartSpec
 
 AVX2 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n\nprocessor\t: 1\nflags\t\t: fpu sse2 avx avx2 fma\n"

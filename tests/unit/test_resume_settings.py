@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from qwen_swe.config.settings import EMBEDDED_PROFILE, ConfigError, Settings, all_fields, load_settings
+from qwen_swe.config.profile import EMBEDDED_PROFILE
+from qwen_swe.config.settings import ConfigError, Settings, all_fields, load_settings
 from qwen_swe.run import load_run_settings
 
 SERVER = "http://gpu-box:8000/v1"

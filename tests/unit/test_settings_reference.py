@@ -8,7 +8,8 @@ import pytest
 from qwen_swe.config import reference
 from qwen_swe.config.docs_page import block
 from qwen_swe.config.fields import env_name
-from qwen_swe.config.settings import EMBEDDED_PROFILE, all_fields
+from qwen_swe.config.profile import EMBEDDED_PROFILE
+from qwen_swe.config.settings import all_fields
 
 
 def test_the_pages_table_is_the_generated_one():

@@ -14,7 +14,13 @@ from qwen_swe import paths
 from qwen_swe.config import settings as config
 from qwen_swe.config.hardware import served_dtype
 from qwen_swe.inference.client import InferenceClient, InferenceError
-from qwen_swe.inference.embedded_server import EMBEDDED_GPU_MEMORY, EMBEDDED_SERVED_NAME, embedded_serve_config
+from qwen_swe.inference.embedded_server import (
+    EMBEDDED_GPU_MEMORY,
+    EMBEDDED_SERVED_NAME,
+    TEMPLATE,
+    embedded_serve_config,
+)
+from qwen_swe.inference.launcher import build_arg_parser, ready_exports, serve_config_from_args
 from qwen_swe.inference.serve_config import ServeConfig
 from qwen_swe.inference.server import VLLMServer, free_port
 from qwen_swe.inference.settings import DEFAULT_MODEL
@@ -167,6 +173,30 @@ def test_embedded_profile_is_the_measured_cpu_setup(tmp_path: Path):
     names = argv[argv.index("--served-model-name") + 1 : argv.index("--tensor-parallel-size")]
     assert names[0] == EMBEDDED_SERVED_NAME and str(tmp_path) in names
     assert serve.base_url == "http://127.0.0.1:8123/v1"
+
+
+def test_a_folder_kept_warm_is_served_with_the_embedded_profile(tmp_path: Path):
+    """``--model embedded:FOLDER`` (a warm start, a run's weights/vN): the embedded CPU server of that folder, and
+    the exports that point a run at it tell it to take the embedded profile (PROFILE=embedded)."""
+    (tmp_path / "config.json").write_text("{}")
+    _, argv = dry_run("--model", f"embedded:{tmp_path}")
+    assert flag(argv, "--model") == str(tmp_path) and flag(argv, "--chat-template") == str(TEMPLATE)
+    assert flag(argv, "--tool-call-parser") == "hermes" and "--enforce-eager" in argv
+    names = argv[argv.index("--served-model-name") + 1 : argv.index("--tensor-parallel-size")]
+    assert names == [EMBEDDED_SERVED_NAME, str(tmp_path)]  # never the shipped SmolLM2's path: not its weights
+    args = build_arg_parser().parse_args(["--model", f"embedded:{tmp_path}"])
+    serve, embedded = serve_config_from_args(args, env=CLEAN_ENV)
+    exports = ready_exports(serve, "http://127.0.0.1:8011/v1", embedded)
+    assert embedded and "export PROFILE=embedded" in exports and f"export MODEL={tmp_path}" in exports
+    gpu, embedded = serve_config_from_args(build_arg_parser().parse_args(["--model", DEFAULT_MODEL]), env=CLEAN_ENV)
+    assert not embedded and "export PROFILE=embedded" not in ready_exports(gpu, "http://h:8000/v1", embedded)
+
+
+def test_an_embedded_folder_without_a_model_is_refused_with_the_fix(tmp_path: Path):
+    script = paths.REPO_ROOT / "examples" / "qwen_swe" / "start_vllm.py"
+    cmd = [sys.executable, str(script), "--dry-run", "--model", f"embedded:{tmp_path}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=CLEAN_ENV, cwd="/")
+    assert out.returncode == 2 and f"{tmp_path} has no config.json; give a model folder" in out.stderr
 
 
 def test_server_that_exits_early_reports_its_log(tmp_path: Path):
