@@ -29,10 +29,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_learning import evaluate_phase, read_rows
-from qwen_swe.config.settings import Settings, with_profile
+from benchmarks.bench_learning import SharedServer, evaluate_phase, read_rows
+from qwen_swe.config.profile import with_profile
+from qwen_swe.config.settings import Settings
 from qwen_swe.data.source import SWEBenchDataSource
 from qwen_swe.paths import cache_home
+from qwen_swe.supervise import install as install_supervisor
 from qwen_swe.warmstart.stage import WarmStartSpec, ensure_warm_start
 
 TARGET = 0.95
@@ -110,9 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = {r["instance_id"]: r for r in read_rows(Path(settings.dataset_source))}
     eval_rows = work / "drawn_tasks.jsonl"
     eval_rows.write_text("".join(json.dumps(rows[i]) + "\n" for i in dict.fromkeys(tasks)))
-    res = evaluate_phase(
-        "attempts", model, eval_rows, args.k, work, args.seed + EVAL_SEED_OFFSET, settings.agent.temperature
-    )
+    server = SharedServer(work)
+    try:
+        res = evaluate_phase(
+            "attempts", model, eval_rows, args.k, work, args.seed + EVAL_SEED_OFFSET, settings.agent.temperature, server
+        )
+    finally:
+        server.close()
     results = read_rows(work / "attempts" / "eval" / "results.jsonl")
     graded = [r for r in results if r["outcome"] != "error"]
     resolved = [res["per_task"].get(t, 0) for t in tasks]
@@ -160,4 +166,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    install_supervisor()  # a SIGTERM unwinds: the evaluation running and its server are stopped
     raise SystemExit(main())

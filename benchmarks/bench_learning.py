@@ -38,10 +38,10 @@ of the timing ratio is the whole protocol's wall time, each phase summed over ev
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
 import random
-import subprocess
+import secrets
 import sys
 import tempfile
 import time
@@ -50,28 +50,48 @@ from pathlib import Path
 from typing import Any
 
 from qwen_swe.config.hardware import native_bf16
+from qwen_swe.config.settings import load_settings
 from qwen_swe.evaluate.report import wilson
 from qwen_swe.evaluate.stats import one_sided_z, paired_sign_flip
-from qwen_swe.paths import REPO_ROOT, cache_home, embedded_model_dir
+from qwen_swe.inference.embedded_server import embedded_server
+from qwen_swe.paths import cache_home, embedded_model_dir
+from qwen_swe.supervise import install as install_supervisor
 from qwen_swe.warmstart.expert import one_line_fix
-from qwen_swe.warmstart.phases import AGENT_PROFILE, collect_command, latest_weights, sft_command
+from qwen_swe.warmstart.phases import AGENT_PROFILE, collect_command, latest_weights, run_logged, sft_command
 from qwen_swe.warmstart.stage import MANIFEST, WarmStartSpec, ensure_warm_start
 
 # The agent profile a small model can act in, the same in every phase (warm start, evaluation, training).
 # Its sampling temperature is --temperature, or the one --pick-temperature chooses on train tasks.
 AGENT = dict(AGENT_PROFILE)  # the warm start's agent profile, so its demonstrations and every phase agree
-PHASE_TIMEOUT = 3 * 3600
 SCREEN_SEED_OFFSET = 1_000_003  # the fit screen's SEED: its attempts' derived seeds are apart from the evaluations'
 EDIT_ERRORS = ("No changes to apply", "0 occurrences found")  # qwen-code's edit tool: a no-op, old text not found
 
 
-def _run(cmd: list[str], env: dict[str, str], log: Path) -> None:
-    full = {k: v for k, v in os.environ.items() if k not in ("VLLM_URL", "MODEL", "DATASET", "INSTANCE_LIST")}
-    full.update(env)
-    with log.open("w") as f:
-        proc = subprocess.run(cmd, cwd=REPO_ROOT, env=full, stdout=f, stderr=subprocess.STDOUT, timeout=PHASE_TIMEOUT)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}; see {log}:\n{log.read_text()[-3000:]}")
+class SharedServer:
+    """The embedded CPU server of the weights being evaluated, started when an evaluation first needs them and kept
+    for every evaluation of the same weights (a start costs about a minute of the 2 cores); one at a time. A phase
+    points at it with the embedded profile it would have had on a server of its own (PROFILE=embedded)."""
+
+    def __init__(self, work: Path) -> None:
+        self.log_dir = work / "servers"
+        self.model: Path | None = None
+        self._stack = contextlib.ExitStack()
+        self._env: dict[str, str] = {}
+
+    def env(self, model: Path) -> dict[str, str]:
+        if model != self.model:
+            self.close()
+            key = secrets.token_urlsafe(32)
+            settings = load_settings([], env={"MODEL": str(model)})
+            url = self._stack.enter_context(
+                embedded_server(settings, log_dir=self.log_dir, model_dir=model, api_key=key)
+            )
+            self.model, self._env = model, {"VLLM_URL": url, "VLLM_API_KEY": key, "PROFILE": "embedded"}
+        return self._env
+
+    def close(self) -> None:
+        self._stack.close()
+        self.model = None
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
@@ -206,13 +226,22 @@ def rollout_fractions(rollouts: Path) -> dict[str, float]:
 
 
 def evaluate_phase(
-    name: str, model: Path, heldout: Path, k: int, work: Path, seed: int, temperature: float
+    name: str,
+    model: Path,
+    heldout: Path,
+    k: int,
+    work: Path,
+    seed: int,
+    temperature: float,
+    server: SharedServer,
 ) -> dict[str, Any]:
+    """``k`` attempts at each task of ``heldout`` by ``model``, on the server of its weights."""
     out = work / name
-    _run(
+    run_logged(
         ["bash", "examples/qwen_swe/run_eval.sh"],
         {
             **AGENT,
+            **server.env(model),
             "TEMPERATURE": str(temperature),
             "MODEL": str(model),
             "DATASET": str(heldout),
@@ -239,7 +268,12 @@ def evaluate_phase(
 
 
 def screen_fit_tasks(
-    rows: list[dict[str, Any]], args: argparse.Namespace, model: Path, work: Path, temperature: float
+    rows: list[dict[str, Any]],
+    args: argparse.Namespace,
+    model: Path,
+    work: Path,
+    temperature: float,
+    server: SharedServer,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The first ``--fit-candidates`` of ``rows``, attempted ``--fit-screen`` times each with seeds of their own
     (``SEED`` + SCREEN_SEED_OFFSET: no evaluation or training rollout uses them); kept, in order, those the policy
@@ -247,7 +281,7 @@ def screen_fit_tasks(
     attempts are fresh, so the selection does not bias the comparison."""
     candidates = _write_rows(work / "fit_candidates.jsonl", rows[: args.fit_candidates])
     res = evaluate_phase(
-        "fit_screen", model, candidates, args.fit_screen, work, args.seed + SCREEN_SEED_OFFSET, temperature
+        "fit_screen", model, candidates, args.fit_screen, work, args.seed + SCREEN_SEED_OFFSET, temperature, server
     )
     kept = [r for r in read_rows(candidates) if 0 < res["per_task"].get(r["instance_id"], 0) < args.fit_screen]
     return kept, res
@@ -256,13 +290,21 @@ def screen_fit_tasks(
 def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(args.work or tempfile.mkdtemp(prefix="bench_learning_"))
     work.mkdir(parents=True, exist_ok=True)
+    server = SharedServer(work)
+    try:
+        return _protocol(args, work, server)
+    finally:
+        server.close()
+
+
+def _protocol(args: argparse.Namespace, work: Path, server: SharedServer) -> dict[str, Any]:
     print(f"bench_learning: seed {args.seed}, work {work}", flush=True)
     clock = PhaseClock(work / "phase_times.json")
     t0 = time.monotonic()
 
     tasks = work / "tasks"
     if not (tasks / "report.json").is_file():  # a phase whose result is there is skipped (evaluations resume)
-        _run(
+        run_logged(
             [
                 sys.executable,
                 "-m",
@@ -314,7 +356,7 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
         demos, demonstrated = manifest["demos"], set(manifest["demo_tasks"])
     else:
         if not (work / "demos" / "demos_report.json").is_file():
-            _run(
+            run_logged(
                 *collect_command(
                     work / "demos",
                     demo_rows,
@@ -329,7 +371,7 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
         demos = json.loads((work / "demos" / "demos_report.json").read_text())
         demonstrated = {r["instance_id"] for r in read_rows(demo_rows)}
         if not (work / "sft" / "weights" / f"v{args.sft_steps:06d}").is_dir():  # the warm start's last weights
-            _run(
+            run_logged(
                 *sft_command(
                     work / "demos" / "demos.jsonl",
                     work / "sft",
@@ -350,7 +392,9 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     if args.pick_temperature:  # on train tasks only, before any held-out attempt
         pick_rows = _write_rows(work / "pick_tasks.jsonl", rl_pool[: args.pick_tasks])
         for value in sorted(args.pick_temperature, reverse=True):
-            picked[value] = evaluate_phase(f"pick_t{value:g}", start_model, pick_rows, 1, work, args.seed, value)
+            picked[value] = evaluate_phase(
+                f"pick_t{value:g}", start_model, pick_rows, 1, work, args.seed, value, server
+            )
         temperature = max(picked, key=lambda v: picked[v]["resolved"])  # ties: the first, the highest temperature
         clock.add("pick_temperature", time.monotonic() - t)
 
@@ -359,7 +403,7 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     screen = None
     if args.fit_tasks and args.fit_screen:
         t = time.monotonic()
-        undemonstrated, screen = screen_fit_tasks(undemonstrated, args, start_model, work, temperature)
+        undemonstrated, screen = screen_fit_tasks(undemonstrated, args, start_model, work, temperature, server)
         clock.add("fit_screen", time.monotonic() - t)
     fit_rows = _write_rows(work / "fit_tasks.jsonl", undemonstrated[: args.fit_tasks])
     if args.fit_tasks and len(read_rows(fit_rows)) < args.fit_tasks:
@@ -372,22 +416,25 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
     before = after = base = None  # --heldout-tasks 0: the fit question only
     if args.heldout_tasks:
         t = time.monotonic()
-        before = evaluate_phase("eval_start", start_model, heldout_rows, args.k, work, args.seed, temperature)
+        before = evaluate_phase("eval_start", start_model, heldout_rows, args.k, work, args.seed, temperature, server)
         clock.add("eval_start", time.monotonic() - t)
     fit_before = None
     if args.fit_tasks:
         t = time.monotonic()
-        fit_before = evaluate_phase("fit_start", start_model, fit_rows, args.fit_k, work, args.seed, temperature)
+        fit_before = evaluate_phase(
+            "fit_start", start_model, fit_rows, args.fit_k, work, args.seed, temperature, server
+        )
         clock.add("fit_start", time.monotonic() - t)
     if args.eval_base and before:  # what the warm start did on the held-out tasks: the same attempts, base model
         t = time.monotonic()
-        base = evaluate_phase("eval_base", Path(model), heldout_rows, args.k, work, args.seed, temperature)
+        base = evaluate_phase("eval_base", Path(model), heldout_rows, args.k, work, args.seed, temperature, server)
         clock.add("eval_base", time.monotonic() - t)
 
+    server.close()  # the GRPO run starts its own, beside its trainer
     t = time.monotonic()
     rl = work / "rl"
     rl_temperature = temperature if args.rl_temperature is None else args.rl_temperature
-    _run(
+    run_logged(
         ["bash", "examples/qwen_swe/run_grpo.sh"],
         {
             **common,
@@ -417,12 +464,12 @@ def run_protocol(args: argparse.Namespace) -> dict[str, Any]:
 
     if before:
         t = time.monotonic()
-        after = evaluate_phase("eval_end", end_model, heldout_rows, args.k, work, args.seed, temperature)
+        after = evaluate_phase("eval_end", end_model, heldout_rows, args.k, work, args.seed, temperature, server)
         clock.add("eval_end", time.monotonic() - t)
     fit = None
     if fit_before:
         t = time.monotonic()
-        fit_after = evaluate_phase("fit_end", end_model, fit_rows, args.fit_k, work, args.seed, temperature)
+        fit_after = evaluate_phase("fit_end", end_model, fit_rows, args.fit_k, work, args.seed, temperature, server)
         clock.add("fit_end", time.monotonic() - t)
         fit = {
             "tasks": len(read_rows(fit_rows)),
@@ -730,4 +777,5 @@ def parser() -> argparse.ArgumentParser:
 
 
 if __name__ == "__main__":
+    install_supervisor()  # a SIGTERM unwinds: the phase running and the evaluations' server are stopped
     run_protocol(parser().parse_args())

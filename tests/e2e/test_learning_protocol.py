@@ -104,6 +104,9 @@ def test_small_protocol(tmp_path):
     base = load_file(str(base_dir / "model.safetensors"))
     assert any(not (start[k].float() == base[k].float()).all() for k in base if k in start), "SFT changed nothing"
 
+    # one server per weights evaluated (the warm start's, the base's, the end's), shared by the phases that evaluate
+    # them through PROFILE=embedded; the GRPO run starts its own
+    assert len(list((tmp_path / "servers").glob("vllm-embedded-*.log"))) == 3
     for phase in ("base", "before", "after"):
         assert result[phase]["attempts"] == 1 and result[phase]["errors"] == 0, result[phase]
         assert sum(result[phase]["per_task"].values()) == result[phase]["resolved"]  # paired by the one task

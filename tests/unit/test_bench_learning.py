@@ -93,15 +93,16 @@ def test_the_fit_screen_keeps_tasks_resolved_sometimes_with_seeds_of_its_own(tmp
     screened = {"t0": 4, "t1": 2, "t2": 0, "t3": 1, "t5": 3}  # t4: every attempt an error (not graded)
     calls = []
 
-    def evaluate(name, model, tasks, k, work, seed, temperature):
-        calls.append((name, [r["instance_id"] for r in bench_learning.read_rows(tasks)], k, seed))
+    def evaluate(name, model, tasks, k, work, seed, temperature, server):
+        calls.append((name, [r["instance_id"] for r in bench_learning.read_rows(tasks)], k, seed, server))
         return {"attempts": 16, "resolved": 10, "per_task": screened}
 
     monkeypatch.setattr(bench_learning, "evaluate_phase", evaluate)
     args = bench_learning.parser().parse_args(
         ["--seed", "7", "--fit-tasks", "2", "--fit-screen", "4", "--fit-candidates", "5"]
     )
-    kept, res = bench_learning.screen_fit_tasks(rows, args, tmp_path / "m", tmp_path, 1.0)
+    server = bench_learning.SharedServer(tmp_path)  # started by an evaluation: none here
+    kept, res = bench_learning.screen_fit_tasks(rows, args, tmp_path / "m", tmp_path, 1.0, server)
     assert [r["instance_id"] for r in kept] == ["t1", "t3"]  # in order; not t0 (always), t2 (never), t4, t5 (>5th)
-    assert calls == [("fit_screen", ["t0", "t1", "t2", "t3", "t4"], 4, 7 + bench_learning.SCREEN_SEED_OFFSET)]
+    assert calls == [("fit_screen", ["t0", "t1", "t2", "t3", "t4"], 4, 7 + bench_learning.SCREEN_SEED_OFFSET, server)]
     assert res["resolved"] == 10
