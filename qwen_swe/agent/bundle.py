@@ -33,6 +33,7 @@ QWEN_CODE_PACKAGE = "@qwen-code/qwen-code"
 # The registry's `dist.integrity` of @qwen-code/qwen-code@0.24.4: a re-published tarball fails the build.
 QWEN_CODE_INTEGRITY = "sha512-pmexy/Nj+BKd3Un1ogqGQE8V4GJn5B6N9PQOrU1GH+lMR29kn6Bgf6YdbZa8hNIoTmAKT1LTPK+P8TibZRPPVg=="
 NODE_MAJOR = 22
+COMPILE_CACHE = "compile-cache"  # Node's compile cache of the CLI, in the bundle (compile_cache.py fills it)
 # ripgrep builds for other platforms: 19 MB nobody in a Linux x86-64 container can run.
 _FOREIGN_RIPGREP = ("arm64-darwin", "x64-darwin", "x64-win32")
 _CMD_TIMEOUT = 600.0
@@ -51,6 +52,10 @@ class AgentBundle:
     @property
     def cli(self) -> Path:
         return self.root / "qwen-code" / "package" / "cli.js"
+
+    @property
+    def compile_cache(self) -> Path:
+        return self.root / COMPILE_CACHE
 
     @property
     def ready_file(self) -> Path:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from qwen_swe.agent.bundle import COMPILE_CACHE
 from qwen_swe.agent.settings import AgentSettings
 from qwen_swe.data.prompts import SYSTEM_PROMPT_COMPACT
 from qwen_swe.inference.settings import InferenceSettings
@@ -158,6 +159,7 @@ def agent_env(base_url: str, model: str, profile: Profile, marker: str) -> dict[
         "OPENAI_API_KEY": "qwen-swe",  # the proxy ignores it; the CLI infers its auth type from it
         "OPENAI_MODEL": model,
         "NO_COLOR": "1",
+        "NODE_COMPILE_CACHE": f"{AGENT_MOUNT}/{COMPILE_CACHE}",  # read-only: compiled once (compile_cache.py)
         MARKER_ENV: marker,
     }
     if profile == "compact":
