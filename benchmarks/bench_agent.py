@@ -1,6 +1,8 @@
 """What the agent step costs: assembling the runtime bundle, and one scripted 3-turn qwen-code rollout in a task
 container through the recording proxy, each next to a reference measured in the same run (copying the finished
-bundle; the CLI's bare start, ``node cli.js --version``, in the same container).
+bundle; the CLI's bare start, ``node cli.js --version``, in the same container). The rollouts alternate with and
+without Node's compile cache of the CLI (``qwen_swe/agent/compile_cache.py``; without: an empty folder mounted over
+it), so the cache's saving is measured in the same run.
 
 Run: .venv/bin/python -m benchmarks.bench_agent [--repeat N] [--skip-bundle]
 """
@@ -17,7 +19,8 @@ import time
 from pathlib import Path
 
 from qwen_swe.agent import qwen as qa
-from qwen_swe.agent.bundle import build_bundle
+from qwen_swe.agent.bundle import COMPILE_CACHE, build_bundle
+from qwen_swe.agent.compile_cache import fill
 from qwen_swe.config.settings import load_settings
 from qwen_swe.data.prompts import build_prompt
 from qwen_swe.paths import AGENT_MOUNT, TASK_PACK, agent_bundle_dir
@@ -41,7 +44,8 @@ def bench_bundle() -> tuple[float, float, float]:
     return t_build, t_copy, size
 
 
-async def one_rollout(row: dict, run_id: str) -> dict[str, float]:
+async def one_rollout(row: dict, run_id: str, hide_cache: str | None) -> dict[str, float]:
+    """One scripted rollout; ``hide_cache``: an empty folder mounted over the compile cache (every file compiled)."""
     path, old, new = gold_edit(row["patch"])
     target = f"/testbed/{path}"
     script = [
@@ -57,14 +61,11 @@ async def one_rollout(row: dict, run_id: str) -> dict[str, float]:
         RecordingProxy(server.url, model="scripted", tokenizer=tok, mode="tokens") as proxy,
     ):
         session = proxy.open_session()
+        mounts = {str(agent_bundle_dir()): AGENT_MOUNT}
+        if hide_cache:
+            mounts[hide_cache] = f"{AGENT_MOUNT}/{COMPILE_CACHE}"
         t0 = time.perf_counter()
-        async with DockerSandbox(
-            row["image"],
-            run_id=run_id,
-            network="host",
-            hide_future=False,
-            mounts={str(agent_bundle_dir()): AGENT_MOUNT},
-        ) as box:
+        async with DockerSandbox(row["image"], run_id=run_id, network="host", hide_future=False, mounts=mounts) as box:
             out["boot"] = time.perf_counter() - t0
             ref = await box.exec(
                 f"{AGENT_MOUNT}/node/bin/node {AGENT_MOUNT}/qwen-code/package/cli.js --version", timeout=120
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     row = next((r for r in rows if gold_edit(r.get("patch", ""))), None)
     if row is None:
         sys.exit(f"no usable task in {TASK_PACK}; build the task pack first")
-    build_bundle()
+    fill(build_bundle())  # what set-up makes (65_agent_cache.sh)
 
     flags = " ".join(sys.argv[1:] if argv is None else argv)
     print(f"command: .venv/bin/python -m benchmarks.bench_agent {flags}".rstrip())
@@ -111,14 +112,17 @@ def main(argv: list[str] | None = None) -> None:
             f"bundle build (npm pack + verify + unpack + check) {t_build:6.1f} s   reference copy of the finished "
             f"bundle {t_copy:6.1f} s   ratio {t_build / t_copy:.2f}x   size {size:.0f} MB"
         )
-    runs = []
+    runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
     try:
-        for i in range(args.repeat):
-            runs.append(asyncio.run(one_rollout(row, f"bench-agent-{i}")))
+        with tempfile.TemporaryDirectory() as empty:
+            for i in range(args.repeat):
+                for cached in (True, False):
+                    runs[cached].append(asyncio.run(one_rollout(row, f"bench-agent-{i}", None if cached else empty)))
     finally:
         for i in range(args.repeat):
             reap(f"bench-agent-{i}")
-    best = min(runs, key=lambda r: r["rollout"])
+    best = min(runs[True], key=lambda r: r["rollout"])
+    uncached = min(runs[False], key=lambda r: r["rollout"])
     print(
         f"task {row['instance_id']}, 3 scripted turns (read_file, edit, final text), compact profile, "
         f"best of {args.repeat}"
@@ -132,6 +136,11 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"reference: CLI start (cli.js --version) in the container {best['cli_start']:6.2f} s   "
         f"ratio rollout/CLI start {best['rollout'] / best['cli_start']:.1f}x"
+    )
+    print(
+        f"without the compile cache: run_agent {uncached['rollout']:6.2f} s, agent process "
+        f"{uncached['agent_process']:6.2f} s   ratio with/without (agent process) "
+        f"{best['agent_process'] / uncached['agent_process']:.2f}x"
     )
 
 
