@@ -4,6 +4,7 @@
 # in any pass listed with its passes. BUSY_PASS=K runs two busy loops (one per core) beside pass K only.
 #   PASSES=5 BUSY_PASS=5 bash scripts/repeat_tests.sh OUT_DIR [pytest args]
 # Run it once under each Docker storage driver (DOCKER_STORAGE_DRIVER=vfs|overlay2 when the set-up starts dockerd).
+# Leave this file alone while it runs: bash reads a script as it goes, and an edit lands mid-command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: PASSES=5 BUSY_PASS=5 bash scripts/repeat_tests.sh OUT_DIR [pytest args]}"

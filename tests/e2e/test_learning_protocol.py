@@ -20,7 +20,7 @@ from tests.tiny_model import tiny_smollm2_dir
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.vllm, pytest.mark.agent]
 
 
-@pytest.mark.timeout(2400)  # 9.4 min idle on an AVX2-only CPU, most of it the 6 vLLM starts (tiny model)
+@pytest.mark.timeout(2400)  # 7.9 min idle on an AVX2-only CPU (9.4 min with a server per phase), 30 min under load
 def test_small_protocol(tmp_path):
     base_dir = tiny_smollm2_dir()
     args = parser().parse_args(
