@@ -36,8 +36,6 @@ from qwen_swe.sandbox.docker_host import ENGINE_ERRORS, docker_client, labels_fo
 COMPLETE = ".complete"  # written last, with what made the cache
 FILL_TIMEOUT = 300.0  # seconds the CLI gets to start, fail its call and exit (about 11 s on 2 loaded cores)
 NO_SERVER = "http://127.0.0.1:9/v1"  # no network in the container: the one model call fails at once
-
-
 FILL_AGENT = AgentSettings(agent_timeout=int(FILL_TIMEOUT / 2))
 
 
@@ -61,7 +59,7 @@ def run_cli(
 ) -> tuple[int, str]:
     """``script`` (default ``fill_script()``) in a container of ``image`` with no network, the bundle read-only at
     ``AGENT_MOUNT`` and ``cache`` at its compile cache, in the agent's environment plus ``env``: its exit status and
-    the last lines of its output. Removed at the end; BundleError when Docker fails or it outruns FILL_TIMEOUT."""
+    its output. Removed at the end; BundleError when Docker fails or it outruns FILL_TIMEOUT."""
     try:
         container = docker_client().containers.create(
             image,
