@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from qwen_swe.agent.bundle import COMPILE_CACHE, AgentBundle
-from qwen_swe.agent.qwen import QWEN_HOME, RUN_DIR, SYSTEM_SETTINGS, agent_command, agent_env, agent_settings
+from qwen_swe.agent.qwen import QWEN_HOME, RUN_DIR, agent_command, agent_env, cli_files
 from qwen_swe.agent.settings import AgentSettings
-from qwen_swe.data.prompts import SYSTEM_PROMPT_COMPACT
 from qwen_swe.data.taskpack.images import PY_IMAGE
 from qwen_swe.errors import BundleError
 from qwen_swe.inference.settings import InferenceSettings
@@ -40,17 +39,12 @@ FILL_AGENT = AgentSettings(agent_timeout=int(FILL_TIMEOUT / 2))
 
 
 def fill_script(cli: str | None = None) -> str:
-    """The shell line a rollout runs (``agent_command``, or ``cli``), set up as a rollout sets it up (the compact
-    profile), with a prompt of its own."""
-    config = json.dumps(agent_settings(FILL_AGENT, InferenceSettings(), "compact"))
-    setup = [
-        f"mkdir -p {QWEN_HOME} {RUN_DIR} /tmp/cache-fill",
-        f"printf %s {shlex.quote(config)} > {QWEN_HOME}/settings.json",
-        f"cp {QWEN_HOME}/settings.json {SYSTEM_SETTINGS}",
-        f"printf %s {shlex.quote(SYSTEM_PROMPT_COMPACT)} > {QWEN_HOME}/system.md",
-        f"echo 'Say hi.' > {RUN_DIR}/prompt.txt",
-        "cd /tmp/cache-fill",
-    ]
+    """The shell line a rollout runs (``agent_command``, or ``cli``), with the files a rollout gives the CLI
+    (``cli_files``, the compact profile) and a prompt of its own."""
+    files = cli_files(FILL_AGENT, InferenceSettings(), "compact", "Say hi.")
+    setup = [f"mkdir -p {QWEN_HOME} {RUN_DIR} /tmp/cache-fill"]
+    setup += [f"printf %s {shlex.quote(text)} > {path}" for path, text in files.items()]
+    setup.append("cd /tmp/cache-fill")
     return " && ".join(setup) + f" && {{ {cli or agent_command(FILL_AGENT)} || true; }}"  # its call fails: no server
 
 

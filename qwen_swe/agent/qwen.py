@@ -167,6 +167,21 @@ def agent_env(base_url: str, model: str, profile: Profile, marker: str) -> dict[
     return env
 
 
+def cli_files(agent: AgentSettings, inference: InferenceSettings, profile: Profile, prompt: str) -> dict[str, str]:
+    """What the CLI reads, by path in the container: its settings (also as system settings), the output-language
+    marker, the compact profile's system prompt, and the prompt."""
+    config = json.dumps(agent_settings(agent, inference, profile), indent=1)
+    files = {
+        f"{QWEN_HOME}/settings.json": config,
+        SYSTEM_SETTINGS: config,
+        f"{QWEN_HOME}/output-language.md": OUTPUT_LANGUAGE_MARKER,
+    }
+    if profile == "compact":
+        files[f"{QWEN_HOME}/system.md"] = SYSTEM_PROMPT_COMPACT
+    files[f"{RUN_DIR}/prompt.txt"] = escape_at(prompt)
+    return files
+
+
 def escape_at(prompt: str) -> str:
     """The prompt with every ``@`` escaped as ``\\@``, the one form the CLI's ``@path`` expansion passes unchanged.
 
@@ -301,17 +316,12 @@ async def run_agent(
     if profile not in ("full", "compact"):
         raise ValueError(f"profile must be 'full' or 'compact', got {profile!r}")
     marker = secrets.token_hex(8)
-    config = json.dumps(agent_settings(agent, inference, profile), indent=1)
     started = await sandbox.exec(
         f"mkdir -p {QWEN_HOME} {RUN_DIR} && {_GIT} rev-parse HEAD", timeout=60, workdir=REPO_DIR
     )
     base = started.output.strip().splitlines()[-1] if started.exit_code == 0 and started.output.strip() else ""
-    await sandbox.write_file(f"{QWEN_HOME}/settings.json", config)
-    await sandbox.write_file(SYSTEM_SETTINGS, config)
-    await sandbox.write_file(f"{QWEN_HOME}/output-language.md", OUTPUT_LANGUAGE_MARKER)
-    if profile == "compact":
-        await sandbox.write_file(f"{QWEN_HOME}/system.md", SYSTEM_PROMPT_COMPACT)
-    await sandbox.write_file(f"{RUN_DIR}/prompt.txt", escape_at(prompt))
+    for path, text in cli_files(agent, inference, profile, prompt).items():
+        await sandbox.write_file(path, text)
     command = agent_command(agent, bundle)
     if model_socket:
         await sandbox.write_file(FORWARDER, FORWARDER_SOURCE.read_text())
