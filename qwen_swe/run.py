@@ -76,6 +76,8 @@ def trainer_command(settings: Settings, settings_file: Path, gpus: tuple[int, ..
         "torch.distributed.run",
         "--standalone",
         f"--nproc_per_node={procs}",
+        # torchrun's own folder (by default a new torchelastic_* in /tmp each start, never removed) goes with the run
+        f"--log-dir={Path(settings.output_dir) / 'logs' / 'torchrun'}",
         "-m",
         "qwen_swe.train.trainer",
         "--settings",

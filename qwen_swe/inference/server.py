@@ -4,8 +4,10 @@ stopped by that group's id (the API server and its engine workers), never by nam
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import IO
@@ -24,6 +26,7 @@ class VLLMServer:
         self.log_path = Path(log_path)
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self.rpc_dir: Path | None = None
 
     @property
     def base_url(self) -> str:
@@ -40,12 +43,17 @@ class VLLMServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - the server writes it until stop() closes it
         env = {**os.environ, **self.serve.env()}
-        self.process = SUPERVISOR.spawn(
-            self.serve.argv(), env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
-        )
-        client = InferenceClient(self.base_url, timeout=5.0, api_key=self.serve.api_key)
-        deadline = time.monotonic() + timeout
+        if "VLLM_RPC_BASE_PATH" not in env:
+            # vLLM's engine and API server talk over ZMQ sockets made under this folder (default: the temp folder)
+            # and never removed; a private folder, removed at stop, keeps them from piling up in /tmp.
+            self.rpc_dir = Path(tempfile.mkdtemp(prefix="qwen-swe-vllm-rpc-"))
+            env["VLLM_RPC_BASE_PATH"] = str(self.rpc_dir)
         try:
+            self.process = SUPERVISOR.spawn(
+                self.serve.argv(), env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
+            )
+            client = InferenceClient(self.base_url, timeout=5.0, api_key=self.serve.api_key)
+            deadline = time.monotonic() + timeout
             while not client.health():
                 if self.process.poll() is not None:
                     raise InferenceError(
@@ -73,6 +81,9 @@ class VLLMServer:
             if self._log is not None:
                 self._log.close()
                 self._log = None
+            if self.rpc_dir is not None:
+                shutil.rmtree(self.rpc_dir, ignore_errors=True)
+                self.rpc_dir = None
 
     def log_tail(self, lines: int = 30) -> str:
         try:

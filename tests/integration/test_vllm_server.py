@@ -213,7 +213,8 @@ def test_preflight_measures_the_temperature_in_the_served_logprobs(client: Infer
 @pytest.mark.slow
 def test_preflight_refuses_a_server_that_serves_temperature_one_logprobs(tmp_path: Path):
     """vLLM's default ``--logprobs-mode raw_logprobs`` (an external VLLM_URL started by hand): a GRPO run sampling
-    at T 0.7 with its log-probs as the behaviour policy's is refused before it starts, naming the fix."""
+    at T 0.7 with its log-probs as the behaviour policy's is refused before it starts, naming the fix. (This test's
+    own server also shows that vLLM's ZMQ sockets go to the server's private folder, removed when it stops.)"""
     import dataclasses
 
     from qwen_swe import preflight
@@ -226,6 +227,8 @@ def test_preflight_refuses_a_server_that_serves_temperature_one_logprobs(tmp_pat
     )  # argparse: the last one wins
     with VLLMServer(serve, tmp_path / "vllm.log") as server:
         url = server.start(900)
+        rpc_dir = server.rpc_dir
+        assert rpc_dir is not None and any(path.is_socket() for path in rpc_dir.iterdir())
         client = InferenceClient(url, timeout=300)
         scale = preflight.served_temperature_scale(client, MODEL)
         print(f"raw_logprobs: the probe's log-prob gap scaled {scale} at temperature 0.5")
@@ -233,6 +236,7 @@ def test_preflight_refuses_a_server_that_serves_temperature_one_logprobs(tmp_pat
         with pytest.raises(ConfigError, match=r"VLLM_URL=.* serves temperature-1 log-probs.*processed_logprobs"):
             preflight.check_logprobs_mode(_grpo_settings(url))
         preflight.check_logprobs_mode(_grpo_settings(url).replace(temperature=1.0))  # T 1: the same log-probs
+    assert not rpc_dir.exists()
 
 
 def _probe(client: InferenceClient) -> tuple[list[int], list[float]]:
