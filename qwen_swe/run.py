@@ -26,6 +26,7 @@ from qwen_swe.plan.placement import devices_env
 from qwen_swe.sandbox.docker_host import reap, reap_until_quiet
 from qwen_swe.supervise import SUPERVISOR, Interrupted
 from qwen_swe.supervise import install as install_supervisor
+from qwen_swe.traffic.endpoint import sweep_stale
 from qwen_swe.train.checkpoint import complete_checkpoints
 from qwen_swe.viewer.build import write_viewer
 from qwen_swe.warmstart.stage import WarmStartSpec, ensure_warm_start
@@ -178,6 +179,7 @@ def run(settings: Settings) -> int:
     )
     place = preflight.check(settings)  # the GPU placement, () on CPU
     reap(settings.label)  # leftovers of a runner that was killed with SIGKILL
+    sweep_stale()  # and the socket folders of its rollouts
     try:
         if settings.offline:
             return run_trainer(settings, place.train)
@@ -185,6 +187,7 @@ def run(settings: Settings) -> int:
             return run_trainer(resolved, place.train)
     finally:
         reap(settings.label)
+        sweep_stale()  # a trainer rank ends at once on SIGTERM, its rollouts' sockets left behind
         log.info("viewer: %s", write_viewer(settings.output_dir))
 
 

@@ -3,8 +3,10 @@ process helpers and the whole run (``run_grpo.sh``) with a marker in its environ
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -85,7 +87,11 @@ class Run:
 
     def __init__(self, out: Path, run_id: str, num_rollouts: int = 2) -> None:
         self.marker, self.out, self.run_id = uuid.uuid4().hex, out, run_id
-        env = small_run_env(out, run_id, num_rollouts, STOP_TIMEOUT="20", QWEN_SWE_TEST_MARKER=self.marker)
+        # a temp folder of its own (short: sockets live there), to see what the run leaves in it
+        self.tmp = Path(tempfile.mkdtemp(prefix="run-", dir="/tmp"))
+        env = small_run_env(
+            out, run_id, num_rollouts, STOP_TIMEOUT="20", QWEN_SWE_TEST_MARKER=self.marker, TMPDIR=str(self.tmp)
+        )
         self.log = (out.parent / f"{run_id}-{self.marker[:6]}.log").open("w")
         self.proc = start_run(env, self.log)
 
@@ -106,7 +112,8 @@ class Run:
         return client.containers.list(all=True, filters={"label": f"qwen-swe.run={self.run_id}"})
 
     def stop_and_check(self, sig: int, client: docker.DockerClient, budget: float = 60.0) -> float:
-        """Signal the run, then: exit code 128+sig, no process and no container of the run left; the seconds."""
+        """Signal the run, then: exit code 128+sig, no process, no container and no socket folder of the run left
+        (its rollouts' endpoints, its server's); the seconds."""
         t0 = time.monotonic()
         if sig == signal.SIGKILL:
             self.proc.kill()
@@ -122,6 +129,9 @@ class Run:
         wait_gone(marked(self.marker), budget)
         seconds = time.monotonic() - t0
         self.log.close()
+        left = sorted(p.name for p in self.tmp.iterdir())
+        shutil.rmtree(self.tmp, ignore_errors=True)
         if sig != signal.SIGKILL:  # a SIGKILLed run cannot reap; the next run does (checked by the caller)
             assert self.containers(client) == [], "the run's containers must be removed"
+            assert not [name for name in left if name.startswith(("qwen-swe-ep-", "qwen-swe-vllm-rpc-"))], left
         return seconds

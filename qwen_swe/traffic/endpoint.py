@@ -8,14 +8,18 @@ Inside the container a small forwarder (``agent/forward.js``, run by the bundle'
 loopback and pipes each connection to the socket, so the agent still talks to ``http://127.0.0.1:PORT/v1``.
 
 A restarted agent run (a fresh proxy session) keeps its socket: the endpoint is rebound to the new session's id.
-Docker must run on this host: a bind mount names a path of the daemon's machine.
+Docker must run on this host: a bind mount names a path of the daemon's machine. A process that dies without stopping
+its endpoints (a trainer rank ends at once on SIGTERM, anything on SIGKILL) leaves their folders behind;
+``sweep_stale`` removes those, as ``reap`` removes the containers.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +33,9 @@ SOCKET_NAME = "model.sock"
 SOCKET_DIR_IN_CONTAINER = "/run/qwen-swe-model"  # where the folder is mounted in a rollout container
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux; a longer TMPDIR cannot hold a socket
 STOP_GRACE = 1.0  # seconds a call still in flight may take to end once its endpoint stops
+FOLDER_PREFIX = "qwen-swe-ep-"
+STALE_AFTER = 60.0  # seconds a folder may exist before its socket is bound (a start in progress, however slow)
+BIND_GRACE = 2.0  # seconds a new socket is kept even if it refuses (bind comes just before listen)
 
 
 @dataclass
@@ -74,7 +81,7 @@ class SessionEndpoint:
 
     async def start(self) -> SessionEndpoint:
         parent = self._parent or tempfile.gettempdir()
-        self.folder = Path(tempfile.mkdtemp(prefix="qwen-swe-ep-", dir=parent))
+        self.folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX, dir=parent))
         if len(str(self.socket_path)) > MAX_SOCKET_PATH:
             path = self.socket_path
             await self.stop()
@@ -127,3 +134,36 @@ def bound_session(request: web.Request) -> str:
     if binding is None:
         raise ProxyError(f"route {request.path} names no session")
     return binding.sid
+
+
+def sweep_stale(parent: str | None = None, *, now: float | None = None) -> int:
+    """Remove the endpoint folders under ``parent`` (default: the temp folder) whose server is gone: the socket
+    refuses connections, or was never bound within ``STALE_AFTER`` seconds. A live endpoint, this process's or any
+    other run's, accepts the connection and is kept. Returns how many folders were removed."""
+    now = time.time() if now is None else now
+    removed = 0
+    for folder in Path(parent or tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*"):
+        sock = folder / SOCKET_NAME
+        try:
+            if sock.is_socket():
+                stale = now - sock.stat().st_mtime > BIND_GRACE and not _listening(sock)
+            else:
+                stale = folder.is_dir() and now - folder.stat().st_mtime > STALE_AFTER
+        except OSError:
+            continue  # removed meanwhile
+        if stale:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def _listening(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except ConnectionRefusedError:
+            return False
+        except OSError:
+            return True  # busy, or not ours to judge: keep it
+    return True

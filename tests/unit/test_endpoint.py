@@ -1,17 +1,31 @@
 """A session's Unix-socket endpoint (``traffic/endpoint.py``) on the real recording proxy: it serves its own session's
 routes only, follows a restarted session, answers 410 once the session is closed, and leaves nothing on disk; stopped
-with a call in flight (a cancelled rollout), it cancels the call at once."""
+with a call in flight (a cancelled rollout), it cancels the call at once. The folders a killed process left are
+swept; a live endpoint's never."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import socket
+import tempfile
+import time
 
 import aiohttp
 import pytest
 from aiohttp import web
 
 from qwen_swe.errors import ProxyError
-from qwen_swe.traffic.endpoint import MAX_SOCKET_PATH, SessionEndpoint
+from qwen_swe.traffic.endpoint import (
+    BIND_GRACE,
+    FOLDER_PREFIX,
+    MAX_SOCKET_PATH,
+    SOCKET_NAME,
+    STALE_AFTER,
+    SessionEndpoint,
+    sweep_stale,
+)
 from qwen_swe.traffic.proxy import RecordingProxy
 
 
@@ -96,3 +110,40 @@ def test_stopping_an_endpoint_cancels_a_call_still_in_flight():
         return outcome
 
     assert isinstance(asyncio.run(scenario()), aiohttp.ClientError)  # the agent sees its connection end
+
+
+def test_a_sweep_removes_the_folders_of_dead_endpoints_and_keeps_the_live_one():
+    """What a trainer rank killed mid-rollout leaves: a socket nobody listens on. A folder whose socket was never
+    bound goes only once it is older than any start could take; a live endpoint and other folders stay."""
+    parent = tempfile.mkdtemp(prefix="sweep-", dir="/tmp")  # short: a socket path holds 108 bytes
+
+    def folder(name: str, *, dead_socket: bool = False, age: float = 0.0) -> str:
+        path = os.path.join(parent, name)
+        os.mkdir(path)
+        if dead_socket:  # bound and listening once, then its process died: the file stays, connect is refused
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.bind(os.path.join(path, SOCKET_NAME))
+                sock.listen(1)
+        then = time.time() - age
+        os.utime(path, (then, then))
+        return path
+
+    async def scenario() -> tuple[int, int, bool]:
+        async with (
+            RecordingProxy("http://127.0.0.1:9", model="m") as proxy,
+            proxy.endpoint(proxy.open_session().id, parent=parent) as ep,
+        ):
+            later = time.time() + max(BIND_GRACE, STALE_AFTER) + 1
+            fresh = sweep_stale(parent)  # the dead socket is younger than BIND_GRACE: kept for now
+            swept = sweep_stale(parent, now=later)
+            return fresh, swept, ep.socket_path.is_socket()
+
+    dead = folder(f"{FOLDER_PREFIX}dead", dead_socket=True)
+    unbound_young = folder(f"{FOLDER_PREFIX}young")
+    other = folder("not-an-endpoint", age=3600)
+    try:
+        fresh, swept, live_kept = asyncio.run(scenario())
+        assert (fresh, swept, live_kept) == (0, 2, True)
+        assert not os.path.exists(dead) and not os.path.exists(unbound_young) and os.path.isdir(other)
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
