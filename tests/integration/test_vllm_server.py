@@ -5,6 +5,7 @@ original folder restores it exactly)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -336,9 +337,21 @@ def test_each_answer_says_its_cached_prompt_tokens_and_its_timing(client: Infere
     assert second[0] is not None and prompt_tokens // 2 < second[0] <= prompt_tokens, (second, prompt_tokens)
 
 
-def _preemptions(client: InferenceClient) -> float:
-    text = client.get("/metrics")
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:num_preemptions"))
+def _counter(client: InferenceClient, name: str) -> float:
+    """The sum of a metric's samples over its labels, the exact name only (not its ``_created`` time stamps)."""
+    samples = (line for line in client.get("/metrics").splitlines() if not line.startswith("#"))
+    return sum(float(line.rsplit(" ", 1)[1]) for line in samples if re.split(r"[{ ]", line, maxsplit=1)[0] == name)
+
+
+def _wait_decoding(client: InferenceClient, tokens_before: float, done: dict, timeout: float = 300.0) -> None:
+    """Until the server has generated a few tokens of the one request in flight: it is decoding (whatever the load;
+    a fixed sleep either came before the request was scheduled or, on a fast CPU, after it ended)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while _counter(client, "vllm:generation_tokens_total") < tokens_before + 3:
+        assert "at" not in done and time.monotonic() < deadline, "the generation never showed as decoding"
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("interrupt", [True, False], ids=["interrupting", "draining"])
@@ -357,10 +370,10 @@ def test_an_interrupting_sync_does_not_wait_for_the_generation_in_flight(embedde
         done["body"] = client.post("/v1/completions", request)
         done["at"] = time.monotonic()
 
-    before = _preemptions(client)
+    before, tokens = _counter(client, "vllm:num_preemptions_total"), _counter(client, "vllm:generation_tokens_total")
     worker = threading.Thread(target=generate)
     worker.start()
-    time.sleep(3.0)  # the request is decoding (400 tokens take the CPU server several times this)
+    _wait_decoding(client, tokens, done)
     assert "at" not in done, "the generation ended before the sync began: make it longer"
     client.reload_weights(paths.embedded_model_dir())  # the same weights: the continued text is the same text
     synced = time.monotonic()
@@ -369,6 +382,6 @@ def test_an_interrupting_sync_does_not_wait_for_the_generation_in_flight(embedde
     assert client.get("/is_paused") == {"is_paused": False}
     if interrupt:
         assert synced < done["at"], "the interrupting sync waited for the generation"
-        assert _preemptions(client) > before
+        assert _counter(client, "vllm:num_preemptions_total") > before
     else:
         assert synced >= done["at"], "the draining sync returned before the generation ended"
