@@ -5,6 +5,7 @@ behind, not even by a runner killed with SIGKILL mid-grade."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -300,11 +301,19 @@ def test_sigkilled_grader_leaves_nothing_after_reap(tasks, run_id, tmp_path, doc
     task = dict(next(iter(tasks.values())), eval_script="#!/bin/bash\nsleep 600\n")
     proc = subprocess.Popen([sys.executable, "-c", _RUNNER, json.dumps(task), run_id, str(tmp_path)], cwd=REPO_ROOT)
     flt = {"label": [f"{LABEL}.run={run_id}", f"{LABEL}.role=grade"]}
+
+    def at_eval() -> bool:  # the grade container runs the eval script (not merely created)
+        for container in docker_client.containers.list(filters=flt):
+            with contextlib.suppress(docker.errors.APIError):  # gone or not yet started
+                if any("sleep 600" in " ".join(row) for row in container.top()["Processes"] or []):
+                    return True
+        return False
+
     try:
-        deadline = time.monotonic() + 120
-        while not docker_client.containers.list(filters=flt) and time.monotonic() < deadline and proc.poll() is None:
+        deadline = time.monotonic() + 300
+        while not at_eval():
+            assert proc.poll() is None and time.monotonic() < deadline, "the grade never reached its eval"
             time.sleep(0.2)
-        time.sleep(1.0)  # let it reach the eval
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
