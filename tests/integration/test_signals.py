@@ -25,6 +25,7 @@ PARENT = textwrap.dedent("""
         while True:
             time.sleep(0.1)
     except Interrupted as stop:
+        print("stopping", flush=True)
         code = stop.exit_code
     finally:
         SUPERVISOR.stop(child, grace=float(sys.argv[2]))
@@ -66,6 +67,8 @@ def test_a_second_signal_does_not_wait_for_a_child_that_ignores_the_first():
     try:
         assert proc.stdout.readline().strip() == "ignoring"
         proc.send_signal(signal.SIGTERM)
+        # the first signal handled before the second is sent: two pending SIGTERMs would merge into one
+        assert proc.stdout.readline().strip() == "stopping"
         time.sleep(1.0)
         assert proc.poll() is None and alive(child), "the first signal waits for the child (grace 120 s)"
         t0 = time.monotonic()
