@@ -82,6 +82,7 @@ class Reply:
     status: int = 200
     hang: bool = False  # never answer (the proxy's timeout must fire)
     delay: float = 0.0
+    after: asyncio.Event | None = None  # answer only once this is set (a test orders events without timing them)
 
 
 @dataclass
@@ -156,6 +157,8 @@ class ScriptedServer:
             await self._stopping.wait()
         if reply.delay:
             await asyncio.sleep(reply.delay)
+        if reply.after is not None:
+            await reply.after.wait()
         return reply
 
     def _sample(self, text: str, max_tokens: int | None) -> tuple[str, list[int] | None, list[float] | None, str]:

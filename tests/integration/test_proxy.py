@@ -124,7 +124,8 @@ def test_a_call_in_flight_when_a_sync_begins_records_both_versions(tok):
     version 8's; the call after it starts at 8. The trajectory lists every version its tokens may come from."""
 
     async def main():
-        script = [CALL_LS, Reply(text=CALL_READ, delay=1.5), FINAL]
+        synced = asyncio.Event()
+        script = [CALL_LS, Reply(text=CALL_READ, after=synced), FINAL]  # the second call ends after the sync
         async with (
             ScriptedServer(script, tokenizer=tok) as server,
             RecordingProxy(server.url, model="scripted", tokenizer=tok, request_timeout=30) as proxy,
@@ -139,6 +140,7 @@ def test_a_call_in_flight_when_a_sync_begins_records_both_versions(tok):
                 proxy.next_weight_version = 8  # what RolloutEngine.begin_sync does
                 await asyncio.sleep(0.5)
                 proxy.weight_version = 8  # the sync is done
+                synced.set()
 
             await asyncio.gather(agent_loop(http, session.base_url, "Fix calc.py", turns=5), sync())
             return proxy.close_session(session.id)
