@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import faulthandler
 import functools
 import logging
 import os
@@ -180,7 +181,10 @@ def run_rank(main: Callable[[], int | None]) -> NoReturn:
     """A torchrun worker's entry: run ``main``, print an exception as the interpreter would, then leave without the
     interpreter's finalization. gloo's worker threads can abort that finalization under CPU load (SIGABRT,
     "terminate called without an active exception", no Python frame left): torchrun then fails the whole job and
-    stops the other ranks mid-work. ``main`` closes what it opened in its own ``finally`` blocks."""
+    stops the other ranks mid-work. ``main`` closes what it opened in its own ``finally`` blocks. A crash in native
+    code (SIGSEGV, SIGBUS, ...) prints every thread's Python stack first: a rank's C++ threads (gloo's) die in
+    silence otherwise."""
+    faulthandler.enable(all_threads=True)
     try:
         status = main() or 0
     except SystemExit as stop:
