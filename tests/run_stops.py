@@ -14,7 +14,9 @@ from typing import IO
 
 import docker
 
+from qwen_swe.inference.server import RPC_FOLDER_PREFIX
 from qwen_swe.paths import REPO_ROOT
+from qwen_swe.traffic.endpoint import FOLDER_PREFIX
 from tests.warm_start import small_run_env
 
 
@@ -133,5 +135,5 @@ class Run:
         shutil.rmtree(self.tmp, ignore_errors=True)
         if sig != signal.SIGKILL:  # a SIGKILLed run cannot reap; the next run does (checked by the caller)
             assert self.containers(client) == [], "the run's containers must be removed"
-            assert not [name for name in left if name.startswith(("qwen-swe-ep-", "qwen-swe-vllm-rpc-"))], left
+            assert not [name for name in left if name.startswith((FOLDER_PREFIX, RPC_FOLDER_PREFIX))], left
         return seconds

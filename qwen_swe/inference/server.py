@@ -16,6 +16,8 @@ from qwen_swe.inference.client import InferenceClient, InferenceError
 from qwen_swe.inference.serve_config import ServeConfig
 from qwen_swe.supervise import SUPERVISOR
 
+RPC_FOLDER_PREFIX = "qwen-swe-vllm-rpc-"  # a server's own folder for vLLM's ZMQ sockets, removed at stop
+
 
 class VLLMServer:
     """A vLLM server subprocess in its own process group, its output in a log file. ``start`` waits for /health;
@@ -46,7 +48,7 @@ class VLLMServer:
         if "VLLM_RPC_BASE_PATH" not in env:
             # vLLM's engine and API server talk over ZMQ sockets made under this folder (default: the temp folder)
             # and never removed; a private folder, removed at stop, keeps them from piling up in /tmp.
-            self.rpc_dir = Path(tempfile.mkdtemp(prefix="qwen-swe-vllm-rpc-"))
+            self.rpc_dir = Path(tempfile.mkdtemp(prefix=RPC_FOLDER_PREFIX))
             env["VLLM_RPC_BASE_PATH"] = str(self.rpc_dir)
         try:
             self.process = SUPERVISOR.spawn(
