@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from qwen_swe.inference.embedded_server import serving
 from qwen_swe.paths import REPO_ROOT, cache_home, embedded_model_dir, python_path
 from qwen_swe.plan.placement import devices_env
 from qwen_swe.sandbox.docker_host import reap, reap_until_quiet
-from qwen_swe.supervise import SUPERVISOR, Interrupted
+from qwen_swe.supervise import FAULT_DIR_ENV, SUPERVISOR, Interrupted, crashed_ranks
 from qwen_swe.supervise import install as install_supervisor
 from qwen_swe.traffic.endpoint import sweep_stale
 from qwen_swe.train.checkpoint import complete_checkpoints
@@ -102,11 +103,36 @@ def run_trainer(settings: Settings, gpus: tuple[int, ...] = ()) -> int:
     }
     cmd = trainer_command(settings, settings.write(settings.output_dir), gpus)  # with the started server's URL
     log.info("trainer: %s", " ".join(cmd))
-    proc = SUPERVISOR.spawn(cmd, env=env, cwd=REPO_ROOT)
-    try:
-        return proc.wait()
-    finally:
-        SUPERVISOR.stop(proc, grace=settings.stop_timeout)
+    return restarting(cmd, env, settings)
+
+
+def restarting(cmd: list[str], env: Mapping[str, str], settings: Settings) -> int:
+    """Run the trainer ``cmd``; when a rank died in native code, start it again (it resumes from its newest
+    checkpoint), at most TRAINER_RESTARTS times. Any other failure is the run's own and returns at once."""
+    restarts, started = settings.train.trainer_restarts, time.strftime("%Y%m%d-%H%M%S")
+    for attempt in range(restarts + 1):
+        faults = Path(settings.output_dir) / "logs" / "faults" / f"{started}-attempt{attempt}"  # this invocation's
+        proc = SUPERVISOR.spawn(cmd, env={**env, FAULT_DIR_ENV: str(faults)}, cwd=REPO_ROOT)
+        try:
+            status = proc.wait()
+        finally:
+            SUPERVISOR.stop(proc, grace=settings.stop_timeout)
+        crashed = crashed_ranks(faults)
+        if status == 0 or not crashed:  # done, or an error that starting again would repeat
+            return status
+        for rank, stacks in crashed.items():
+            log.error("trainer %s died in native code; its threads' stacks (%s):\n%s", rank, faults, stacks)
+        if attempt == restarts:
+            break
+        # as a rerun would: the dead attempt's containers and sockets go, the newest checkpoint's weights are served
+        log.warning(
+            "starting the trainer again from its newest checkpoint (restart %d of TRAINER_RESTARTS=%d)",
+            attempt + 1,
+            restarts,
+        )
+        reap(settings.label)
+        sweep_stale()
+    return status
 
 
 def ensure_task_images(settings: Settings) -> None:

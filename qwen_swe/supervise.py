@@ -13,6 +13,10 @@
   in order) and with ``PR_SET_PDEATHSIG``: if the run dies by SIGKILL, the kernel sends them SIGTERM. The next
   run reaps the containers that were left.
 
+A trainer rank that dies in native code (SIGSEGV, SIGBUS, SIGABRT, ...) writes every thread's Python stack to its
+fault file (``FAULT_DIR_ENV``); ``crashed_ranks`` reads them, so the run can tell such a death from an error of its own
+and start the trainer again from its newest checkpoint.
+
 Signals are process-wide, so the supervisor is too: ``install`` once, in the entry point.
 """
 
@@ -32,12 +36,14 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 PR_SET_PDEATHSIG = 1
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 REDELIVERY_DELAY = 0.01  # seconds before a stop signal whose Interrupted was ignored is sent again
 EXIT_GRACE = 30.0  # seconds a child still registered at exit gets between SIGTERM and SIGKILL
+FAULT_DIR_ENV = "QWEN_SWE_FAULT_DIR"  # where run_rank writes rank{RANK}.txt when the rank dies in native code
 
 
 class Interrupted(BaseException):
@@ -182,9 +188,15 @@ def run_rank(main: Callable[[], int | None]) -> NoReturn:
     interpreter's finalization. gloo's worker threads can abort that finalization under CPU load (SIGABRT,
     "terminate called without an active exception", no Python frame left): torchrun then fails the whole job and
     stops the other ranks mid-work. ``main`` closes what it opened in its own ``finally`` blocks. A crash in native
-    code (SIGSEGV, SIGBUS, ...) prints every thread's Python stack first: a rank's C++ threads (gloo's) die in
-    silence otherwise."""
-    faulthandler.enable(all_threads=True)
+    code (SIGSEGV, SIGBUS, ...) prints every thread's Python stack first, to stderr or, under ``FAULT_DIR_ENV``, to
+    ``rank{RANK}.txt`` there: a rank's C++ threads (gloo's) die in silence otherwise."""
+    folder = os.environ.get(FAULT_DIR_ENV)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        faults = open(os.path.join(folder, f"rank{os.environ.get('RANK', '0')}.txt"), "w")  # noqa: SIM115 - until exit
+        faulthandler.enable(file=faults, all_threads=True)
+    else:
+        faulthandler.enable(all_threads=True)
     try:
         status = main() or 0
     except SystemExit as stop:
@@ -198,3 +210,18 @@ def run_rank(main: Callable[[], int | None]) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
+
+
+def crashed_ranks(folder: Path) -> dict[str, str]:
+    """The fault files ``run_rank`` wrote in ``folder`` that hold a stack (``{"rank0": text}``); the empty ones, of
+    ranks that did not crash, are removed, and so is the folder when nothing is left."""
+    crashed: dict[str, str] = {}
+    for path in sorted(folder.glob("rank*.txt")) if folder.is_dir() else []:
+        text = path.read_text(errors="replace")
+        if text.strip():
+            crashed[path.stem] = text
+        else:
+            path.unlink()
+    with contextlib.suppress(OSError):
+        folder.rmdir()  # only when empty
+    return crashed

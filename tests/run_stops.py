@@ -9,6 +9,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+import warnings
 from pathlib import Path
 from typing import IO
 
@@ -81,6 +82,9 @@ def run_to_end(env: dict[str, str], log: Path, timeout: float) -> subprocess.Com
             pass
         finally:
             stop(proc)
+    faults = sorted(p for p in (Path(env["OUTPUT_DIR"]) / "logs" / "faults").glob("*/rank*.txt"))
+    if faults:  # the run went on (TRAINER_RESTARTS), but a rank's crash in native code must not go unseen
+        warnings.warn(f"a trainer rank died in native code and the trainer was started again: {faults}", stacklevel=2)
     return subprocess.CompletedProcess(proc.args, proc.returncode, log.read_text(), "")
 
 

@@ -13,10 +13,12 @@ import re
 from collections.abc import Collection, Mapping
 
 from qwen_swe.errors import ConfigError
+from qwen_swe.supervise import FAULT_DIR_ENV
 
 PREFIX = "QWEN_SWE_"
-# Read by the project itself: its cache folder, the agent's process marker, the signal tests' process marker.
-PROJECT_VARS = frozenset({"QWEN_SWE_HOME", "QWEN_SWE_AGENT_RUN", "QWEN_SWE_TEST_MARKER"})
+# Read by the project itself: its cache folder, the agent's process marker, the signal tests' process marker, where
+# a trainer rank writes its stacks when it crashes.
+PROJECT_VARS = frozenset({"QWEN_SWE_HOME", "QWEN_SWE_AGENT_RUN", "QWEN_SWE_TEST_MARKER", FAULT_DIR_ENV})
 FOREIGN_NAMES = frozenset(
     {
         "PATH",

@@ -74,6 +74,13 @@ class TrainSettings:
     )
     save_interval: int = opt(1, "checkpoint every N steps", minimum=1, resume="free")
     keep_checkpoints: int = opt(3, "checkpoints kept", minimum=1, resume="free")
+    trainer_restarts: int = opt(
+        1,
+        "times the trainer starts again from its newest checkpoint after a rank dies in native code "
+        "(SIGSEGV, SIGBUS, SIGABRT); each thread's stack is kept in OUTPUT_DIR/logs/faults",
+        minimum=0,
+        resume="free",
+    )
     report_to: str = opt(
         "tensorboard",
         "where each step's scalars go besides metrics.jsonl, comma-separated: "
