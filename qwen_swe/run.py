@@ -25,7 +25,7 @@ from qwen_swe.inference.embedded_server import serving
 from qwen_swe.paths import REPO_ROOT, cache_home, embedded_model_dir, python_path
 from qwen_swe.plan.placement import devices_env
 from qwen_swe.sandbox.docker_host import reap, reap_until_quiet
-from qwen_swe.supervise import FAULT_DIR_ENV, SUPERVISOR, Interrupted, crashed_ranks
+from qwen_swe.supervise import FAULT_DIR_ENV, SUPERVISOR, Interrupted, failures
 from qwen_swe.supervise import install as install_supervisor
 from qwen_swe.traffic.endpoint import sweep_stale
 from qwen_swe.train.checkpoint import complete_checkpoints
@@ -107,21 +107,23 @@ def run_trainer(settings: Settings, gpus: tuple[int, ...] = ()) -> int:
 
 
 def restarting(cmd: list[str], env: Mapping[str, str], settings: Settings) -> int:
-    """Run the trainer ``cmd``; when a rank died in native code, start it again (it resumes from its newest
-    checkpoint), at most TRAINER_RESTARTS times. Any other failure is the run's own and returns at once."""
+    """Run the trainer ``cmd``; when its first failure was a rank's death in native code, start it again (it resumes
+    from its newest checkpoint), at most TRAINER_RESTARTS times. Any other failure returns at once."""
     restarts, started = settings.train.trainer_restarts, time.strftime("%Y%m%d-%H%M%S")
+    root = Path(settings.output_dir) / "logs" / "faults"
+    for killed in root.glob("*-attempt*"):  # a run killed (SIGKILL) before it read its notes: the empty ones go
+        failures(killed)
     for attempt in range(restarts + 1):
-        faults = Path(settings.output_dir) / "logs" / "faults" / f"{started}-attempt{attempt}"  # this invocation's
+        faults = root / f"{started}-attempt{attempt}"  # this invocation's
         proc = SUPERVISOR.spawn(cmd, env={**env, FAULT_DIR_ENV: str(faults)}, cwd=REPO_ROOT)
         try:
             status = proc.wait()
         finally:
             SUPERVISOR.stop(proc, grace=settings.stop_timeout)
-        crashed = crashed_ranks(faults)
-        if status == 0 or not crashed:  # done, or an error that starting again would repeat
+            found = failures(faults)  # also when the run is stopped: the empty notes go
+        if status == 0 or not found or not found[0].native:  # done, or an error that starting again would repeat
             return status
-        for rank, stacks in crashed.items():
-            log.error("trainer %s died in native code; its threads' stacks (%s):\n%s", rank, faults, stacks)
+        log.error("trainer %s died in native code; its threads' stacks (%s):\n%s", found[0].rank, faults, found[0].text)
         if attempt == restarts:
             break
         # as a rerun would: the dead attempt's containers and sockets go, the newest checkpoint's weights are served

@@ -14,8 +14,9 @@
   run reaps the containers that were left.
 
 A trainer rank that dies in native code (SIGSEGV, SIGBUS, SIGABRT, ...) writes every thread's Python stack to its
-fault file (``FAULT_DIR_ENV``); ``crashed_ranks`` reads them, so the run can tell such a death from an error of its own
-and start the trainer again from its newest checkpoint.
+fault file (``FAULT_DIR_ENV``), and one that fails otherwise notes why; ``failures`` reads them, so the run can tell
+a trainer whose first failure was a native crash (started again from its newest checkpoint) from one that failed on
+its own (starting again would repeat it).
 
 Signals are process-wide, so the supervisor is too: ``install`` once, in the entry point.
 """
@@ -37,13 +38,13 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 PR_SET_PDEATHSIG = 1
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 REDELIVERY_DELAY = 0.01  # seconds before a stop signal whose Interrupted was ignored is sent again
 EXIT_GRACE = 30.0  # seconds a child still registered at exit gets between SIGTERM and SIGKILL
-FAULT_DIR_ENV = "QWEN_SWE_FAULT_DIR"  # where run_rank writes rank{RANK}.txt when the rank dies in native code
+FAULT_DIR_ENV = "QWEN_SWE_FAULT_DIR"  # where run_rank notes how a rank failed
 
 
 class Interrupted(BaseException):
@@ -189,39 +190,54 @@ def run_rank(main: Callable[[], int | None]) -> NoReturn:
     "terminate called without an active exception", no Python frame left): torchrun then fails the whole job and
     stops the other ranks mid-work. ``main`` closes what it opened in its own ``finally`` blocks. A crash in native
     code (SIGSEGV, SIGBUS, ...) prints every thread's Python stack first, to stderr or, under ``FAULT_DIR_ENV``, to
-    ``rank{RANK}.txt`` there: a rank's C++ threads (gloo's) die in silence otherwise."""
+    ``rank{RANK}.native`` there (a rank's C++ threads, gloo's, die in silence otherwise); a failure of its own (an
+    exception, a non-zero status) is noted in ``rank{RANK}.error`` there."""
     folder = os.environ.get(FAULT_DIR_ENV)
+    rank = os.environ.get("RANK", "0")
     if folder:
         os.makedirs(folder, exist_ok=True)
-        faults = open(os.path.join(folder, f"rank{os.environ.get('RANK', '0')}.txt"), "w")  # noqa: SIM115 - until exit
-        faulthandler.enable(file=faults, all_threads=True)
+        native = open(os.path.join(folder, f"rank{rank}.native"), "w")  # noqa: SIM115 - written at the crash
+        faulthandler.enable(file=native, all_threads=True)
     else:
         faulthandler.enable(all_threads=True)
     try:
         status = main() or 0
+        why = f"exit status {status}"
     except SystemExit as stop:
         if stop.code is not None and not isinstance(stop.code, int):
             print(stop.code, file=sys.stderr)
         status = 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1
+        why = f"exit status {status}: {stop.code}"
     except BaseException:  # noqa: BLE001 - printed as the interpreter would, then the same exit
-        traceback.print_exc()
+        why = traceback.format_exc()
+        print(why, end="", file=sys.stderr)
         status = 1
+    if folder and status:
+        Path(folder, f"rank{rank}.error").write_text(why)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
 
 
-def crashed_ranks(folder: Path) -> dict[str, str]:
-    """The fault files ``run_rank`` wrote in ``folder`` that hold a stack (``{"rank0": text}``); the empty ones, of
-    ranks that did not crash, are removed, and so is the folder when nothing is left."""
-    crashed: dict[str, str] = {}
-    for path in sorted(folder.glob("rank*.txt")) if folder.is_dir() else []:
+class Failure(NamedTuple):
+    rank: str  # "rank0"
+    native: bool  # died in native code (else: an error of its own)
+    at: float  # when (the file's mtime)
+    text: str  # the threads' stacks, or the error
+
+
+def failures(folder: Path) -> list[Failure]:
+    """What ``run_rank`` noted in ``folder``, the first failure first: the rank that failed first is the cause, the
+    others may only have lost their peer. Empty stack files (ranks that did not crash) are removed, and so is the
+    folder when nothing is left."""
+    found = []
+    for path in folder.glob("rank*.*") if folder.is_dir() else []:
         text = path.read_text(errors="replace")
         if text.strip():
-            crashed[path.stem] = text
+            found.append(Failure(path.stem, path.suffix == ".native", path.stat().st_mtime, text))
         else:
             path.unlink()
     with contextlib.suppress(OSError):
         folder.rmdir()  # only when empty
-    return crashed
+    return sorted(found, key=lambda f: f.at)

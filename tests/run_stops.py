@@ -82,9 +82,9 @@ def run_to_end(env: dict[str, str], log: Path, timeout: float) -> subprocess.Com
             pass
         finally:
             stop(proc)
-    faults = sorted(p for p in (Path(env["OUTPUT_DIR"]) / "logs" / "faults").glob("*/rank*.txt"))
+    faults = sorted(p for p in (Path(env["OUTPUT_DIR"]) / "logs" / "faults").glob("*/rank*.native") if p.stat().st_size)
     if faults:  # the run went on (TRAINER_RESTARTS), but a rank's crash in native code must not go unseen
-        warnings.warn(f"a trainer rank died in native code and the trainer was started again: {faults}", stacklevel=2)
+        warnings.warn(f"a trainer rank of this run died in native code: {faults}", stacklevel=2)
     return subprocess.CompletedProcess(proc.args, proc.returncode, log.read_text(), "")
 
 

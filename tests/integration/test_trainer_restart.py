@@ -40,22 +40,29 @@ def test_a_native_crash_starts_the_trainer_again_and_keeps_the_stacks(tmp_path, 
     assert status == 0
     assert starts == ["rank0", "rank0"]  # the crashed start, then the one that finished
     (kept,) = faults.iterdir()  # the first attempt's folder: rank 0's stacks only (rank 1 was stopped, no fault)
-    assert kept.name.endswith("-attempt0") and [p.name for p in kept.iterdir()] == ["rank0.txt"]
-    stacks = (kept / "rank0.txt").read_text()
+    assert kept.name.endswith("-attempt0") and [p.name for p in kept.iterdir()] == ["rank0.native"]
+    stacks = (kept / "rank0.native").read_text()
     assert "Fatal Python error: Segmentation fault" in stacks and "in crash" in stacks
     assert "restart 1 of TRAINER_RESTARTS=1" in caplog.text and "trainer rank0 died in native code" in caplog.text
 
 
 def test_the_restarts_are_bounded(tmp_path):
+    killed, crashed = (tmp_path / "run/logs/faults" / f"20000101-00000{i}-attempt0" for i in (0, 1))
+    for folder, text in ((killed, ""), (crashed, "Fatal Python error: Segmentation fault")):  # an earlier start's
+        folder.mkdir(parents=True)
+        (folder / "rank0.native").write_text(text)
     status, starts, faults = _run(tmp_path, "crash", restarts=1)
     assert status != 0 and starts == ["rank0", "rank0"]
-    assert sorted(p.name.rsplit("-", 1)[1] for p in faults.iterdir()) == ["attempt0", "attempt1"]
+    assert not killed.exists() and (crashed / "rank0.native").stat().st_size  # only the empty notes were removed
+    assert sorted(p.name.rsplit("-", 1)[1] for p in faults.iterdir() if p != crashed) == ["attempt0", "attempt1"]
 
 
 def test_an_error_of_the_run_is_not_retried(tmp_path, caplog):
     status, starts, faults = _run(tmp_path, "error", restarts=3)
     assert status != 0 and starts == ["rank0"]
-    assert list(faults.iterdir()) == []  # no rank crashed: the empty fault files and their folder are gone
+    (kept,) = faults.iterdir()  # rank 0's error noted; rank 1 was stopped: its empty stack file is gone
+    assert [p.name for p in kept.iterdir()] == ["rank0.error"]
+    assert "ValueError: an error of the run's own" in (kept / "rank0.error").read_text()
     assert "restart" not in caplog.text
 
 
