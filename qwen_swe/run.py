@@ -132,9 +132,15 @@ def restarting(cmd: list[str], env: Mapping[str, str], settings: Settings) -> in
             attempt + 1,
             restarts,
         )
-        reap(settings.label)
-        sweep_stale()
+        clear_leftovers(settings)
     return status
+
+
+def clear_leftovers(settings: Settings) -> None:
+    """The run's containers and its rollouts' dead socket folders: those of a runner killed with SIGKILL (at start),
+    of a trainer rank ended at once by SIGTERM or a crash (its ``finally`` blocks never ran)."""
+    reap(settings.label)
+    sweep_stale()
 
 
 def ensure_task_images(settings: Settings) -> None:
@@ -206,16 +212,14 @@ def run(settings: Settings) -> int:
         " on ".join(filter(None, ("embedded default" if settings.embedded else "", settings.inference.vllm_url))),
     )
     place = preflight.check(settings)  # the GPU placement, () on CPU
-    reap(settings.label)  # leftovers of a runner that was killed with SIGKILL
-    sweep_stale()  # and the socket folders of its rollouts
+    clear_leftovers(settings)
     try:
         if settings.offline:
             return run_trainer(settings, place.train)
         with serving(settings, log_dir=settings.output_dir / "logs") as resolved:
             return run_trainer(resolved, place.train)
     finally:
-        reap(settings.label)
-        sweep_stale()  # a trainer rank ends at once on SIGTERM, its rollouts' sockets left behind
+        clear_leftovers(settings)
         log.info("viewer: %s", write_viewer(settings.output_dir))
 
 

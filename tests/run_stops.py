@@ -17,6 +17,7 @@ import docker
 
 from qwen_swe.inference.server import RPC_FOLDER_PREFIX
 from qwen_swe.paths import REPO_ROOT
+from qwen_swe.supervise import failures
 from qwen_swe.traffic.endpoint import FOLDER_PREFIX
 from tests.warm_start import small_run_env
 
@@ -82,9 +83,9 @@ def run_to_end(env: dict[str, str], log: Path, timeout: float) -> subprocess.Com
             pass
         finally:
             stop(proc)
-    faults = sorted(p for p in (Path(env["OUTPUT_DIR"]) / "logs" / "faults").glob("*/rank*.native") if p.stat().st_size)
-    if faults:  # the run went on (TRAINER_RESTARTS), but a rank's crash in native code must not go unseen
-        warnings.warn(f"a trainer rank of this run died in native code: {faults}", stacklevel=2)
+    crashes = [f.rank for d in (Path(env["OUTPUT_DIR"]) / "logs" / "faults").glob("*") for f in failures(d) if f.native]
+    if crashes:  # the run went on (TRAINER_RESTARTS), but a rank's crash in native code must not go unseen
+        warnings.warn(f"a trainer rank of this run died in native code: {crashes} (logs/faults)", stacklevel=2)
     return subprocess.CompletedProcess(proc.args, proc.returncode, log.read_text(), "")
 
 
