@@ -4,6 +4,7 @@ settings saved there."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -121,6 +122,8 @@ def restarting(cmd: list[str], env: Mapping[str, str], settings: Settings) -> in
         finally:
             SUPERVISOR.stop(proc, grace=settings.stop_timeout)
             found = failures(faults)  # also when the run is stopped: the empty notes go
+            with contextlib.suppress(OSError):
+                root.rmdir()  # and the folder, when no run's notes are kept
         if status == 0 or not found or not found[0].native:  # done, or an error that starting again would repeat
             return status
         log.error("trainer %s died in native code; its threads' stacks (%s):\n%s", found[0].rank, faults, found[0].text)
