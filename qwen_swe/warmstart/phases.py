@@ -33,6 +33,8 @@ AGENT_PROFILE: Mapping[str, str] = MappingProxyType({env_name(k): str(v) for k, 
 PHASE_TIMEOUT = 3 * 3600.0  # seconds; the longest warm start measured here took about half an hour
 PROGRESS_INTERVAL = INTERVAL  # seconds between progress lines within a phase
 STOP_GRACE = 60.0  # seconds a stopped phase has to remove its containers and its trainer
+# A stopped SFT loses at most a third of its steps; a checkpoint of SmolLM2 with its optimizer costs seconds.
+SFT_CHECKPOINTS = 3
 # Settings that say where and with what a phase runs, not what it computes: the user's values pass through.
 # Every other setting in the caller's environment is removed, so a phase computes what its command says and
 # nothing an exported LORA_RANK or MAX_TURNS adds; a setting added later is removed until it is listed here.
@@ -87,7 +89,8 @@ def sft_command(
     demos: Path, out: Path, model: str, steps: int, batch: int, lr: float, seed: int, mixed_precision: bool, run_id: str
 ) -> Command:
     """``steps`` supervised steps of ``batch`` demonstrations from ``demos`` on ``model``, in the run folder ``out``;
-    one checkpoint, at the end, so the run's last ``weights/v*`` folder is the result (``latest_weights``)."""
+    ``SFT_CHECKPOINTS`` checkpoints, the last at the end, so the run's last ``weights/v*`` folder is the result
+    (``latest_weights``) and the same command, run again into ``out`` after a stop, resumes from the newest."""
     return (
         ["bash", str(REPO_ROOT / "examples" / "qwen_swe" / "run_grpo.sh")],
         {
@@ -99,7 +102,7 @@ def sft_command(
             "LR": str(lr),
             "OUTPUT_DIR": str(out),
             "KEEP_CHECKPOINTS": "1",
-            "SAVE_INTERVAL": str(steps),
+            "SAVE_INTERVAL": str(-(-steps // SFT_CHECKPOINTS)),
             "RUN_ID": run_id,
             # SFT has no server or containers beside it: a 3000-token demonstration's activations (about 2.5 GB a
             # rank) fit, and recomputing them made a step slower (117-137 s against 92-117 s on idle cores). The
@@ -128,7 +131,7 @@ def run_logged(cmd: list[str], env: dict[str, str], log: Path, timeout: float = 
     """Run one phase from the repository root, its output in ``log``; stopped (its process group: SIGTERM, then
     SIGKILL after ``STOP_GRACE``) on a timeout, a failure or an interrupt, so nothing it started outlives it."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as out:
+    with log.open("a") as out:  # a resumed phase's log keeps the stopped attempt's
         proc = SUPERVISOR.spawn(cmd, cwd=REPO_ROOT, env=child_env(env), stdout=out, stderr=subprocess.STDOUT)
         try:
             code = proc.wait(timeout=timeout)

@@ -5,7 +5,9 @@ Why a stage: a small base model never resolves a task, so GRPO from it sees only
 makes real attempts. Why cached by a key: building it takes minutes (demonstrations through the real agent, then
 SFT through the real trainer), and its result depends only on the inputs the key digests (``key``), so any change
 to them builds a new folder and nothing else does. Why atomic: the folder is built beside its place and renamed
-into it when complete, so a killed build leaves a temporary folder that the next build removes, never a model.
+into it when complete, so a killed build leaves an unfinished folder, never a model. Why resumable: a build takes
+half an hour here (hours on a CPU without bf16); the next build of the same key goes on from the unfinished folder:
+demonstrations that finished are kept, SFT resumes from its last checkpoint.
 Why the held-out check: a model warm-started on a held-out task would make every held-out result a lie, so the
 stage refuses such tasks before anything runs (``check_train_only``).
 """
@@ -19,7 +21,6 @@ import json
 import os
 import random
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -230,43 +231,56 @@ def _build(
     dataset.write_text("".join(json.dumps(row) + "\n" for row in chosen))
     demos, sft = build / "demos", build / "sft"
     start = time.monotonic()
-    with Progress(f"demonstrations of {len(chosen)} train tasks", interval):
-        cmd, env = collect_command(
-            demos, dataset, str(spec.model), spec.recover, spec.seed, spec.mixed_precision, f"qwen-swe-warmstart-{name}"
-        )
-        run(cmd, env, build / "logs" / "collect.log")
+    report = _collected(demos)
+    resumed = report is not None
+    if report is None:
+        shutil.rmtree(demos, ignore_errors=True)  # a killed collection's partial output
+        with Progress(f"demonstrations of {len(chosen)} train tasks", interval):
+            cmd, env = collect_command(
+                demos,
+                dataset,
+                str(spec.model),
+                spec.recover,
+                spec.seed,
+                spec.mixed_precision,
+                f"qwen-swe-warmstart-{name}",
+            )
+            run(cmd, env, build / "logs" / "collect.log")
+        report = _collected(demos)
+    else:
+        print(f"warm start: reusing the {report['demonstrations']} demonstrations in {demos}", flush=True)
     times["collect"] = round(time.monotonic() - start, 1)
-    try:
-        report = json.loads((demos / "demos_report.json").read_text())
-    except (OSError, ValueError):
+    if report is None:
         raise SetupError(
-            f"the demonstrations left no report in {demos}; see {build / 'logs' / 'collect.log'}"
-        ) from None
-    if not report.get("demonstrations"):
-        raise SetupError(f"no demonstration of {len(chosen)} tasks was resolved; see {build / 'logs' / 'collect.log'}")
-    start = time.monotonic()
-    with Progress(f"SFT, {spec.steps} steps of {spec.batch}", interval, sft / "metrics.jsonl", spec.steps):
-        cmd, env = sft_command(
-            demos / DEMOS,
-            sft,
-            str(spec.model),
-            spec.steps,
-            spec.batch,
-            spec.lr,
-            spec.seed,
-            spec.mixed_precision,
-            f"qwen-swe-warmstart-sft-{name}",
+            f"the demonstrations left no report, or none resolved, in {demos}; see {build / 'logs' / 'collect.log'}"
         )
-        run(cmd, env, build / "logs" / "sft.log")
-    times["sft"] = round(time.monotonic() - start, 1)
+    start = time.monotonic()
     model = build / "model"
-    os.rename(latest_weights(sft), model)
+    if model.is_dir():  # renamed whole out of the finished SFT run: a build stopped after it
+        print(f"warm start: reusing the finished SFT's model {model}", flush=True)
+        resumed = True
+    else:
+        with Progress(f"SFT, {spec.steps} steps of {spec.batch}", interval, sft / "metrics.jsonl", spec.steps):
+            cmd, env = sft_command(
+                demos / DEMOS,
+                sft,
+                str(spec.model),
+                spec.steps,
+                spec.batch,
+                spec.lr,
+                spec.seed,
+                spec.mixed_precision,
+                f"qwen-swe-warmstart-sft-{name}",
+            )
+            run(cmd, env, build / "logs" / "sft.log")  # into the stopped build's run folder: it resumes
+        if (sft / "metrics.jsonl").is_file():
+            shutil.copy2(sft / "metrics.jsonl", build / "logs" / "sft_metrics.jsonl")
+        os.rename(latest_weights(sft), model)
+    times["sft"] = round(time.monotonic() - start, 1)
     for file in TOKENIZER_FILES:  # the exporter saves the tokenizer; what it did not write comes from the base
         if (spec.model / file).is_file() and not (model / file).exists():
             shutil.copy2(spec.model / file, model / file)
-    if (sft / "metrics.jsonl").is_file():
-        shutil.copy2(sft / "metrics.jsonl", build / "logs" / "sft_metrics.jsonl")
-    shutil.rmtree(sft)  # checkpoints with optimizer state: gigabytes nothing reads again
+    shutil.rmtree(sft, ignore_errors=True)  # checkpoints with optimizer state: gigabytes nothing reads again
     report.pop("drops", None)  # the per-task detail stays in demos/demos_report.json
     return {
         "key": name,
@@ -275,8 +289,18 @@ def _build(
         "demo_tasks": [row["instance_id"] for row in chosen],
         "demos": report,
         "heldout_check": guarantee,
-        "seconds": times,
+        "seconds": times,  # this attempt's: a resumed build's phases done before are not in them
+        "resumed": resumed,
     }
+
+
+def _collected(demos: Path) -> dict[str, Any] | None:
+    """The report of a finished collection with at least one demonstration (written after ``demos.jsonl``), or None."""
+    try:
+        report = json.loads((demos / "demos_report.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return report if isinstance(report, dict) and report.get("demonstrations") and (demos / DEMOS).is_file() else None
 
 
 def complete(folder: Path) -> bool:
@@ -296,7 +320,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _leftovers(root: Path, name: str) -> Iterator[Path]:
-    yield from root.glob(f".{name}.build-*")
+    yield from root.glob(f".{name}.build-*")  # an older stage's temporary folders, not resumable
     if (root / name).exists():
         yield root / name  # a folder at the place without its marker was not built by this stage: never used
 
@@ -325,15 +349,19 @@ def ensure_warm_start(
             flush=True,
         )
         start = time.monotonic()
-        build = Path(tempfile.mkdtemp(prefix=f".{name}.build-", dir=root))
+        build = root / f".{name}.build"
+        if build.is_dir():
+            print(f"warm start: resuming the unfinished build {build}", flush=True)
+        build.mkdir(exist_ok=True)
+        build.chmod(0o755)  # servers and containers of other users read the model
         try:
             manifest = _build(spec, inputs, build, run, guarantee, interval)
-            manifest["seconds"]["total"] = round(time.monotonic() - start, 1)
-            (build / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-            (build / COMPLETE).write_text(name + "\n")
-            build.chmod(0o755)  # mkdtemp makes it private; servers and containers of other users read the model
-            os.rename(build, target)
-        finally:
-            shutil.rmtree(build, ignore_errors=True)  # only a failed build is still there
+        except BaseException:
+            print(f"warm start: stopped; the next build of {name} resumes from {build}", flush=True)
+            raise
+        manifest["seconds"]["total"] = round(time.monotonic() - start, 1)
+        (build / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        (build / COMPLETE).write_text(name + "\n")
+        os.rename(build, target)
     print(f"warm start: ready at {target / 'model'} in {format_seconds(time.monotonic() - start)}", flush=True)
     return target / "model"

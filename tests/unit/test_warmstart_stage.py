@@ -61,9 +61,9 @@ def model(tmp_path: Path) -> Path:
 class FakePhases:
     """Writes what ``collect`` and ``run_grpo.sh`` with TRAIN_MODE=sft write, and records what it was asked."""
 
-    def __init__(self, fail: str | None = None) -> None:
+    def __init__(self, fail: str | None = None, resume: bool = False) -> None:
         self.calls: list[tuple[list[str], dict[str, str]]] = []
-        self.fail = fail
+        self.fail, self.resume = fail, resume
 
     def __call__(self, cmd: list[str], env: dict[str, str], log: Path) -> None:
         self.calls.append((cmd, env))
@@ -85,10 +85,11 @@ class FakePhases:
             if self.fail == "sft":
                 raise SetupError("run_grpo.sh exited 1")
             run = Path(env["OUTPUT_DIR"])
+            assert (run / "checkpoints").is_dir() == self.resume
             weights = run / "weights" / f"v{int(env['NUM_ROLLOUTS']):06d}"
             weights.mkdir(parents=True)
             (weights / "config.json").write_text('{"model_type": "llama"}\n')
-            (run / "checkpoints").mkdir()
+            (run / "checkpoints").mkdir(exist_ok=True)
             (run / "metrics.jsonl").write_text("".join(f'{{"step": {s}}}\n' for s in range(int(env["NUM_ROLLOUTS"]))))
 
 
@@ -192,12 +193,12 @@ def test_builds_once_then_reuses(model: Path, tasks: Path, tmp_path: Path, capsy
     assert Path(collect[1]["DATASET"]).name == "demo_tasks.jsonl"
     assert len((out.parent / "demo_tasks.jsonl").read_text().splitlines()) == 3  # kept beside the model
     assert sft[1]["TRAIN_MODE"] == "sft" and sft[1]["NUM_ROLLOUTS"] == "8" and sft[1]["ROLLOUT_BATCH_SIZE"] == "2"
-    assert sft[1]["LR"] == "0.0001" and sft[1]["SAVE_INTERVAL"] == "8" and sft[1]["SFT_DATA"].endswith("demos.jsonl")
+    assert sft[1]["LR"] == "0.0001" and sft[1]["SAVE_INTERVAL"] == "3" and sft[1]["SFT_DATA"].endswith("demos.jsonl")
     manifest = json.loads((out.parent / MANIFEST).read_text())
     assert manifest["key"] == name and manifest["spec"]["steps"] == 8 and manifest["spec"]["model"] == str(model)
     assert manifest["demos"]["demonstrations"] == 3 and len(manifest["demo_tasks"]) == 3
     assert manifest["heldout_check"]["heldout_tasks"] == 4 and manifest["heldout_check"]["shared_tasks"] == 0
-    assert set(manifest["seconds"]) == {"collect", "sft", "total"}
+    assert set(manifest["seconds"]) == {"collect", "sft", "total"} and manifest["resumed"] is False
     printed = capsys.readouterr().out
     assert "demonstrations of 3 train tasks" in printed and "SFT, 8 steps of 2" in printed
 
@@ -229,13 +230,46 @@ def test_a_half_built_folder_is_removed_and_rebuilt(model: Path, tasks: Path, tm
     assert len(fake.calls) == 2 and not killed.exists() and (out.parent / COMPLETE).is_file()
 
 
-def test_a_failed_build_leaves_nothing_and_the_next_one_builds(model: Path, tasks: Path, tmp_path: Path):
+def test_a_stopped_build_resumes_where_it_stopped(model: Path, tasks: Path, tmp_path: Path, capsys):
     home, spec = tmp_path / "home", _spec(model, tasks)
-    for phase in ("collect", "sft"):
-        with pytest.raises(SetupError):
-            ensure_warm_start(spec, home, run=FakePhases(fail=phase))
-        assert [p.name for p in (home / "warmstart").iterdir() if not p.name.endswith((".lock", ".json"))] == []
-    assert (ensure_warm_start(spec, home, run=FakePhases()).parent / COMPLETE).is_file()
+    name = key(spec, home / "warmstart" / stage.DIGESTS)
+    build = home / "warmstart" / f".{name}.build"
+    with pytest.raises(SetupError):  # a collection that fails keeps nothing of itself
+        ensure_warm_start(spec, home, run=FakePhases(fail="collect"))
+    assert not (build / "demos").exists()
+    with pytest.raises(SetupError):  # stopped in SFT: the demonstrations stay, and the SFT run folder
+        ensure_warm_start(spec, home, run=FakePhases(fail="sft"))
+    assert (build / "demos" / "demos_report.json").is_file() and "resumes from" in capsys.readouterr().out
+    (build / "sft" / "checkpoints" / "step_2").mkdir(parents=True)  # what a stopped SFT run leaves
+    resumed = FakePhases(resume=True)
+    out = ensure_warm_start(spec, home, run=resumed)
+    [(cmd, env)] = resumed.calls  # SFT only, into the same run folder, where the trainer resumes
+    assert env["TRAIN_MODE"] == "sft" and env["OUTPUT_DIR"] == str(build / "sft")
+    assert "resuming the unfinished build" in capsys.readouterr().out
+    manifest = json.loads((out.parent / MANIFEST).read_text())
+    assert manifest["resumed"] is True and manifest["demos"]["demonstrations"] == 4 and not build.exists()
+    assert (out / "config.json").is_file() and not (out.parent / "sft").exists()
+
+
+def test_a_build_stopped_after_sft_keeps_its_model(model: Path, tasks: Path, tmp_path: Path, monkeypatch):
+    home, spec = tmp_path / "home", _spec(model, tasks)
+    name = key(spec, home / "warmstart" / stage.DIGESTS)
+
+    copy = stage.shutil.copy2
+
+    def lost_power(source: Path, dest: Path) -> None:
+        if dest.parent.name == "model":  # the tokenizer's copy, after the model's rename
+            raise KeyboardInterrupt
+        copy(source, dest)
+
+    monkeypatch.setattr(stage.shutil, "copy2", lost_power)
+    with pytest.raises(KeyboardInterrupt):
+        ensure_warm_start(spec, home, run=FakePhases())
+    monkeypatch.undo()
+    assert (home / "warmstart" / f".{name}.build" / "model" / "config.json").is_file()
+    fake = FakePhases()
+    out = ensure_warm_start(spec, home, run=fake)
+    assert fake.calls == [] and (out.parent / COMPLETE).is_file() and (out / "tokenizer.json").is_file()
 
 
 def test_held_out_tasks_are_refused_by_name(model: Path, tasks: Path, tmp_path: Path):
