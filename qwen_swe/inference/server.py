@@ -17,6 +17,8 @@ from qwen_swe.inference.serve_config import ServeConfig
 from qwen_swe.supervise import SUPERVISOR
 
 RPC_FOLDER_PREFIX = "qwen-swe-vllm-rpc-"  # a server's own folder for vLLM's ZMQ sockets, removed at stop
+RPC_OWNER = "server.pgid"  # in that folder: the server's process group, so a later start can tell it is gone
+SPAWN_GRACE = 60.0  # seconds a folder may exist before its owner is written (it is made just before the spawn)
 
 
 class VLLMServer:
@@ -48,12 +50,15 @@ class VLLMServer:
         if "VLLM_RPC_BASE_PATH" not in env:
             # vLLM's engine and API server talk over ZMQ sockets made under this folder (default: the temp folder)
             # and never removed; a private folder, removed at stop, keeps them from piling up in /tmp.
+            sweep_stale_rpc()
             self.rpc_dir = Path(tempfile.mkdtemp(prefix=RPC_FOLDER_PREFIX))
             env["VLLM_RPC_BASE_PATH"] = str(self.rpc_dir)
         try:
             self.process = SUPERVISOR.spawn(
                 self.serve.argv(), env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
             )
+            if self.rpc_dir is not None:  # its own session: the group's id is its pid
+                (self.rpc_dir / RPC_OWNER).write_text(f"{self.process.pid}\n")
             client = InferenceClient(self.base_url, timeout=5.0, api_key=self.serve.api_key)
             deadline = time.monotonic() + timeout
             while not client.health():
@@ -104,3 +109,38 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def sweep_stale_rpc(parent: str | None = None, *, now: float | None = None) -> int:
+    """Remove the RPC folders under ``parent`` (default: the temp folder) of servers that are gone: no process is
+    left in the group ``RPC_OWNER`` names (a run killed with SIGKILL never ran ``stop``). A folder without an owner
+    is kept while young (``SPAWN_GRACE``) or while it holds sockets (a server this check cannot judge). Returns how
+    many folders were removed."""
+    now = time.time() if now is None else now
+    removed = 0
+    for folder in Path(parent or tempfile.gettempdir()).glob(f"{RPC_FOLDER_PREFIX}*"):
+        try:
+            owner = int((folder / RPC_OWNER).read_text())
+        except ValueError:
+            continue  # being written
+        except OSError:
+            try:
+                stale = now - folder.stat().st_mtime > SPAWN_GRACE and not any(p.is_socket() for p in folder.iterdir())
+            except OSError:
+                continue  # removed meanwhile, or not a folder
+        else:
+            stale = not _group_alive(owner)
+        if stale:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's group, or not ours to judge: keep it
+    return True
