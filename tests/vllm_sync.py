@@ -150,6 +150,7 @@ def run_against(url: str, out: Path, lora: int = 0, model: Path | None = None, b
         sys.executable,
         "-m",
         "torch.distributed.run",
+        f"--log-dir={out / 'torchrun'}",  # not a new torchelastic_* folder in /tmp
         "--standalone",
         "--nproc_per_node",
         "2",

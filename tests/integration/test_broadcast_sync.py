@@ -399,6 +399,7 @@ def _publish(out: Path, lora: int = 0) -> dict:
         sys.executable,
         "-m",
         "torch.distributed.run",
+        f"--log-dir={out / 'torchrun'}",  # not a new torchelastic_* folder in /tmp
         "--standalone",
         "--nproc_per_node",
         "2",
@@ -479,6 +480,7 @@ def _train_broadcast(out: Path, steps: int) -> None:
         sys.executable,
         "-m",
         "torch.distributed.run",
+        f"--log-dir={out / 'torchrun'}",  # not a new torchelastic_* folder in /tmp
         "--standalone",
         "--nproc_per_node",
         "2",

@@ -121,6 +121,7 @@ def _run(model: Path, out: Path, lora: int = 0) -> list[dict]:
         sys.executable,
         "-m",
         "torch.distributed.run",
+        f"--log-dir={out / 'torchrun'}",  # not a new torchelastic_* folder in /tmp
         "--standalone",
         "--nproc_per_node",
         "2",

@@ -46,6 +46,7 @@ def write_slime_checkpoint(hf_dir: Path, save_dir: Path, rollout_id: int, *, opt
         sys.executable,
         "-m",
         "torch.distributed.run",
+        f"--log-dir={save_dir.with_name(save_dir.name + '-torchrun')}",  # not a new torchelastic_* folder in /tmp
         "--nproc-per-node",
         "2",
         "--master-addr",
