@@ -86,6 +86,7 @@ def measure(model: str, tokens: int, samples: int, ckpt: bool, lora: int) -> dic
             sys.executable,
             "-m",
             "torch.distributed.run",
+            f"--log-dir={tmp}/torchrun",  # removed with tmp, not a new torchelastic_* folder in /tmp
             "--standalone",
             "--nproc_per_node",
             "2",

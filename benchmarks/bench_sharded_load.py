@@ -81,6 +81,7 @@ def run_mode(model: str, mode: str) -> list[dict]:
             sys.executable,
             "-m",
             "torch.distributed.run",
+            f"--log-dir={tmp}/torchrun",  # removed with tmp, not a new torchelastic_* folder in /tmp
             "--standalone",
             "--nproc_per_node",
             "2",

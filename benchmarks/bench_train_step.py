@@ -114,6 +114,7 @@ def run_variant(
             sys.executable,
             "-m",
             "torch.distributed.run",
+            f"--log-dir={tmp}/torchrun",  # removed with tmp, not a new torchelastic_* folder in /tmp
             "--standalone",
             "--nproc_per_node",
             "2",

@@ -144,8 +144,9 @@ def _env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
 
 
-def _torchrun(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *args]
+def _torchrun(args: list[str], log_dir: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--log-dir={log_dir}", "--standalone", "--nproc_per_node"]
+    cmd += ["2", *args]  # --log-dir: not a new torchelastic_* folder in /tmp
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         pytest.fail(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
@@ -167,7 +168,7 @@ def run_trainer(out: Path, model: str, steps: int, **extra) -> subprocess.Comple
         }
     )
     path = settings.write(out)
-    return _torchrun(["-m", "tests.fake_trainer", "fsdp", "--settings", str(path)])
+    return _torchrun(["-m", "tests.fake_trainer", "fsdp", "--settings", str(path)], out / "logs" / "torchrun")
 
 
 def _events(out: Path) -> list[dict]:
@@ -291,7 +292,7 @@ def test_off_policy_resume_serves_the_batch_that_was_in_flight_again(async_run):
 
 
 def test_checkpoint_round_trip_bit_identical_on_two_ranks(tmp_path):
-    _torchrun(["-m", "tests.integration.test_trainer_fsdp", "roundtrip", str(tmp_path)])
+    _torchrun(["-m", "tests.integration.test_trainer_fsdp", "roundtrip", str(tmp_path)], tmp_path / "torchrun")
     results = [json.loads((tmp_path / f"roundtrip_rank{r}.json").read_text()) for r in (0, 1)]
     for res in results:
         assert res["params"] > 0 and res["params_equal"] == res["params"]
