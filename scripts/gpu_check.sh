@@ -110,7 +110,7 @@ serve() {  # in the background; ready once /health answers
 
 step() {
   CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES="$train_gpu" PYTHONPATH="$PWD" OMP_NUM_THREADS=1 \
-    .venv/bin/python -m torch.distributed.run --standalone --nproc_per_node=1 scripts/gpu_check_step.py \
+    .venv/bin/python -m torch.distributed.run --log-dir="$out/torchrun" --standalone --nproc_per_node=1 scripts/gpu_check_step.py \
     --url "$url" --out "$out" --sync-backend "$sync"
 }
 

@@ -104,6 +104,7 @@ def test_the_training_stage_on_cpu_steps_fsdp2_on_gloo_and_its_log_probs_rise(tm
         sys.executable,
         "-m",
         "torch.distributed.run",
+        f"--log-dir={tmp_path / 'torchrun'}",  # not a new torchelastic_* folder in /tmp
         "--standalone",
         "--nproc_per_node=2",
         "scripts/gpu_check_step.py",

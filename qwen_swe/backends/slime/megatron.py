@@ -173,6 +173,7 @@ def conversion_argv(s: Settings, python: str, c: dict[str, Any], gpus: int) -> l
         python,
         "-m",
         "torch.distributed.run",
+        f"--log-dir={Path(s.output_dir) / 'logs' / 'torchrun-convert'}",  # not a new torchelastic_* in /tmp
         "--nproc-per-node",
         str(procs),
         CONVERTER,
