@@ -138,23 +138,31 @@ def bound_session(request: web.Request) -> str:
 
 def sweep_stale(parent: str | None = None, *, now: float | None = None) -> int:
     """Remove the endpoint folders under ``parent`` (default: the temp folder) whose server is gone: the socket
-    refuses connections, or was never bound within ``STALE_AFTER`` seconds. A live endpoint, this process's or any
-    other run's, accepts the connection and is kept. Returns how many folders were removed."""
+    refuses connections (asked again after ``BIND_GRACE`` if it is younger, as when a run is stopped just as its
+    rollouts' endpoints open), or was never bound within ``STALE_AFTER`` seconds. A live endpoint, this process's or
+    any other run's, accepts the connection and is kept. Returns how many folders were removed."""
     now = time.time() if now is None else now
-    removed = 0
+    stale: list[Path] = []
+    young: list[Path] = []
     for folder in Path(parent or tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*"):
         sock = folder / SOCKET_NAME
         try:
             if sock.is_socket():
-                stale = now - sock.stat().st_mtime > BIND_GRACE and not _listening(sock)
-            else:
-                stale = folder.is_dir() and now - folder.stat().st_mtime > STALE_AFTER
+                if not _listening(sock):
+                    age = now - sock.stat().st_mtime
+                    (stale if age > BIND_GRACE else young).append(folder)
+            elif folder.is_dir() and now - folder.stat().st_mtime > STALE_AFTER:
+                stale.append(folder)
         except OSError:
             continue  # removed meanwhile
-        if stale:
-            shutil.rmtree(folder, ignore_errors=True)
-            removed += 1
-    return removed
+    if young:  # refused, but maybe between bind and listen: asked again once that moment has surely passed
+        time.sleep(BIND_GRACE)
+        stale += [
+            folder for folder in young if (folder / SOCKET_NAME).is_socket() and not _listening(folder / SOCKET_NAME)
+        ]
+    for folder in stale:
+        shutil.rmtree(folder, ignore_errors=True)
+    return len(stale)
 
 
 def _listening(path: Path) -> bool:
