@@ -37,8 +37,12 @@ if ((${gpus:-0} < 1)); then
        "paths it stands on are tested by scripts/test.sh." >&2
   exit 3
 fi
-out="${out:-$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")}"
-mkdir -p "$out"
+if ((dry)); then
+  out="${out:-(a new temporary folder)}"  # a dry run starts nothing and leaves nothing behind
+else
+  out="${out:-$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")}"
+  mkdir -p "$out"
+fi
 url="http://127.0.0.1:$port/v1"
 if ((gpus >= 2)); then train_gpu=1 sync=nccl grpo_place=split; else train_gpu=0 sync=gloo grpo_place=colocated; fi
 server_pid=""

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from qwen_swe.paths import REPO_ROOT
 from tests.gpu_stand_in import no_gpu_path, nvidia_smi_path
@@ -21,8 +22,8 @@ def _step_module():
     return module
 
 
-def gpu_check(*args: str, path: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": path or no_gpu_path()}
+def gpu_check(*args: str, path: str | None = None, tmpdir: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": path or no_gpu_path(), **({"TMPDIR": str(tmpdir)} if tmpdir else {})}
     return subprocess.run(
         ["bash", "scripts/gpu_check.sh", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, env=env
     )
@@ -52,6 +53,7 @@ def test_with_two_gpus_every_stage_is_planned_over_nccl(tmp_path):
     out = gpu_check("--dry-run", "--out", str(tmp_path / "out"), path=nvidia_smi_path(tmp_path / "bin", gpus=2))
     assert out.returncode == 0, out.stderr
     assert "2 GPU(s): server on GPU 0, trainer on GPU 1, broadcast over nccl, the GRPO step split" in out.stdout
+    assert not (tmp_path / "out").exists()  # a dry run starts nothing and leaves nothing behind
     assert [line.split()[-1] for line in out.stdout.splitlines() if line.startswith("would run")] == [
         "setup",
         "cuda",
@@ -62,8 +64,12 @@ def test_with_two_gpus_every_stage_is_planned_over_nccl(tmp_path):
 
 
 def test_with_one_gpu_the_push_goes_over_gloo_and_the_grpo_step_is_colocated(tmp_path):
-    out = gpu_check("--dry-run", "--skip-setup", path=nvidia_smi_path(tmp_path / "bin", gpus=1))
+    (tmp_path / "tmp").mkdir()
+    out = gpu_check(
+        "--dry-run", "--skip-setup", path=nvidia_smi_path(tmp_path / "bin", gpus=1), tmpdir=tmp_path / "tmp"
+    )
     assert out.returncode == 0, out.stderr
+    assert not any((tmp_path / "tmp").iterdir())  # no gpu_check.* folder made for the logs of a run that never was
     assert "1 GPU(s): server on GPU 0, trainer on GPU 0, broadcast over gloo, the GRPO step colocated" in out.stdout
     assert [line.split()[-1] for line in out.stdout.splitlines() if line.startswith("would run")] == [
         "cuda",
