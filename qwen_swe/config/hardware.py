@@ -12,6 +12,8 @@ BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 PROFILE_SHOWN = {
     "mixed_precision": "True where bf16 is native, else False",
     "broadcast_dtype": "bfloat16 where native, else float32",
+    "rollout_concurrency": "16 where bf16 is native, else 4",
+    "boot_concurrency": "4 where bf16 is native, else 2",
 }
 
 
