@@ -3,6 +3,7 @@ stopped by that group's id (the API server and its engine workers), never by nam
 
 from __future__ import annotations
 
+import getpass
 import os
 import shutil
 import socket
@@ -53,6 +54,10 @@ class VLLMServer:
             sweep_stale_rpc()
             self.rpc_dir = Path(tempfile.mkdtemp(prefix=RPC_FOLDER_PREFIX))
             env["VLLM_RPC_BASE_PATH"] = str(self.rpc_dir)
+            # Its other temporary files too (the workers' rendezvous file, vllm_dist_*, also never removed); the
+            # compiled kernels' cache stays where it was, shared by every start.
+            env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"torchinductor_{_user()}"))
+            env["TMPDIR"] = str(self.rpc_dir)
         try:
             self.process = SUPERVISOR.spawn(
                 self.serve.argv(), env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
@@ -103,6 +108,15 @@ class VLLMServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _user() -> str:
+    """The name in torch inductor's default cache folder (``torchinductor_<user>`` in the temp folder), as torch
+    makes it."""
+    try:
+        return getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        return f"uid_{os.getuid()}"
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -215,7 +215,8 @@ def test_preflight_measures_the_temperature_in_the_served_logprobs(client: Infer
 def test_preflight_refuses_a_server_that_serves_temperature_one_logprobs(tmp_path: Path):
     """vLLM's default ``--logprobs-mode raw_logprobs`` (an external VLLM_URL started by hand): a GRPO run sampling
     at T 0.7 with its log-probs as the behaviour policy's is refused before it starts, naming the fix. (This test's
-    own server also shows that vLLM's ZMQ sockets go to the server's private folder, removed when it stops.)"""
+    own server also shows that vLLM's ZMQ sockets and temporary files go to the server's private folder, removed when
+    it stops.)"""
     import dataclasses
 
     from qwen_swe import preflight
@@ -230,6 +231,7 @@ def test_preflight_refuses_a_server_that_serves_temperature_one_logprobs(tmp_pat
         url = server.start(900)
         rpc_dir = server.rpc_dir
         assert rpc_dir is not None and any(path.is_socket() for path in rpc_dir.iterdir())
+        assert any(path.name.startswith("vllm_dist_") for path in rpc_dir.iterdir())  # its temp files as well
         client = InferenceClient(url, timeout=300)
         scale = preflight.served_temperature_scale(client, MODEL)
         print(f"raw_logprobs: the probe's log-prob gap scaled {scale} at temperature 0.5")
