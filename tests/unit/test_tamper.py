@@ -250,7 +250,8 @@ REWRITER = "import sys\ndef _config():\n    return next(f.config for f in sys.me
         (
             "import importlib.machinery as m, os, py_compile, sys\n"
             "_p = os.path.abspath('tests/test_add.py')\n"
-            "_c = py_compile.compile(_p, cfile=os.path.abspath('t.pyc'), optimize=2)\n_m = type(sys)('t')\n_m.__file__ = _p\n"
+            "_c = py_compile.compile(_p, cfile=os.path.abspath('t.pyc'), optimize=2)\n"
+            "_m = type(sys)('t')\n_m.__file__ = _p\n"
             "m.SourcelessFileLoader('t', _c).exec_module(_m)\n",
             "runs code compiled without its assert statements at ",
         ),
