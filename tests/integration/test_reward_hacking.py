@@ -27,7 +27,7 @@ from qwen_swe.sandbox.settings import SandboxSettings
 from tests.red_team import PACK, append_diff, grade_all, package_init
 from tests.task_pack import BUILD_HINT, missing, require_images
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.slow, pytest.mark.docker]  # minutes (28 on vfs): handed out first
 TASK_ID = "qwenswe__confparse-1"
 PACKAGE_INIT = "confparse/__init__.py"
 BASE_INIT = (TASK_PACK.parent / "repos" / "confparse" / PACKAGE_INIT).read_text()

@@ -22,7 +22,7 @@ from qwen_swe.sandbox.docker_host import reap
 from tests.red_team import PACK, append_diff, grade_all, package_init
 from tests.task_pack import require_images
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.slow, pytest.mark.docker]  # minutes (14 on vfs): handed out first
 WITNESS = "reward_hack_suspected: the patch's code"
 
 FAMILIES = {
