@@ -140,7 +140,6 @@ class Run:
         shutil.rmtree(self.tmp, ignore_errors=True)
         if sig != signal.SIGKILL:  # a SIGKILLed run cannot reap; the next run does (checked by the caller)
             assert self.containers(client) == [], "the run's containers must be removed"
-            assert not [name for name in left if name.startswith((FOLDER_PREFIX, RPC_FOLDER_PREFIX, "vllm_dist_"))], (
-                left
-            )
+            ours = [name for name in left if name.startswith((FOLDER_PREFIX, RPC_FOLDER_PREFIX, "vllm_dist_"))]
+            assert not ours, left
         return seconds

@@ -40,10 +40,10 @@ EMBEDDED_PROFILE: dict[str, Any] = {
     "lr": 2e-5,
     "max_response_len": 4096,
     "max_model_len": 8192,
-    # Where bf16 is native, a step's 16 rollouts all at once: the server batches them, and a warm step took 1.23x its
-    # critical path (4 at a time: 1.74x, each rollout waiting for a slot and then for the slowest). In fp32 the
-    # server is 2-3x slower, and a rollout, lasting the whole rollout phase at 16 (72 s here), would near the agent's
-    # 180 s; there 4 at a time.
+    # Where bf16 is native, a step's 16 rollouts all at once: the server batches them, and the main job's steps took
+    # 1.21x their critical path (4 at a time: 1.74x, each rollout waiting for a slot and then for the slowest). In
+    # fp32 the server is 2-3x slower, and a rollout, lasting the whole rollout phase at 16 (68-75 s here), would near
+    # the agent's 180 s; there 4 at a time.
     "rollout_concurrency": 16 if native_bf16() else 4,
     "boot_concurrency": 4 if native_bf16() else 2,
     "eval_timeout": 300.0,
