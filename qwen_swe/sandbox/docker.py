@@ -38,6 +38,7 @@ import docker.errors
 
 from qwen_swe.errors import SandboxError
 from qwen_swe.paths import TESTBED
+from qwen_swe.sandbox import exec_stream
 from qwen_swe.sandbox.base import ExecResult, Sandbox
 from qwen_swe.sandbox.docker_host import ENGINE_ERRORS, LABEL, docker_client, ensure_image, image_for, labels_for
 from qwen_swe.sandbox.settings import SandboxSettings
@@ -266,8 +267,7 @@ class DockerSandbox(Sandbox):
                 user="root",
             )
             exec_id = created["Id"]
-            # a CancellableStream: through to_thread mypy picks exec_start's first overload (bytes)
-            stream: Any = await asyncio.to_thread(api.exec_start, exec_id, stream=True)
+            stream = await asyncio.to_thread(exec_stream.start, api, exec_id)  # not exec_start: it can lose the head
         except docker.errors.APIError as exc:
             raise SandboxError(
                 f"exec in container {self.name} ({self.image}) failed: {exc}; "

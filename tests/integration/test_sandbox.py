@@ -66,6 +66,27 @@ def _exists(client: docker.DockerClient, name: str) -> bool:
         return False
 
 
+def test_exec_keeps_what_the_command_printed_before_the_client_read_the_headers(box, monkeypatch):
+    """A slow client (each response's headers read 1 s late, as on a loaded machine): the command's first lines
+    reach the client in the same read as the engine's headers, and stay in the output (exec_stream.py; docker-py's
+    own reader dropped them, and a CI run on vfs lost an eval log's start marker so)."""
+    import http.client
+
+    begin = http.client.HTTPResponse.begin
+
+    def late_begin(self):
+        time.sleep(1.0)
+        return begin(self)
+
+    monkeypatch.setattr(http.client.HTTPResponse, "begin", late_begin)
+
+    async def body():
+        r = await box.exec("echo first; echo second; seq 3", timeout=60)
+        assert (r.exit_code, r.output) == (0, "first\nsecond\n1\n2\n3\n")
+
+    asyncio.run(body())
+
+
 def test_exec_exit_codes_output_workdir_env(box):
     async def body():
         r = await box.exec("echo out; echo err >&2; exit 3", timeout=30)
