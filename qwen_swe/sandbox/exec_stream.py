@@ -9,9 +9,10 @@ an eval log that way, its start marker with it. Here the frames are read through
 
 from __future__ import annotations
 
+import io
 import struct
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import Any
 
 from docker.types.daemon import CancellableStream
 
@@ -35,25 +36,16 @@ def start(api: Any, exec_id: str) -> CancellableStream:
     return CancellableStream(frames(reader), response)
 
 
-def frames(reader: IO[bytes]) -> Iterator[bytes]:
-    """The payloads of the engine's multiplexed stream; ends at end of stream or at a cut-off frame."""
+def frames(reader: io.BufferedReader) -> Iterator[bytes]:
+    """The payloads of the engine's multiplexed stream; ends at end of stream or at a cut-off frame. (A blocking
+    buffered reader's ``read(n)`` returns fewer than ``n`` bytes only at end of stream.)"""
     while True:
-        header = _read_exactly(reader, HEADER.size)
+        header = reader.read(HEADER.size)
         if len(header) < HEADER.size:
             return
         _, size = HEADER.unpack(header)
-        payload = _read_exactly(reader, size)
+        payload = reader.read(size)
         if payload:
             yield payload
         if len(payload) < size:
             return
-
-
-def _read_exactly(reader: IO[bytes], n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = reader.read(n - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data

@@ -145,8 +145,8 @@ def _env() -> dict[str, str]:
 
 
 def _torchrun(args: list[str], log_dir: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--log-dir={log_dir}", "--standalone", "--nproc_per_node"]
-    cmd += ["2", *args]  # --log-dir: not a new torchelastic_* folder in /tmp
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    cmd += [f"--log-dir={log_dir}", *args]  # --log-dir: not a new torchelastic_* folder in /tmp
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         pytest.fail(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
