@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir
-from qwen_swe.supervise import run_rank
+from qwen_swe.supervise import run_rank, torchrun
 
 
 def _status_kb(field: str) -> int:
@@ -82,14 +82,7 @@ def worker(model: str, tokens: int, samples: int, ckpt: bool, lora: int, out: Pa
 def measure(model: str, tokens: int, samples: int, ckpt: bool, lora: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            f"--log-dir={tmp}/torchrun",  # removed with tmp, not a new torchelastic_* folder in /tmp
-            "--standalone",
-            "--nproc_per_node",
-            "2",
+        worker = [
             "-m",
             "benchmarks.bench_memory_plan",
             "--worker",
@@ -100,6 +93,7 @@ def measure(model: str, tokens: int, samples: int, ckpt: bool, lora: int) -> dic
             str(lora),
             str(out),
         ]
+        cmd = torchrun(2, Path(tmp) / "torchrun", worker)  # removed with tmp
         env = {
             **os.environ,
             "OMP_NUM_THREADS": "1",

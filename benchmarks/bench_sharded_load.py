@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir
-from qwen_swe.supervise import run_rank
+from qwen_swe.supervise import run_rank, torchrun
 
 
 def _status_kb(field: str) -> int:
@@ -77,14 +77,7 @@ def worker(model: str, mode: str, out: Path) -> None:
 
 def run_mode(model: str, mode: str) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            f"--log-dir={tmp}/torchrun",  # removed with tmp, not a new torchelastic_* folder in /tmp
-            "--standalone",
-            "--nproc_per_node",
-            "2",
+        worker = [
             "-m",
             "benchmarks.bench_sharded_load",
             "--worker",
@@ -92,6 +85,7 @@ def run_mode(model: str, mode: str) -> list[dict]:
             mode,
             tmp,
         ]
+        cmd = torchrun(2, Path(tmp) / "torchrun", worker)  # removed with tmp
         env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
         proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800)
         files = [Path(tmp) / f"rank{r}.json" for r in range(2)]

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir
-from qwen_swe.supervise import run_rank
+from qwen_swe.supervise import run_rank, torchrun
 
 
 def _status_kb(field: str) -> int:
@@ -110,14 +110,7 @@ def run_variant(
 ) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            f"--log-dir={tmp}/torchrun",  # removed with tmp, not a new torchelastic_* folder in /tmp
-            "--standalone",
-            "--nproc_per_node",
-            "2",
+        worker = [
             "-m",
             "benchmarks.bench_train_step",
             "--worker",
@@ -131,6 +124,7 @@ def run_variant(
             str(int(mixed_precision)),
             str(int(recompute)),
         ]
+        cmd = torchrun(2, Path(tmp) / "torchrun", worker)  # removed with tmp
         env = {
             **os.environ,
             "OMP_NUM_THREADS": "1",

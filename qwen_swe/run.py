@@ -26,7 +26,7 @@ from qwen_swe.inference.embedded_server import serving
 from qwen_swe.paths import REPO_ROOT, cache_home, embedded_model_dir, python_path
 from qwen_swe.plan.placement import devices_env
 from qwen_swe.sandbox.docker_host import reap, reap_until_quiet
-from qwen_swe.supervise import FAULT_DIR_ENV, SUPERVISOR, Interrupted, failures
+from qwen_swe.supervise import FAULT_DIR_ENV, SUPERVISOR, Interrupted, failures, torchrun
 from qwen_swe.supervise import install as install_supervisor
 from qwen_swe.traffic.endpoint import sweep_stale
 from qwen_swe.train.checkpoint import complete_checkpoints
@@ -73,19 +73,8 @@ def print_config(argv: Sequence[str]) -> int:
 
 def trainer_command(settings: Settings, settings_file: Path, gpus: tuple[int, ...] = ()) -> list[str]:
     procs = len(gpus) or settings.train.train_procs or _default_procs()  # one rank per placed GPU
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={procs}",
-        # torchrun's own folder (by default a new torchelastic_* in /tmp each start, never removed) goes with the run
-        f"--log-dir={Path(settings.output_dir) / 'logs' / 'torchrun'}",
-        "-m",
-        "qwen_swe.train.trainer",
-        "--settings",
-        str(settings_file),
-    ]
+    entry = ["-m", "qwen_swe.train.trainer", "--settings", str(settings_file)]
+    return torchrun(procs, Path(settings.output_dir) / "logs" / "torchrun", entry)
 
 
 def _default_procs() -> int:

@@ -184,6 +184,17 @@ def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> None:
         os.kill(os.getpid(), sig)
 
 
+def torchrun(
+    procs: int, log_dir: Path | str, entry: Sequence[str], *, python: str = sys.executable, standalone: bool = True
+) -> list[str]:
+    """The command that runs ``entry`` (``-m module args`` or ``script args``, after any torchrun options of its own)
+    on ``procs`` local ranks. torchrun's own folder goes to ``log_dir``: by default each start makes a new
+    ``torchelastic_*`` in /tmp and never removes it. ``standalone``: a private rendezvous on a free port."""
+    rendezvous = ["--standalone"] if standalone else []
+    options = [*rendezvous, f"--nproc-per-node={procs}", f"--log-dir={log_dir}"]
+    return [python, "-m", "torch.distributed.run", *options, *entry]
+
+
 def run_rank(main: Callable[[], int | None]) -> NoReturn:
     """A torchrun worker's entry: run ``main``, print an exception as the interpreter would, then leave without the
     interpreter's finalization. gloo's worker threads can abort that finalization under CPU load (SIGABRT,

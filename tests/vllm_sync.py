@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir
-from qwen_swe.supervise import run_rank
+from qwen_swe.supervise import run_rank, torchrun
 
 PROMPT = "The capital of France is"
 
@@ -146,22 +146,8 @@ def run_against(url: str, out: Path, lora: int = 0, model: Path | None = None, b
     SmolLM2), in buckets of ``bucket_mib``: what the server answered and how long each path took."""
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--log-dir={out / 'torchrun'}",  # not a new torchelastic_* folder in /tmp
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "tests.vllm_sync",
-        url,
-        str(out),
-        str(lora),
-        str(model or embedded_model_dir()),
-        str(bucket_mib << 20),
-    ]
+    worker = [url, str(out), str(lora), str(model or embedded_model_dir()), str(bucket_mib << 20)]
+    cmd = torchrun(2, out / "torchrun", ["-m", "tests.vllm_sync", *worker])
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
     if proc.returncode != 0 or not (out / "result.json").exists():
         raise RuntimeError(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from qwen_swe.paths import REPO_ROOT
-from qwen_swe.supervise import run_rank
+from qwen_swe.supervise import run_rank, torchrun
 from tests.vllm_sync import run_against
 
 # --- the real vLLM CPU server --------------------------------------------------------------------------------
@@ -395,20 +395,7 @@ def _publish(out: Path, lora: int = 0) -> dict:
 
     tiny_model_dir()  # once, here: two ranks building it at the same time race on the rename
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--log-dir={out / 'torchrun'}",  # not a new torchelastic_* folder in /tmp
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "tests.integration.test_broadcast_sync",
-        "publish",
-        str(out),
-        str(lora),
-    ]
+    cmd = torchrun(2, out / "torchrun", ["-m", "tests.integration.test_broadcast_sync", "publish", str(out), str(lora)])
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-6000:]
     r = json.loads((out / "publish.json").read_text())
@@ -476,20 +463,7 @@ def _train_broadcast(out: Path, steps: int) -> None:
     )
     path = settings.write(out)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--log-dir={out / 'torchrun'}",  # not a new torchelastic_* folder in /tmp
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "tests.fake_trainer",
-        "broadcast",
-        "--settings",
-        str(path),
-    ]
+    cmd = torchrun(2, out / "torchrun", ["-m", "tests.fake_trainer", "broadcast", "--settings", str(path)])
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-6000:]
 

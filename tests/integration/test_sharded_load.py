@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir
-from qwen_swe.supervise import run_rank
+from qwen_swe.supervise import run_rank, torchrun
 from tests.tiny_model import tiny_model_dir
 
 
@@ -117,20 +117,7 @@ def _worker(model: str, out: Path, lora: int) -> None:
 
 def _run(model: Path, out: Path, lora: int = 0) -> list[dict]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--log-dir={out / 'torchrun'}",  # not a new torchelastic_* folder in /tmp
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "tests.integration.test_sharded_load",
-        str(model),
-        str(out),
-        str(lora),
-    ]
+    cmd = torchrun(2, out / "torchrun", ["-m", "tests.integration.test_sharded_load", str(model), str(out), str(lora)])
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         pytest.fail(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")

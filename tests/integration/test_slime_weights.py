@@ -20,7 +20,7 @@ from qwen_swe.backends.slime.convert import convert_checkpoint
 from qwen_swe.backends.slime.weights import SlimeWeightSync
 from qwen_swe.errors import WeightSyncError
 from qwen_swe.inference.server import free_port
-from qwen_swe.supervise import run_rank
+from qwen_swe.supervise import run_rank, torchrun
 
 PERTURBED = "mlp.down_proj.weight"  # the worker flips the sign of these before saving
 
@@ -42,25 +42,10 @@ def write_slime_checkpoint(hf_dir: Path, save_dir: Path, rollout_id: int, *, opt
     """Run this file under torchrun (2 gloo ranks); returns the iteration folder it wrote."""
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(paths.REPO_ROOT)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--log-dir={save_dir.with_name(save_dir.name + '-torchrun')}",  # not a new torchelastic_* folder in /tmp
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(port),
-        __file__,
-        "--hf",
-        str(hf_dir),
-        "--save",
-        str(save_dir),
-        "--rollout-id",
-        str(rollout_id),
-    ] + (["--optimizer"] if optimizer else [])
+    rendezvous = ["--master-addr", "127.0.0.1", "--master-port", str(port)]
+    writer = [__file__, "--hf", str(hf_dir), "--save", str(save_dir), "--rollout-id", str(rollout_id)]
+    writer += ["--optimizer"] if optimizer else []
+    cmd = torchrun(2, save_dir.with_name(save_dir.name + "-torchrun"), [*rendezvous, *writer], standalone=False)
     done = subprocess.run(cmd, env=env, cwd=paths.REPO_ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"torchrun writer failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return save_dir / f"iter_{rollout_id + 1:07d}"

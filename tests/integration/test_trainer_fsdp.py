@@ -28,7 +28,7 @@ from qwen_swe.config.settings import Settings
 from qwen_swe.data.sample import Sample
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir
 from qwen_swe.rollout.contract import WeightUpdate
-from qwen_swe.supervise import run_rank
+from qwen_swe.supervise import run_rank, torchrun
 from tests.tiny_model import tiny_model_dir
 
 
@@ -145,8 +145,7 @@ def _env() -> dict[str, str]:
 
 
 def _torchrun(args: list[str], log_dir: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    cmd += [f"--log-dir={log_dir}", *args]  # --log-dir: not a new torchelastic_* folder in /tmp
+    cmd = torchrun(2, log_dir, args)
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         pytest.fail(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")

@@ -16,6 +16,7 @@ import pytest
 from qwen_swe.config.settings import Settings
 from qwen_swe.paths import python_path
 from qwen_swe.run import restarting
+from qwen_swe.supervise import torchrun
 
 pytestmark = pytest.mark.docker  # a restart reaps the run's containers first, as a rerun does
 
@@ -27,8 +28,7 @@ def _run(tmp_path: Path, mode: str, restarts: int = 1) -> tuple[int, list[str], 
     settings = Settings.build(
         output_dir=out, vllm_url="http://127.0.0.1:9", run_id="restart-test", trainer_restarts=restarts
     )
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    cmd += [f"--log-dir={out / 'logs' / 'torchrun'}", "-m", MODULE, mode, str(tmp_path / "state")]
+    cmd = torchrun(2, out / "logs" / "torchrun", ["-m", MODULE, mode, str(tmp_path / "state")])
     env = {**os.environ, "PYTHONPATH": python_path(inherited=os.environ.get("PYTHONPATH")), "OMP_NUM_THREADS": "1"}
     status = restarting(cmd, env, settings)
     starts = (tmp_path / "state" / "starts").read_text().split()

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from qwen_swe.paths import REPO_ROOT
+from qwen_swe.supervise import torchrun
 from tests.gpu_stand_in import no_gpu_path, nvidia_smi_path
 
 
@@ -106,21 +107,8 @@ def test_the_training_stage_on_cpu_steps_fsdp2_on_gloo_and_its_log_probs_rise(tm
     from tests.tiny_model import tiny_model_dir
 
     model = tiny_model_dir()  # built here once: two ranks building it at the same time race on the rename
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--log-dir={tmp_path / 'torchrun'}",  # not a new torchelastic_* folder in /tmp
-        "--standalone",
-        "--nproc_per_node=2",
-        "scripts/gpu_check_step.py",
-        "--device",
-        "cpu",
-        "--model",
-        str(model),
-        "--out",
-        str(tmp_path),
-    ]
+    step = ["scripts/gpu_check_step.py", "--device", "cpu", "--model", str(model), "--out", str(tmp_path)]
+    cmd = torchrun(2, tmp_path / "torchrun", step)
     out = subprocess.run(
         cmd,
         cwd=REPO_ROOT,

@@ -118,8 +118,8 @@ def test_colocated_mode_refuses_what_cannot_take_turns():
 
 def test_the_trainer_starts_one_rank_per_placed_gpu(tmp_path):
     cmd = trainer_command(Settings.build(vllm_url=LOCAL), tmp_path / "settings.json", (2, 3, 4))
-    assert "--nproc_per_node=3" in cmd
-    assert "--nproc_per_node=5" in trainer_command(Settings.build(train_procs=5), tmp_path / "settings.json")
+    assert "--nproc-per-node=3" in cmd
+    assert "--nproc-per-node=5" in trainer_command(Settings.build(train_procs=5), tmp_path / "settings.json")
 
 
 def test_torchrun_keeps_its_folder_in_the_run_not_in_tmp(tmp_path):

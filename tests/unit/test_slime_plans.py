@@ -192,11 +192,8 @@ def test_dry_run_prints_the_megatron_plan_for_v031(seed_env, capsys, monkeypatch
         "ref_torch_dist/latest_checkpointed_iteration.txt exists):" in printed
     )
     conv = flag_values(convert)
-    assert (conv["--hf-checkpoint"], conv["--save"], conv["--nproc-per-node"]) == (
-        SEED_MODEL,
-        f"{out}/ref_torch_dist",
-        "8",
-    )
+    assert (conv["--hf-checkpoint"], conv["--save"]) == (SEED_MODEL, f"{out}/ref_torch_dist")
+    assert "--nproc-per-node=8" in convert
     assert conv["--num-experts"] == "128" and conv["--rotary-base"] == "10000000"
     assert train[train.index("train.py") - 1 :][1] == "train.py"
     flags = flag_values(train)
@@ -399,7 +396,7 @@ def test_train_gpus_place_slimes_actors(tmp_path):
     plan = full_plan(V031, tmp_path, train_gpus="2-5", slime_tp=2, slime_ep=4)
     assert plan.env["CUDA_VISIBLE_DEVICES"] == "2,3,4,5" and not plan.problems
     assert flag_values(plan.argv)["--actor-num-gpus-per-node"] == "4"
-    assert plan.steps[0].argv[plan.steps[0].argv.index("--nproc-per-node") + 1] == "4"
+    assert "--nproc-per-node=4" in plan.steps[0].argv
     clash = full_plan(V022, tmp_path, train_gpus="0,1", slime_gpus=4).problems
     assert any("SLIME_GPUS=4 but TRAIN_GPUS=0,1 places 2" in p for p in clash)
     with pytest.raises(ConfigError, match="TRAIN_GPUS=.x."):

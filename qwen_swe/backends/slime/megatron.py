@@ -18,6 +18,7 @@ from typing import Any
 from qwen_swe.config.settings import Settings
 from qwen_swe.errors import SlimeBackendError
 from qwen_swe.plan.memory import BUILT_IN
+from qwen_swe.supervise import torchrun
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3_moe")  # HF model_type values with known Megatron arguments
 CONVERTER = "tools/convert_hf_to_torch_dist.py"
@@ -169,17 +170,6 @@ def torch_dist_dir(s: Settings) -> Path:
 def conversion_argv(s: Settings, python: str, c: dict[str, Any], gpus: int) -> list[str]:
     """slime's converter on ``min(gpus, layers)`` processes (it pipelines the layers over them)."""
     procs = max(1, min(gpus, c["num_hidden_layers"]))
-    return [
-        python,
-        "-m",
-        "torch.distributed.run",
-        f"--log-dir={Path(s.output_dir) / 'logs' / 'torchrun-convert'}",  # not a new torchelastic_* in /tmp
-        "--nproc-per-node",
-        str(procs),
-        CONVERTER,
-        *model_args(c),
-        "--hf-checkpoint",
-        s.model_name,
-        "--save",
-        str(torch_dist_dir(s)),
-    ]
+    entry = [CONVERTER, *model_args(c), "--hf-checkpoint", s.model_name, "--save", str(torch_dist_dir(s))]
+    # torchrun's default rendezvous, as in the command slime documents for its converter
+    return torchrun(procs, Path(s.output_dir) / "logs" / "torchrun-convert", entry, python=python, standalone=False)
