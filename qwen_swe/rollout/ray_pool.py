@@ -10,8 +10,9 @@ set_weight_version, run_groups, run_sample, served_model), so the driver picks o
   local engine's own ``run_batch``.
 - A worker or node that dies costs only its in-flight samples: they are dropped as ``worker_lost`` (refilled on a
   live worker under ``DROPPED_POLICY=replace``), never scored. Before each batch the pool starts workers on nodes
-  that (re)joined; a new worker first reaps its node's containers of the run, which is how a dead worker's
-  leftovers go. At stop every worker reaps its node, and the driver reaps its own Docker engine.
+  that (re)joined; a new worker first reaps its node's containers of the run and its dead socket folders, which is
+  how a dead worker's leftovers go. At stop every worker does the same on its node, and the driver reaps its own
+  Docker engine.
 """
 
 from __future__ import annotations
@@ -163,12 +164,13 @@ class RayRolloutPool:
                 log.warning("rollout worker on node %s did not start, skipped: %r", slot.node_id[:12], result)
                 continue
             self.slots.append(slot)
-            if result["reaped"]:
+            if result["reaped"] or result["swept"]:
                 log.info(
-                    "node %s (%s): removed %d containers an earlier worker left",
+                    "node %s (%s): removed %d containers and %d socket folders an earlier worker left",
                     slot.node_id[:12],
                     result["host"],
                     result["reaped"],
+                    result["swept"],
                 )
         if strict and not self.slots:
             raise SetupError(

@@ -21,6 +21,7 @@ from qwen_swe.data.sample import Sample, stamp
 from qwen_swe.rollout.engine import RolloutEngine
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.sandbox.docker_host import reap
+from qwen_swe.traffic.endpoint import sweep_stale
 
 
 class RolloutWorker:
@@ -32,11 +33,13 @@ class RolloutWorker:
         self.node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else socket.gethostname()
 
     async def start(self) -> dict[str, Any]:
-        """Remove what an earlier worker of this run left on this node (it died, or the run was killed), then
-        start the engine. The pool calls this only while none of the run's samples are in flight."""
+        """Remove what an earlier worker of this run left on this node (it died, or the run was killed): its
+        containers and its sessions' dead socket folders; then start the engine. The pool calls this only while none
+        of the run's samples are in flight."""
         reaped = await asyncio.to_thread(reap, self.settings.label)
+        swept = await asyncio.to_thread(sweep_stale)  # only sockets nobody listens on: a live one is kept
         await self.engine.start()
-        return {"node_id": self.node_id, "host": socket.gethostname(), "reaped": reaped}
+        return {"node_id": self.node_id, "host": socket.gethostname(), "reaped": reaped, "swept": swept}
 
     async def run_sample(self, sample: Sample, weight_version: int) -> Sample:
         """Run one sample to the end (graded or dropped with its reason) and hand it back."""
@@ -46,8 +49,11 @@ class RolloutWorker:
         return sample
 
     async def stop(self) -> int:
-        """Stop the engine and remove this node's containers of the run; returns how many were left."""
+        """Stop the engine and remove this node's containers of the run and its dead socket folders (a worker of
+        this node that died mid-rollout left them); returns how many containers were left."""
         try:  # reap first: stopping the engine shuts down the loop's default executor, which to_thread uses
-            return await asyncio.to_thread(reap, self.settings.label)
+            reaped = await asyncio.to_thread(reap, self.settings.label)
+            await asyncio.to_thread(sweep_stale)
+            return reaped
         finally:
             await self.engine.stop()

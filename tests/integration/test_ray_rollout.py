@@ -4,16 +4,19 @@ real qwen-code and the real grader, against the scripted model.
 
 Checked: groups spread over the nodes; a sample is the same (patch, reward, token ids, mask, logprobs) whichever
 backend ran it; a node killed mid-rollout costs only its samples, dropped as ``worker_lost``, while the batch
-returns the others; no container of the run is left afterwards. One cluster serves the module (Ray start-up is
-slow on 2 cores); the node-killing test runs last.
+returns the others; no container of the run and no socket folder of its sessions is left afterwards. One cluster
+serves the module (Ray start-up is slow on 2 cores); the node-killing test runs last.
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -29,6 +32,7 @@ from qwen_swe.rollout.engine import RolloutEngine
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.rollout.ray_pool import RayRolloutPool
 from qwen_swe.sandbox.docker_host import LABEL
+from qwen_swe.traffic.endpoint import FOLDER_PREFIX
 from tests.scripted_server import ServerThread
 from tests.task_pack import gold_edit, replayable_task
 from tests.toolcall_text import hermes_call
@@ -41,11 +45,22 @@ FAST_FAILURE = {"health_check_period_ms": 500, "health_check_failure_threshold":
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
+def node_tmp() -> Iterator[Path]:
+    """The worker nodes' temp folder, where their sessions' socket folders go: the module's own, so that what they
+    leave is seen (and not mistaken for another test's)."""
+    tmp = Path(tempfile.mkdtemp(prefix="ray-nodes-", dir="/tmp"))
+    yield tmp
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(node_tmp: Path) -> Iterator[Cluster]:
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "_system_config": FAST_FAILURE})
     try:
-        for _ in range(WORKER_NODES):
-            c.add_node(num_cpus=1)
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("TMPDIR", str(node_tmp))  # a node's processes, and the workers they start, inherit it
+            for _ in range(WORKER_NODES):
+                c.add_node(num_cpus=1)
         c.wait_for_nodes()
         ray.init(address=c.address)
         yield c
@@ -138,9 +153,10 @@ def test_groups_spread_over_the_nodes_and_match_the_local_backend(cluster, task,
         assert sum(x.loss_mask) > 0 and x.metadata["turns"] == 3
 
 
-def test_a_node_killed_mid_rollout_costs_only_its_samples(cluster, task, run_id, tmp_path):
+def test_a_node_killed_mid_rollout_costs_only_its_samples(cluster, node_tmp, task, run_id, tmp_path):
     server = ServerThread([hermes_call("run_shell_command", command="sleep 20"), "Done."])
     left_by_the_dead: list[str] = []
+    sockets_left: list[str] = []
     try:
         settings = _settings(server.url, tmp_path, run_id)
         pool = RayRolloutPool(settings, upstream=server.url, model=settings.model_name, served_model="scripted")
@@ -164,6 +180,7 @@ def test_a_node_killed_mid_rollout_costs_only_its_samples(cluster, task, run_id,
                 )
             finally:
                 client.close()
+            sockets_left.extend(p.name for p in node_tmp.glob(f"{FOLDER_PREFIX}*"))  # the dead worker's session
             return kept, victim, time.monotonic() - t0
 
         kept, victim, seconds = asyncio.run(_with(pool, work))
@@ -177,7 +194,9 @@ def test_a_node_killed_mid_rollout_costs_only_its_samples(cluster, task, run_id,
     assert len(kept) == 1 and kept[0][0].status == Status.COMPLETED and kept[0][0].reward == -1.0
     assert {run_of(kept[0][0]).rollout_node} == survivor
     assert stats.reasons == {"worker_lost": 1} and stats.graded == 1 and stats.running == 0
+    assert sockets_left, "the killed worker's session socket folder, before the pool stops"
+    assert not list(node_tmp.glob(f"{FOLDER_PREFIX}*")), "the survivor's stop sweeps its node's dead socket folders"
     print(
         f"batch with a node killed: {seconds:.1f} s; containers the dead worker left before the reap: "
-        f"{left_by_the_dead}"
+        f"{left_by_the_dead}; socket folders: {sockets_left}"
     )
