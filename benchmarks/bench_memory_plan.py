@@ -82,7 +82,7 @@ def worker(model: str, tokens: int, samples: int, ckpt: bool, lora: int, out: Pa
 def measure(model: str, tokens: int, samples: int, ckpt: bool, lora: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        worker = [
+        entry = [
             "-m",
             "benchmarks.bench_memory_plan",
             "--worker",
@@ -93,7 +93,7 @@ def measure(model: str, tokens: int, samples: int, ckpt: bool, lora: int) -> dic
             str(lora),
             str(out),
         ]
-        cmd = torchrun(2, Path(tmp) / "torchrun", worker)  # removed with tmp
+        cmd = torchrun(2, Path(tmp) / "torchrun", entry)  # removed with tmp
         env = {
             **os.environ,
             "OMP_NUM_THREADS": "1",

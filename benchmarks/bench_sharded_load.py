@@ -77,7 +77,7 @@ def worker(model: str, mode: str, out: Path) -> None:
 
 def run_mode(model: str, mode: str) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
-        worker = [
+        entry = [
             "-m",
             "benchmarks.bench_sharded_load",
             "--worker",
@@ -85,7 +85,7 @@ def run_mode(model: str, mode: str) -> list[dict]:
             mode,
             tmp,
         ]
-        cmd = torchrun(2, Path(tmp) / "torchrun", worker)  # removed with tmp
+        cmd = torchrun(2, Path(tmp) / "torchrun", entry)  # removed with tmp
         env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
         proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800)
         files = [Path(tmp) / f"rank{r}.json" for r in range(2)]

@@ -110,7 +110,7 @@ def run_variant(
 ) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
-        worker = [
+        entry = [
             "-m",
             "benchmarks.bench_train_step",
             "--worker",
@@ -124,7 +124,7 @@ def run_variant(
             str(int(mixed_precision)),
             str(int(recompute)),
         ]
-        cmd = torchrun(2, Path(tmp) / "torchrun", worker)  # removed with tmp
+        cmd = torchrun(2, Path(tmp) / "torchrun", entry)  # removed with tmp
         env = {
             **os.environ,
             "OMP_NUM_THREADS": "1",
