@@ -130,9 +130,17 @@ def restarting(cmd: list[str], env: Mapping[str, str], settings: Settings) -> in
 
 def clear_leftovers(settings: Settings) -> None:
     """The run's containers and its rollouts' dead socket folders: those of a runner killed with SIGKILL (at start),
-    of a trainer rank ended at once by SIGTERM or a crash (its ``finally`` blocks never ran)."""
-    reap(settings.label)
-    sweep_stale()
+    of a trainer rank ended at once by SIGTERM or a crash (its ``finally`` blocks never ran). Logged when it found
+    any: on a loaded engine the removals can take most of a stop."""
+    t0 = time.monotonic()
+    containers, folders = reap(settings.label), sweep_stale()
+    if containers or folders:
+        log.info(
+            "removed %d container(s) and %d socket folder(s) left by the run in %.1f s",
+            containers,
+            folders,
+            time.monotonic() - t0,
+        )
 
 
 def ensure_task_images(settings: Settings) -> None:

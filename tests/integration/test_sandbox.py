@@ -9,16 +9,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
 import docker
 import docker.errors
 import pytest
+from docker.models.containers import Container
 
 from qwen_swe.paths import REPO_ROOT, TASK_PACK
 from qwen_swe.sandbox.docker import KILL_GRACE, RESTART_GRACE, DockerSandbox, SandboxError
-from qwen_swe.sandbox.docker_host import LABEL, reap
+from qwen_swe.sandbox.docker_host import LABEL, labels_for, reap
 from tests.task_pack import BUILD_HINT, missing
 
 pytestmark = pytest.mark.docker
@@ -337,6 +339,24 @@ def test_boot_concurrency_is_bounded_and_reap_removes_leftovers(image, run_id, d
     assert all(not _exists(docker_client, b.name) for b in boxes)
     assert _exists(docker_client, keep.name)
     assert reap(other) == 1
+
+
+def test_reap_removes_a_runs_containers_side_by_side(image, run_id, docker_client, monkeypatch):
+    """A stopping run waits for its sweep, and on a loaded engine each removal waits mostly on Docker: the removals
+    must be in flight together. Each one here waits at a barrier that only all three together pass."""
+    for _ in range(3):
+        docker_client.containers.run(
+            image, entrypoint=["sleep", "infinity"], command=[], detach=True, labels=labels_for(run_id, "test")
+        )
+    barrier, real_remove = threading.Barrier(3, timeout=60), Container.remove
+
+    def remove_together(self, **kwargs):
+        barrier.wait()  # BrokenBarrierError if the removals came one after another
+        return real_remove(self, **kwargs)
+
+    monkeypatch.setattr(Container, "remove", remove_together)
+    assert reap(run_id) == 3
+    assert docker_client.containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"}) == []
 
 
 _RUNNER = """
