@@ -122,22 +122,24 @@ class Run:
         """Signal the run, then: exit code 128+sig, no process, no container and no socket folder of the run left
         (its rollouts' endpoints, its server's); the seconds."""
         t0 = time.monotonic()
-        if sig == signal.SIGKILL:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-        else:
-            self.proc.send_signal(sig)
-            try:
-                code = self.proc.wait(timeout=budget + 60)
-            except subprocess.TimeoutExpired:
-                stop(self.proc)  # a second signal: the run kills what it started and exits at once
-                raise AssertionError(f"the run outlived its stop by {budget + 60} s:\n{self.log_tail()}") from None
-            assert code == 128 + sig, self.log_tail()
-        wait_gone(marked(self.marker), budget)
-        seconds = time.monotonic() - t0
-        self.log.close()
-        left = sorted(p.name for p in self.tmp.iterdir())
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        try:
+            if sig == signal.SIGKILL:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+            else:
+                self.proc.send_signal(sig)
+                try:
+                    code = self.proc.wait(timeout=budget + 60)
+                except subprocess.TimeoutExpired:
+                    stop(self.proc)  # a second signal: the run kills what it started and exits at once
+                    raise AssertionError(f"the run outlived its stop by {budget + 60} s:\n{self.log_tail()}") from None
+                assert code == 128 + sig, self.log_tail()
+            wait_gone(marked(self.marker), budget)
+            seconds = time.monotonic() - t0
+            left = sorted(p.name for p in self.tmp.iterdir())
+        finally:  # also when a check fails: the temp folder is the test's own
+            self.log.close()
+            shutil.rmtree(self.tmp, ignore_errors=True)
         if sig != signal.SIGKILL:  # a SIGKILLed run cannot reap; the next run does (checked by the caller)
             assert self.containers(client) == [], "the run's containers must be removed"
             ours = [name for name in left if name.startswith((FOLDER_PREFIX, RPC_FOLDER_PREFIX, "vllm_dist_"))]
