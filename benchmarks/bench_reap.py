@@ -20,23 +20,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import docker
 
+from benchmarks.bench_sandbox import idle_container
 from qwen_swe.paths import TASK_PACK
-from qwen_swe.sandbox.docker_host import LABEL, labels_for, reap
+from qwen_swe.sandbox.docker_host import LABEL, reap
 
 
 def create(client: docker.DockerClient, image: str, run_id: str, n: int) -> None:
-    def one(_: int) -> None:
-        client.containers.run(
-            image,
-            entrypoint=["sleep", "infinity"],
-            command=[],
-            detach=True,
-            network_mode="none",
-            labels=labels_for(run_id, "bench"),
-        )
-
     with ThreadPoolExecutor(n) as pool:
-        list(pool.map(one, range(n)))
+        list(pool.map(lambda _: idle_container(client, image, run_id), range(n)))
 
 
 def one_by_one(client: docker.DockerClient, run_id: str) -> int:

@@ -13,6 +13,7 @@ import statistics
 import sys
 import time
 import uuid
+from typing import Any
 
 import docker
 
@@ -37,9 +38,9 @@ async def ours(image: str, run_id: str, client: docker.DockerClient) -> float:
     return time.perf_counter() - t0
 
 
-def bare(image: str, run_id: str, client: docker.DockerClient) -> float:
-    t0 = time.perf_counter()
-    c = client.containers.run(
+def idle_container(client: docker.DockerClient, image: str, run_id: str) -> Any:
+    """A started container of ``image`` that only sleeps, labelled for ``run_id``: what a sandbox boots, bare."""
+    return client.containers.run(
         image,
         entrypoint=["sleep", "infinity"],
         command=[],
@@ -47,6 +48,11 @@ def bare(image: str, run_id: str, client: docker.DockerClient) -> float:
         network_mode="none",
         labels=labels_for(run_id, "bench"),
     )
+
+
+def bare(image: str, run_id: str, client: docker.DockerClient) -> float:
+    t0 = time.perf_counter()
+    c = idle_container(client, image, run_id)
     try:
         c.exec_run(["bash", "-c", "echo ok"])
     finally:
