@@ -95,7 +95,8 @@ def reap(run_id: str | None = None, client: docker.DockerClient | None = None) -
 
     A run calls this at start and at exit, so containers of a runner killed with SIGKILL are gone by the next start.
     The removals run side by side: each waits mostly on the engine, not on the CPU (on vfs under load, four in a
-    row took 85-92 s, four at once 21-27 s), and a stopping run waits for them. Returns how many were removed.
+    row took 70-124 s, four at once 13-24 s: ``benchmarks/bench_reap``), and a stopping run waits for them. Returns
+    how many were removed.
     """
     own = client is None
     client = client or docker_client()
