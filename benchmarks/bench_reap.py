@@ -11,7 +11,6 @@ Run: .venv/bin/python -m benchmarks.bench_reap [--image IMAGE] [--containers N] 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -20,8 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import docker
 
-from benchmarks.bench_sandbox import idle_container
-from qwen_swe.paths import TASK_PACK
+from benchmarks.bench_sandbox import first_task_image, idle_container
 from qwen_swe.sandbox.docker_host import LABEL, reap
 
 
@@ -43,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--containers", type=int, default=4, help="containers per round (a step's rollouts)")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    image = args.image or json.loads(TASK_PACK.read_text().splitlines()[0])["image"]
+    image = args.image or first_task_image()
     client = docker.from_env(timeout=300)
     driver = client.info().get("Driver")
     print(f"command: .venv/bin/python -m benchmarks.bench_reap {' '.join(sys.argv[1:])}".rstrip())

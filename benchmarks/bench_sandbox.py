@@ -38,6 +38,13 @@ async def ours(image: str, run_id: str, client: docker.DockerClient) -> float:
     return time.perf_counter() - t0
 
 
+def first_task_image() -> str:
+    """The image of the local task pack's first task: the benchmarks' default ``--image``."""
+    if not TASK_PACK.is_file():
+        sys.exit(f"no task pack at {TASK_PACK}; pass --image or build the pack")
+    return str(json.loads(TASK_PACK.read_text().splitlines()[0])["image"])
+
+
 def idle_container(client: docker.DockerClient, image: str, run_id: str) -> Any:
     """A started container of ``image`` that only sleeps, labelled for ``run_id``: what a sandbox boots, bare."""
     return client.containers.run(
@@ -65,11 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--image", default=None, help="local image (default: the first task image of the pack)")
     parser.add_argument("--runs", type=int, default=20)
     args = parser.parse_args(argv)
-    image = args.image
-    if image is None:
-        if not TASK_PACK.is_file():
-            sys.exit(f"no task pack at {TASK_PACK}; pass --image or build the pack")
-        image = json.loads(TASK_PACK.read_text().splitlines()[0])["image"]
+    image = args.image or first_task_image()
     run_id = f"bench-sandbox-{uuid.uuid4().hex[:8]}"
     client = docker.from_env(timeout=300)
     mine, ref = [], []

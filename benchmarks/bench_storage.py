@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import shutil
 import signal
 import statistics
@@ -27,8 +26,8 @@ from pathlib import Path
 import docker
 import requests
 
+from benchmarks.bench_sandbox import first_task_image
 from benchmarks.bench_sandbox import ours as one_sandbox  # the same sandbox cycle, timed
-from qwen_swe.paths import TASK_PACK
 from qwen_swe.sandbox.docker_host import reap
 
 MAIN_PIDFILE = Path("/var/run/docker.pid")  # dockerd's default pid file
@@ -98,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--image", default=None, help="local image (default: the first task image of the pack)")
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args(argv)
-    image = args.image or json.loads(TASK_PACK.read_text().splitlines()[0])["image"]
+    image = args.image or first_task_image()
     if not MAIN_PIDFILE.is_file():
         sys.exit(f"no {MAIN_PIDFILE}: start the Docker engine with scripts/setup.sh")
     main_client = docker.from_env(timeout=300)
