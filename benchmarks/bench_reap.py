@@ -3,7 +3,8 @@ containers removed one after another with bare docker-py calls, on the same loca
 round first creates the containers (not timed).
 
 The gap depends on the engine's load: on an idle overlay2 engine a removal is quick either way; on vfs, where each
-container is a full copy of its image, under load (a test pass beside it) four in a row took 70-124 s, four at once 13-24 s.
+container is a full copy of its image, under load (a test pass beside it) four in a row took 70-124 s, four at once
+13-24 s.
 
 Run: .venv/bin/python -m benchmarks.bench_reap [--image IMAGE] [--containers N] [--rounds R]
 """
