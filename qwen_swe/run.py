@@ -25,7 +25,7 @@ from qwen_swe.evaluate.__main__ import main as evaluate_main
 from qwen_swe.inference.embedded_server import serving
 from qwen_swe.paths import REPO_ROOT, cache_home, embedded_model_dir, python_path
 from qwen_swe.plan.placement import devices_env
-from qwen_swe.sandbox.docker_host import reap, reap_until_quiet
+from qwen_swe.sandbox.docker_host import reap
 from qwen_swe.supervise import FAULT_DIR_ENV, SUPERVISOR, Interrupted, failures, torchrun
 from qwen_swe.supervise import install as install_supervisor
 from qwen_swe.traffic.endpoint import sweep_stale
@@ -180,7 +180,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--eval" in args:  # evaluation only, no trainer: the same as run_eval.sh
         return evaluate_main(["--agent", *(a for a in args if a != "--eval")])
     install_supervisor()
-    settings = None
     try:
         if "--print-config" in args:
             return print_config([a for a in args if a != "--print-config"])
@@ -192,9 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SetupError as exc:
         print(f"qwen-swe: {exc}", file=sys.stderr)
         return SETUP_EXIT_CODE
-    except Interrupted as stop:
-        if settings is not None:  # containers whose create was in flight when the trainer died land late
-            reap_until_quiet(settings.label, timeout=settings.stop_timeout)
+    except Interrupted as stop:  # run()'s sweep waited for the creates in flight when the trainer died
         log.warning("%s: everything the run started is stopped; rerun with the same OUTPUT_DIR to resume", stop)
         return stop.exit_code
 

@@ -30,7 +30,7 @@ from qwen_swe.config.profile import with_profile
 from qwen_swe.config.settings import Settings
 from qwen_swe.paths import REPO_ROOT, embedded_model_dir, embedded_tasks, python_path
 from qwen_swe.run import trainer_command
-from qwen_swe.sandbox.docker_host import reap_until_quiet
+from qwen_swe.sandbox.docker_host import reap
 from qwen_swe.supervise import SUPERVISOR
 from tests.scripted_server import Context, Reply
 from tests.scripted_vllm import Held
@@ -154,7 +154,7 @@ def run_trainer(settings: Settings, timeout: float) -> subprocess.CompletedProce
     finally:  # also when the test's own time limit raises in here: a test never leaves its trainer running
         SUPERVISOR.stop(proc, grace=60)  # as run.py stops its trainer: the group, SIGKILL after the grace
         log.close()
-        reap_until_quiet(settings.label, quiet=5.0, timeout=60.0)
+        reap(settings.label)  # waits for the creates in flight when the trainer died
     return subprocess.CompletedProcess(cmd, proc.returncode, (settings.output_dir / "trainer.log").read_text(), "")
 
 

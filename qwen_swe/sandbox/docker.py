@@ -4,9 +4,8 @@ images, labels, ``reap``) is ``docker_host.py``.
 Why this shape:
 - The agent and the grader only need start / exec / read / write / diff / stop, so the contract is that small;
   another backend (Modal, E2B) implements the same six methods.
-- The ``docker`` package is blocking, so every call runs in a worker thread (``asyncio.to_thread``); calls that
-  create or remove a container are finished even when the awaiting task is cancelled, so a cancelled rollout
-  never leaks a container it did not get to see.
+- The ``docker`` package is blocking, so every call runs in a worker thread (``asyncio.to_thread``); a create or a
+  removal is finished even when its task is cancelled: a cancelled rollout never leaks a container it never saw.
 - ``exec`` runs the command as the leader of a fresh process group (``setsid``) and, at its timeout or when the
   command returns, kills that whole group: nothing a command started outlives it, except processes that made
   their own session on purpose. Images need ``bash`` and util-linux ``setsid`` (``-w``), as every SWE-bench and
@@ -16,7 +15,8 @@ Why this shape:
 - Removal is ``remove(force=True)`` (SIGKILL), never ``docker stop`` with a grace period: the container only
   runs ``sleep infinity`` (under Docker's init, which reaps the processes ``exec`` kills), so there is nothing
   to shut down gracefully.
-- Every container carries labels (``LABEL``, run id, role) so ``reap`` can remove what a killed run left behind.
+- Every container carries labels (``LABEL``, run id, role) and its create is announced, so ``reap`` can remove
+  what a killed run left behind, even a container that lands after it died.
 - Whatever the engine or its HTTP client raises surfaces as ``SandboxError``, so callers handle one type.
 """
 
@@ -38,7 +38,7 @@ import docker.errors
 
 from qwen_swe.errors import SandboxError
 from qwen_swe.paths import TESTBED
-from qwen_swe.sandbox import exec_stream
+from qwen_swe.sandbox import docker_host, exec_stream
 from qwen_swe.sandbox.base import ExecResult, Sandbox
 from qwen_swe.sandbox.docker_host import ENGINE_ERRORS, LABEL, docker_client, ensure_image, image_for, labels_for
 from qwen_swe.sandbox.settings import SandboxSettings
@@ -199,24 +199,25 @@ class DockerSandbox(Sandbox):
         volumes = {host: {"bind": inside, "mode": "ro"} for host, inside in self.mounts.items()}
         try:
             assert self._client is not None  # start() made it
-            self._container = self._client.containers.run(
-                self.image,
-                entrypoint=["sleep", "infinity"],
-                command=[],
-                detach=True,
-                name=self.name,
-                labels=labels_for(self.run_id, self.role),
-                network_mode=self.network,
-                environment=self.env,
-                working_dir=self.workdir,
-                volumes=volumes,
-                nano_cpus=int(self.cpus * 1e9),
-                mem_limit=self.memory,
-                memswap_limit=self.memory,
-                pids_limit=PIDS_LIMIT,
-                user="root",
-                init=True,
-            )
+            with docker_host.announced(self.run_id, self.name):  # a sweep waits for it if this process dies inside
+                self._container = self._client.containers.run(
+                    self.image,
+                    entrypoint=["sleep", "infinity"],
+                    command=[],
+                    detach=True,
+                    name=self.name,
+                    labels=labels_for(self.run_id, self.role),
+                    network_mode=self.network,
+                    environment=self.env,
+                    working_dir=self.workdir,
+                    volumes=volumes,
+                    nano_cpus=int(self.cpus * 1e9),
+                    mem_limit=self.memory,
+                    memswap_limit=self.memory,
+                    pids_limit=PIDS_LIMIT,
+                    user="root",
+                    init=True,
+                )
         except docker.errors.ImageNotFound as exc:
             raise SandboxError(f"image {self.image} vanished before its container started: {exc}") from exc
         except docker.errors.APIError as exc:

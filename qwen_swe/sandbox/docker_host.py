@@ -1,13 +1,26 @@
 """The Docker host around the containers: a client, images, labels, and the sweep (``reap``) that removes what a
 killed run left behind. ``docker.py`` makes the containers themselves.
+
+A process killed in the middle of a container create leaves the request to the engine, and that container lands
+later, possibly after the run's sweep. So a create is announced (``announced``: a file named after the run and the
+container, there while the request is out) and ``reap`` first waits out every announced create of the run. Whether
+one is still in flight is asked of the engine, not guessed from time: Docker reserves a container's name when its
+create starts (before the slow part, copying the image on vfs), so creating a container of that name fails with
+409 exactly while the create is in flight or its container exists. The question is a create of ``PROBE_IMAGE``
+(``FROM scratch``: nothing to copy, about 50 ms), removed at once when the name was free.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import io
 import logging
+import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -20,6 +33,9 @@ LABEL = "qwen-swe"
 log = logging.getLogger("qwen_swe.sandbox")
 ARCH = "x86_64"
 REAP_THREADS = 8  # containers removed at once by a sweep
+PROBE_IMAGE = "qwen-swe/probe:1"  # built here from scratch: what a sweep creates to ask whether a name is held
+ANNOUNCE_PREFIX = "qwen-swe-creating."  # <prefix><run key>.<container name>, in the temp folder
+CREATE_WAIT = 300.0  # seconds a sweep waits for the announced creates still in flight (vfs under load: 13-25 s)
 DOCKER_TIMEOUT = 120  # seconds a Docker API call may stall (exec streams are not bounded by it)
 # what the docker package or its HTTP client raises when the engine fails (API, connection, HTTP timeouts)
 ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
@@ -90,8 +106,78 @@ def _split_ref(image: str) -> tuple[str, str | None]:
     return image, "latest"
 
 
+def _announcement(run_id: str, name: str) -> Path:
+    """The file that announces container ``name``'s create; the run id is hashed, so any id makes a file name."""
+    key = hashlib.sha1(run_id.encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"{ANNOUNCE_PREFIX}{key}.{name}"
+
+
+@contextlib.contextmanager
+def announced(run_id: str, name: str) -> Iterator[None]:
+    """Around a create of container ``name`` of ``run_id``: its announcement outlives a process killed inside."""
+    path = _announcement(run_id, name)
+    path.write_text(run_id)  # the sweep's probe carries the run's label
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def settle(client: docker.DockerClient, run_id: str | None = None) -> None:
+    """Wait until no announced create of ``run_id`` (of every run: None) is in flight, so that a sweep after it sees
+    every container it must remove; see the module docstring for how."""
+    pattern = _announcement(run_id, "*").name if run_id else f"{ANNOUNCE_PREFIX}*"
+    deadline = time.monotonic() + CREATE_WAIT
+    for path in sorted(Path(tempfile.gettempdir()).glob(pattern)):
+        name = path.name.rsplit(".", 1)[1]
+        try:
+            owner = path.read_text()
+        except FileNotFoundError:  # its creator is done with it
+            continue
+        # until its creator is done with it, no create holds the name any more, or its container exists
+        while path.exists() and _name_held(client, name, owner) and not _exists(client, name):
+            if time.monotonic() > deadline:  # its announcement stays: the next sweep waits for it again
+                log.warning(
+                    "container %s is still being created after %.0f s; the next sweep removes it", name, CREATE_WAIT
+                )
+                break
+            time.sleep(0.5)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def _name_held(client: docker.DockerClient, name: str, run_id: str) -> bool:
+    """Whether a container create holds ``name`` (in flight, or done): a probe of that name fails with 409."""
+    image = _probe_image(client)
+    try:
+        probe = client.api.create_container(image, command=["true"], name=name, labels=labels_for(run_id, "probe"))
+    except docker.errors.APIError as exc:
+        if exc.status_code == 409:
+            return True
+        raise
+    client.api.remove_container(probe["Id"], force=True)
+    return False
+
+
+def _exists(client: docker.DockerClient, name: str) -> bool:
+    try:
+        client.api.inspect_container(name)
+        return True
+    except docker.errors.NotFound:
+        return False
+
+
+def _probe_image(client: docker.DockerClient) -> str:
+    try:
+        client.images.get(PROBE_IMAGE)
+    except docker.errors.ImageNotFound:  # no layers, no command: created, never started
+        client.images.build(fileobj=io.BytesIO(b"FROM scratch\nLABEL qwen-swe.probe=1\n"), tag=PROBE_IMAGE, rm=True)
+    return PROBE_IMAGE
+
+
 def reap(run_id: str | None = None, client: docker.DockerClient | None = None) -> int:
-    """Force-remove every container labelled by this project (of one run when ``run_id`` is given).
+    """Force-remove every container labelled by this project (of one run when ``run_id`` is given), once the run's
+    announced creates have landed or failed (``settle``).
 
     A run calls this at start and at exit, so containers of a runner killed with SIGKILL are gone by the next start.
     The removals run side by side: each waits mostly on the engine, not on the CPU (on vfs under load, four in a
@@ -102,6 +188,7 @@ def reap(run_id: str | None = None, client: docker.DockerClient | None = None) -
     client = client or docker_client()
     filters = [f"{LABEL}=1"] + ([f"{LABEL}.run={run_id}"] if run_id else [])
     try:
+        settle(client, run_id)
         found = client.containers.list(all=True, filters={"label": filters}, ignore_removed=True)
         if not found:
             return 0
@@ -121,21 +208,3 @@ def _remove(container: Any) -> bool:
     except docker.errors.APIError as exc:  # still being created or removed: the next sweep gets it
         log.warning("could not remove %s yet: %s", container.name, exc)
         return False
-
-
-def reap_until_quiet(run_id: str, *, quiet: float = 10.0, timeout: float = 60.0) -> int:
-    """``reap`` until nothing of the run has appeared for ``quiet`` seconds (at most ``timeout``).
-
-    A process killed in the middle of a container create leaves the request in flight in the daemon; that container
-    lands after a first sweep, so a stopping run sweeps until the daemon is quiet.
-    """
-    start = last_found = time.monotonic()
-    total = 0
-    while True:
-        found = reap(run_id)
-        total += found
-        now = time.monotonic()
-        last_found = now if found else last_found
-        if now - last_found >= quiet or now - start >= timeout:
-            return total
-        time.sleep(1.0)

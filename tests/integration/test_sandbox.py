@@ -9,9 +9,12 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import docker
 import docker.errors
@@ -20,7 +23,8 @@ from docker.models.containers import Container
 
 from qwen_swe.paths import REPO_ROOT, TASK_PACK
 from qwen_swe.sandbox.docker import KILL_GRACE, RESTART_GRACE, DockerSandbox, SandboxError
-from qwen_swe.sandbox.docker_host import LABEL, labels_for, reap
+from qwen_swe.sandbox.docker_host import ANNOUNCE_PREFIX, LABEL, labels_for, reap
+from tests.held_create import held_creates
 from tests.task_pack import BUILD_HINT, missing
 
 pytestmark = pytest.mark.docker
@@ -385,3 +389,39 @@ def test_sigkilled_runner_leaves_nothing_after_reap(image, run_id, docker_client
     assert len(docker_client.containers.list(all=True, filters=flt)) == 1  # the killed runner's leftover
     assert reap(run_id) == 1
     assert docker_client.containers.list(all=True, filters=flt) == []
+
+
+_CREATOR = """
+import sys, docker
+from qwen_swe.sandbox.docker_host import announced, labels_for
+image, run_id, name, driver = sys.argv[1:]
+client = docker.from_env(timeout=600)
+with announced(run_id, name):  # as DockerSandbox creates: its container mounts a new volume of the holding plugin
+    client.api.create_container(
+        image, command=["true"], name=name, labels=labels_for(run_id, "rollout"),
+        host_config=client.api.create_host_config(binds=[f"{name}:/held"], volume_driver=driver),
+    )
+"""
+
+
+def test_reap_waits_for_a_create_a_killed_process_left_in_flight(image, run_id, docker_client):
+    """A process killed in the middle of a container create leaves the request to the engine, and the container
+    lands after the process is gone (a trainer rank ends at once on SIGTERM). A volume plugin holds the create in
+    flight (``tests/held_create.py``), so the sweep certainly starts before the container exists: it must wait for
+    it and remove it, and never return while the create is held."""
+    name = f"{LABEL}-rollout-{uuid.uuid4().hex[:12]}"
+    with ThreadPoolExecutor(1) as pool, held_creates(docker_client) as plugin:
+        proc = subprocess.Popen([sys.executable, "-c", _CREATOR, image, run_id, name, plugin.driver], cwd=REPO_ROOT)
+        try:
+            assert plugin.reached.wait(120), "the engine never asked the plugin for the container's volume"
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        assert not _exists(docker_client, name)  # in flight: the name is reserved, the container not there yet
+        sweep = pool.submit(reap, run_id)
+        with pytest.raises(TimeoutError):  # a sweep that does not wait returns 0 here, and the container lands later
+            sweep.result(timeout=3)
+        plugin.release()
+        assert sweep.result(timeout=120) == 1
+        assert not _exists(docker_client, name)
+        assert not list(Path(tempfile.gettempdir()).glob(f"{ANNOUNCE_PREFIX}*.{name}")), "its announcement stayed"
