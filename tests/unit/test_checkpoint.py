@@ -6,6 +6,7 @@ import json
 import logging
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -131,5 +132,6 @@ def test_the_reward_plot_shows_evaluation_where_it_ran(tmp_path):
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
     png = plot_rewards(metrics, tmp_path / "rewards.png")
-    red = sum(1 for r, g, b in Image.open(png).convert("RGB").getdata() if r > 180 and g < 80 and b < 80)
+    rgb = np.asarray(Image.open(png).convert("RGB")).astype(int)  # not getdata: deprecated in Pillow 13
+    red = int(((rgb[..., 0] > 180) & (rgb[..., 1] < 80) & (rgb[..., 2] < 80)).sum())
     assert red > 50, "the evaluation curve (red) is missing"
