@@ -413,7 +413,7 @@ def test_reap_waits_for_a_create_a_killed_process_left_in_flight(image, run_id, 
     with ThreadPoolExecutor(1) as pool, held_creates(docker_client) as plugin:
         proc = subprocess.Popen([sys.executable, "-c", _CREATOR, image, run_id, name, plugin.driver], cwd=REPO_ROOT)
         try:
-            assert plugin.reached.wait(120), "the engine never asked the plugin for the container's volume"
+            assert plugin.reached.wait(300), "the engine never asked the plugin for the container's volume"
         finally:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
@@ -422,6 +422,6 @@ def test_reap_waits_for_a_create_a_killed_process_left_in_flight(image, run_id, 
         with pytest.raises(TimeoutError):  # a sweep that does not wait returns 0 here, and the container lands later
             sweep.result(timeout=3)
         plugin.release()
-        assert sweep.result(timeout=120) == 1
+        assert sweep.result(timeout=300) == 1
         assert not _exists(docker_client, name)
         assert not list(Path(tempfile.gettempdir()).glob(f"{ANNOUNCE_PREFIX}*.{name}")), "its announcement stayed"
