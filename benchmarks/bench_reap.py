@@ -30,7 +30,7 @@ def create(client: docker.DockerClient, image: str, run_id: str, n: int) -> None
 
 
 def one_by_one(client: docker.DockerClient, run_id: str) -> int:
-    found = client.containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"})
+    found = client.containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"}, ignore_removed=True)
     for c in found:
         c.remove(force=True)
     return len(found)

@@ -97,7 +97,9 @@ def held_creates(client: docker.DockerClient) -> Iterator[HeldCreates]:
     finally:
         plugin.release()
         for volume in client.volumes.list(filters={"driver": plugin.driver}):
-            for user in client.containers.list(all=True, filters={"volume": volume.name}):  # a test failed half-way
+            for user in client.containers.list(
+                all=True, filters={"volume": volume.name}, ignore_removed=True
+            ):  # a test failed half-way
                 user.remove(force=True)
             volume.remove(force=True)
         server.shutdown()

@@ -116,7 +116,7 @@ class Run:
         return "\n".join(Path(self.log.name).read_text(errors="replace").splitlines()[-lines:])
 
     def containers(self, client: docker.DockerClient) -> list:
-        return client.containers.list(all=True, filters={"label": f"qwen-swe.run={self.run_id}"})
+        return client.containers.list(all=True, filters={"label": f"qwen-swe.run={self.run_id}"}, ignore_removed=True)
 
     def stop_and_check(self, sig: int, client: docker.DockerClient, budget: float = 60.0) -> float:
         """Signal the run, then: exit code 128+sig, no process, no container and no socket folder of the run left

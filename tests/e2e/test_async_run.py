@@ -95,5 +95,5 @@ def test_off_policy_run_records_versions_and_resumes_exactly_after_sigterm(tmp_p
                 continue
             assert isinstance(r["weight_version"], int) and r["weight_versions"], r
             assert min(int(v) for v in r["weight_versions"]) == r["weight_version"]  # the oldest it was sampled with
-    left = docker.from_env().containers.list(all=True, filters={"label": f"qwen-swe.run={RUN_ID}"})
+    left = docker.from_env().containers.list(all=True, filters={"label": f"qwen-swe.run={RUN_ID}"}, ignore_removed=True)
     assert left == []

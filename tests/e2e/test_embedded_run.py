@@ -130,5 +130,5 @@ def test_embedded_default_trains_syncs_and_resumes(tmp_path):
     assert (out / "rewards.png").exists()
     viewer = "".join(p.read_text() for p in [out / "viewer.html", *(out / "viewer_data").glob("*.js")])
     assert all(r["instance_id"] in viewer for r in rows)
-    left = docker.from_env().containers.list(all=True, filters={"label": f"qwen-swe.run={RUN_ID}"})
+    left = docker.from_env().containers.list(all=True, filters={"label": f"qwen-swe.run={RUN_ID}"}, ignore_removed=True)
     assert left == []

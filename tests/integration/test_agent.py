@@ -66,7 +66,7 @@ async def _processes(box: DockerSandbox) -> list[str]:
 def _containers(run_id: str) -> list:
     client = docker.from_env(timeout=60)
     try:
-        return client.containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"})
+        return client.containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"}, ignore_removed=True)
     finally:
         client.close()
 

@@ -174,7 +174,7 @@ def test_background_processes_end_with_the_container(image, run_id):
     assert asyncio.run(scenario()) == []  # removed with the container
     client = docker.from_env(timeout=60)
     try:
-        assert client.containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"}) == []
+        assert client.containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"}, ignore_removed=True) == []
     finally:
         client.close()
 

@@ -80,7 +80,7 @@ def run_id() -> Iterator[str]:
     yield rid
     client = docker.from_env(timeout=60)
     try:  # what `docker ps -a --filter label=qwen-swe.run=<rid>` shows
-        left = client.containers.list(all=True, filters={"label": f"{LABEL}.run={rid}"})
+        left = client.containers.list(all=True, filters={"label": f"{LABEL}.run={rid}"}, ignore_removed=True)
         for c in left:
             c.remove(force=True)
     finally:
@@ -176,7 +176,10 @@ def test_a_node_killed_mid_rollout_costs_only_its_samples(cluster, node_tmp, tas
             client = docker.from_env(timeout=60)
             try:  # before stop: the dead worker's container, still there for the reap to find
                 left_by_the_dead.extend(
-                    c.name for c in client.containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"})
+                    c.name
+                    for c in client.containers.list(
+                        all=True, filters={"label": f"{LABEL}.run={run_id}"}, ignore_removed=True
+                    )
                 )
             finally:
                 client.close()

@@ -266,7 +266,9 @@ def test_eval_timeout_is_aborted_and_leaves_no_container(tasks, run_id, tmp_path
         )
     )
     assert (g.status, g.reward) == ("aborted", 0.0) and "timed out" in g.reason
-    assert docker_client.containers.list(all=True, filters={"label": [f"{LABEL}.run={run_id}"]}) == []
+    assert (
+        docker_client.containers.list(all=True, filters={"label": [f"{LABEL}.run={run_id}"]}, ignore_removed=True) == []
+    )
 
 
 def test_concurrent_grades_of_one_instance_keep_separate_logs(tasks, run_id, tmp_path):
@@ -303,7 +305,7 @@ def test_sigkilled_grader_leaves_nothing_after_reap(tasks, run_id, tmp_path, doc
     flt = {"label": [f"{LABEL}.run={run_id}", f"{LABEL}.role=grade"]}
 
     def at_eval() -> bool:  # the grade container runs the eval script (not merely created)
-        for container in docker_client.containers.list(filters=flt):
+        for container in docker_client.containers.list(filters=flt, ignore_removed=True):
             with contextlib.suppress(docker.errors.APIError):  # gone or not yet started
                 if any("sleep 600" in " ".join(row) for row in container.top()["Processes"] or []):
                     return True
@@ -317,6 +319,8 @@ def test_sigkilled_grader_leaves_nothing_after_reap(tasks, run_id, tmp_path, doc
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-    assert len(docker_client.containers.list(all=True, filters=flt)) == 1
+    assert len(docker_client.containers.list(all=True, filters=flt, ignore_removed=True)) == 1
     assert reap(run_id) == 1
-    assert docker_client.containers.list(all=True, filters={"label": [f"{LABEL}.run={run_id}"]}) == []
+    assert (
+        docker_client.containers.list(all=True, filters={"label": [f"{LABEL}.run={run_id}"]}, ignore_removed=True) == []
+    )

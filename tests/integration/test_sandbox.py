@@ -360,7 +360,9 @@ def test_reap_removes_a_runs_containers_side_by_side(image, run_id, docker_clien
 
     monkeypatch.setattr(Container, "remove", remove_together)
     assert reap(run_id) == 3
-    assert docker_client.containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"}) == []
+    assert (
+        docker_client.containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"}, ignore_removed=True) == []
+    )
 
 
 _RUNNER = """
@@ -386,9 +388,11 @@ def test_sigkilled_runner_leaves_nothing_after_reap(image, run_id, docker_client
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     flt = {"label": [f"{LABEL}.run={run_id}"]}
-    assert len(docker_client.containers.list(all=True, filters=flt)) == 1  # the killed runner's leftover
+    assert (
+        len(docker_client.containers.list(all=True, filters=flt, ignore_removed=True)) == 1
+    )  # the killed runner's leftover
     assert reap(run_id) == 1
-    assert docker_client.containers.list(all=True, filters=flt) == []
+    assert docker_client.containers.list(all=True, filters=flt, ignore_removed=True) == []
 
 
 _CREATOR = """
