@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import docker
 
 from benchmarks.bench_sandbox import first_task_image, idle_container
-from qwen_swe.sandbox.docker_host import LABEL, reap
+from qwen_swe.sandbox.docker_host import containers_of, reap
 
 
 def create(client: docker.DockerClient, image: str, run_id: str, n: int) -> None:
@@ -30,7 +30,7 @@ def create(client: docker.DockerClient, image: str, run_id: str, n: int) -> None
 
 
 def one_by_one(client: docker.DockerClient, run_id: str) -> int:
-    found = client.containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"}, ignore_removed=True)
+    found = containers_of(client, run_id)
     for c in found:
         c.remove(force=True)
     return len(found)

@@ -17,6 +17,7 @@ import docker
 
 from qwen_swe.inference.server import RPC_FOLDER_PREFIX
 from qwen_swe.paths import REPO_ROOT
+from qwen_swe.sandbox.docker_host import containers_of
 from qwen_swe.supervise import failures
 from qwen_swe.traffic.endpoint import FOLDER_PREFIX
 from tests.warm_start import small_run_env
@@ -116,7 +117,7 @@ class Run:
         return "\n".join(Path(self.log.name).read_text(errors="replace").splitlines()[-lines:])
 
     def containers(self, client: docker.DockerClient) -> list:
-        return client.containers.list(all=True, filters={"label": f"qwen-swe.run={self.run_id}"}, ignore_removed=True)
+        return containers_of(client, self.run_id)
 
     def stop_and_check(self, sig: int, client: docker.DockerClient, budget: float = 60.0) -> float:
         """Signal the run, then: exit code 128+sig, no process, no container and no socket folder of the run left

@@ -127,15 +127,17 @@ def settle(client: docker.DockerClient, run_id: str | None = None) -> None:
     """Wait until no announced create of ``run_id`` (of every run: None) is in flight, so that a sweep after it sees
     every container it must remove; see the module docstring for how."""
     pattern = _announcement(run_id, "*").name if run_id else f"{ANNOUNCE_PREFIX}*"
+    found = sorted(Path(tempfile.gettempdir()).glob(pattern))
+    image = _probe_image(client) if found else ""
     deadline = time.monotonic() + CREATE_WAIT
-    for path in sorted(Path(tempfile.gettempdir()).glob(pattern)):
+    for path in found:
         name = path.name.rsplit(".", 1)[1]
         try:
             owner = path.read_text()
         except FileNotFoundError:  # its creator is done with it
             continue
         # until its creator is done with it, no create holds the name any more, or its container exists
-        while path.exists() and _name_held(client, name, owner) and not _exists(client, name):
+        while path.exists() and _name_held(client, image, name, owner) and not _exists(client, name):
             if time.monotonic() > deadline:  # its announcement stays: the next sweep waits for it again
                 log.warning(
                     "container %s is still being created after %.0f s; the next sweep removes it", name, CREATE_WAIT
@@ -146,9 +148,9 @@ def settle(client: docker.DockerClient, run_id: str | None = None) -> None:
             path.unlink(missing_ok=True)
 
 
-def _name_held(client: docker.DockerClient, name: str, run_id: str) -> bool:
-    """Whether a container create holds ``name`` (in flight, or done): a probe of that name fails with 409."""
-    image = _probe_image(client)
+def _name_held(client: docker.DockerClient, image: str, name: str, run_id: str) -> bool:
+    """Whether a container create holds ``name`` (in flight, or done): a probe of ``image`` by that name fails with
+    409."""
     try:
         probe = client.api.create_container(image, command=["true"], name=name, labels=labels_for(run_id, "probe"))
     except docker.errors.APIError as exc:
@@ -186,10 +188,9 @@ def reap(run_id: str | None = None, client: docker.DockerClient | None = None) -
     """
     own = client is None
     client = client or docker_client()
-    filters = [f"{LABEL}=1"] + ([f"{LABEL}.run={run_id}"] if run_id else [])
     try:
         settle(client, run_id)
-        found = client.containers.list(all=True, filters={"label": filters}, ignore_removed=True)
+        found = containers_of(client, run_id)
         if not found:
             return 0
         with ThreadPoolExecutor(min(len(found), REAP_THREADS), thread_name_prefix="reap") as pool:
@@ -197,6 +198,13 @@ def reap(run_id: str | None = None, client: docker.DockerClient | None = None) -
     finally:
         if own:
             client.close()
+
+
+def containers_of(client: docker.DockerClient, run_id: str | None = None) -> list[Any]:
+    """The containers labelled by this project (of one run when ``run_id`` is given), running or not; one removed
+    while they are listed is left out (docker-py inspects each listed container, which then raises NotFound)."""
+    filters = [f"{LABEL}=1"] + ([f"{LABEL}.run={run_id}"] if run_id else [])
+    return client.containers.list(all=True, filters={"label": filters}, ignore_removed=True)
 
 
 def _remove(container: Any) -> bool:

@@ -21,6 +21,7 @@ import pytest
 
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.source import SWEBenchDataSource
+from qwen_swe.sandbox.docker_host import containers_of
 from tests.run_stops import run_to_end, start_run, stop
 from tests.tiny_model import tiny_smollm2_dir
 from tests.warm_start import small_run_env
@@ -95,5 +96,5 @@ def test_off_policy_run_records_versions_and_resumes_exactly_after_sigterm(tmp_p
                 continue
             assert isinstance(r["weight_version"], int) and r["weight_versions"], r
             assert min(int(v) for v in r["weight_versions"]) == r["weight_version"]  # the oldest it was sampled with
-    left = docker.from_env().containers.list(all=True, filters={"label": f"qwen-swe.run={RUN_ID}"}, ignore_removed=True)
+    left = containers_of(docker.from_env(), RUN_ID)
     assert left == []

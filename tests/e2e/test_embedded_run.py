@@ -22,6 +22,7 @@ from safetensors.torch import load_file
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.source import SWEBenchDataSource
 from qwen_swe.paths import embedded_model_dir
+from qwen_swe.sandbox.docker_host import containers_of
 from tests.run_stops import Run, run_to_end
 from tests.warm_start import small_run_env, small_warm_start
 
@@ -130,5 +131,5 @@ def test_embedded_default_trains_syncs_and_resumes(tmp_path):
     assert (out / "rewards.png").exists()
     viewer = "".join(p.read_text() for p in [out / "viewer.html", *(out / "viewer_data").glob("*.js")])
     assert all(r["instance_id"] in viewer for r in rows)
-    left = docker.from_env().containers.list(all=True, filters={"label": f"qwen-swe.run={RUN_ID}"}, ignore_removed=True)
+    left = containers_of(docker.from_env(), RUN_ID)
     assert left == []

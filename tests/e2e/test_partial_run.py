@@ -15,6 +15,7 @@ import docker
 import pytest
 
 from qwen_swe.data.source import SWEBenchDataSource
+from qwen_swe.sandbox.docker_host import containers_of
 from tests.partial_run import PlanScript, fixable_rows, jsonl, run_settings, run_trainer
 from tests.scripted_vllm import VLLMThread
 from tests.tiny_model import tiny_smollm2_dir
@@ -68,5 +69,5 @@ def test_a_straggler_group_is_carried_over_a_sync_and_trained_a_step_later(tmp_p
     assert metrics[1]["async/carried_groups"] >= 1 and metrics[1]["async/spanning_samples"] >= 2
     assert metrics[1]["async/staleness_max"] == 1 and metrics[1].get("dropped/stale", 0) == 0
     assert {r["reward"] for r in straggler} == {1.0, -1.0}, straggler  # one fixed it, one did not: it trained
-    left = docker.from_env().containers.list(all=True, filters={"label": f"qwen-swe.run={RUN_ID}"}, ignore_removed=True)
+    left = containers_of(docker.from_env(), RUN_ID)
     assert left == []

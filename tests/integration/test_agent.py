@@ -25,7 +25,7 @@ from qwen_swe.config.settings import load_settings
 from qwen_swe.data.prompts import SYSTEM_PROMPT_COMPACT, build_prompt
 from qwen_swe.paths import AGENT_MOUNT, agent_bundle_dir
 from qwen_swe.sandbox.docker import DockerSandbox
-from qwen_swe.sandbox.docker_host import LABEL
+from qwen_swe.sandbox.docker_host import containers_of
 from qwen_swe.traffic.proxy import RecordingProxy
 from qwen_swe.traffic.trajectory import build_sample
 from tests.scripted_server import Reply, ScriptedServer, fake_logprob, qwen3_tokenizer, smollm2_tokenizer
@@ -66,7 +66,7 @@ async def _processes(box: DockerSandbox) -> list[str]:
 def _containers(run_id: str) -> list:
     client = docker.from_env(timeout=60)
     try:
-        return client.containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"}, ignore_removed=True)
+        return containers_of(client, run_id)
     finally:
         client.close()
 

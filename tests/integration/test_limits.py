@@ -22,7 +22,7 @@ import pytest
 
 from qwen_swe.sandbox.disk import DiskBudget, DiskLimitExceeded
 from qwen_swe.sandbox.docker import KILL_GRACE, PIDS_LIMIT, RESTART_GRACE, DockerSandbox
-from qwen_swe.sandbox.docker_host import LABEL
+from qwen_swe.sandbox.docker_host import containers_of
 from tests.task_pack import replayable_task
 
 pytestmark = pytest.mark.docker
@@ -174,7 +174,7 @@ def test_background_processes_end_with_the_container(image, run_id):
     assert asyncio.run(scenario()) == []  # removed with the container
     client = docker.from_env(timeout=60)
     try:
-        assert client.containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"}, ignore_removed=True) == []
+        assert containers_of(client, run_id) == []
     finally:
         client.close()
 

@@ -31,7 +31,7 @@ from qwen_swe.paths import embedded_model_dir
 from qwen_swe.rollout.engine import RolloutEngine
 from qwen_swe.rollout.progress import BatchStats
 from qwen_swe.rollout.ray_pool import RayRolloutPool
-from qwen_swe.sandbox.docker_host import LABEL
+from qwen_swe.sandbox.docker_host import containers_of
 from qwen_swe.traffic.endpoint import FOLDER_PREFIX
 from tests.scripted_server import ServerThread
 from tests.task_pack import gold_edit, replayable_task
@@ -80,7 +80,7 @@ def run_id() -> Iterator[str]:
     yield rid
     client = docker.from_env(timeout=60)
     try:  # what `docker ps -a --filter label=qwen-swe.run=<rid>` shows
-        left = client.containers.list(all=True, filters={"label": f"{LABEL}.run={rid}"}, ignore_removed=True)
+        left = containers_of(client, rid)
         for c in left:
             c.remove(force=True)
     finally:
@@ -175,12 +175,7 @@ def test_a_node_killed_mid_rollout_costs_only_its_samples(cluster, node_tmp, tas
             kept, victim = await asyncio.gather(p.run_groups(groups, stats), kill_one_node_when_both_agents_run())
             client = docker.from_env(timeout=60)
             try:  # before stop: the dead worker's container, still there for the reap to find
-                left_by_the_dead.extend(
-                    c.name
-                    for c in client.containers.list(
-                        all=True, filters={"label": f"{LABEL}.run={run_id}"}, ignore_removed=True
-                    )
-                )
+                left_by_the_dead.extend(c.name for c in containers_of(client, run_id))
             finally:
                 client.close()
             sockets_left.extend(p.name for p in node_tmp.glob(f"{FOLDER_PREFIX}*"))  # the dead worker's session

@@ -24,7 +24,7 @@ from qwen_swe.paths import REPO_ROOT, TASK_PACK
 from qwen_swe.reward import scoring as grading
 from qwen_swe.reward.harness import Grade, grade_async
 from qwen_swe.sandbox.docker import DockerSandbox
-from qwen_swe.sandbox.docker_host import LABEL, reap
+from qwen_swe.sandbox.docker_host import LABEL, containers_of, reap
 from qwen_swe.sandbox.factory import DockerSandboxes
 from tests.task_pack import BUILD_HINT, missing, require_images
 
@@ -266,9 +266,7 @@ def test_eval_timeout_is_aborted_and_leaves_no_container(tasks, run_id, tmp_path
         )
     )
     assert (g.status, g.reward) == ("aborted", 0.0) and "timed out" in g.reason
-    assert (
-        docker_client.containers.list(all=True, filters={"label": [f"{LABEL}.run={run_id}"]}, ignore_removed=True) == []
-    )
+    assert containers_of(docker_client, run_id) == []
 
 
 def test_concurrent_grades_of_one_instance_keep_separate_logs(tasks, run_id, tmp_path):
@@ -321,6 +319,4 @@ def test_sigkilled_grader_leaves_nothing_after_reap(tasks, run_id, tmp_path, doc
         proc.wait(timeout=30)
     assert len(docker_client.containers.list(all=True, filters=flt, ignore_removed=True)) == 1
     assert reap(run_id) == 1
-    assert (
-        docker_client.containers.list(all=True, filters={"label": [f"{LABEL}.run={run_id}"]}, ignore_removed=True) == []
-    )
+    assert containers_of(docker_client, run_id) == []

@@ -23,7 +23,7 @@ from docker.models.containers import Container
 
 from qwen_swe.paths import REPO_ROOT, TASK_PACK
 from qwen_swe.sandbox.docker import KILL_GRACE, RESTART_GRACE, DockerSandbox, SandboxError
-from qwen_swe.sandbox.docker_host import ANNOUNCE_PREFIX, LABEL, labels_for, reap
+from qwen_swe.sandbox.docker_host import ANNOUNCE_PREFIX, LABEL, containers_of, labels_for, reap
 from tests.held_create import held_creates
 from tests.task_pack import BUILD_HINT, missing
 
@@ -360,9 +360,7 @@ def test_reap_removes_a_runs_containers_side_by_side(image, run_id, docker_clien
 
     monkeypatch.setattr(Container, "remove", remove_together)
     assert reap(run_id) == 3
-    assert (
-        docker_client.containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"}, ignore_removed=True) == []
-    )
+    assert containers_of(docker_client, run_id) == []
 
 
 _RUNNER = """
@@ -387,12 +385,9 @@ def test_sigkilled_runner_leaves_nothing_after_reap(image, run_id, docker_client
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-    flt = {"label": [f"{LABEL}.run={run_id}"]}
-    assert (
-        len(docker_client.containers.list(all=True, filters=flt, ignore_removed=True)) == 1
-    )  # the killed runner's leftover
+    assert len(containers_of(docker_client, run_id)) == 1  # the killed runner's leftover
     assert reap(run_id) == 1
-    assert docker_client.containers.list(all=True, filters=flt, ignore_removed=True) == []
+    assert containers_of(docker_client, run_id) == []
 
 
 _CREATOR = """
