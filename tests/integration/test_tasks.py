@@ -195,8 +195,9 @@ def test_check_passes_for_every_task(rows, client, built):
 @pytest.mark.docker
 def test_no_build_or_check_containers_remain(client, built):
     from qwen_swe.data.taskpack.check import CHECK_RUN_ID
+    from qwen_swe.sandbox.docker_host import containers_of
 
-    leftovers = client.containers.list(all=True, filters={"label": "qwen-swe=1"}, ignore_removed=True)
+    leftovers = containers_of(client)
     # the task pack's: the build's and this file's carry no run label, the check's its own (other tests' run beside)
     roles = [
         c.labels.get("qwen-swe.role") for c in leftovers if c.labels.get("qwen-swe.run", CHECK_RUN_ID) == CHECK_RUN_ID
