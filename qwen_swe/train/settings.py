@@ -77,7 +77,8 @@ class TrainSettings:
     trainer_restarts: int = opt(
         1,
         "times the trainer starts again from its newest checkpoint after a rank dies in native code "
-        "(SIGSEGV, SIGBUS, SIGABRT); each thread's stack is kept in OUTPUT_DIR/logs/faults",
+        "(SIGSEGV, SIGBUS, SIGABRT); each thread's stack is kept in OUTPUT_DIR/logs/faults; "
+        "BACKEND=fsdp only",
         minimum=0,
         resume="free",
     )

@@ -25,7 +25,7 @@ from qwen_swe.backends.slime import launcher as sb
 from qwen_swe.backends.slime import megatron
 from qwen_swe.backends.slime.batch import remove_zero_variance
 from qwen_swe.backends.slime.weights import SlimeWeightSync
-from qwen_swe.config.settings import Settings
+from qwen_swe.config.settings import Settings, given_settings
 from qwen_swe.data.sample import Sample, Status
 from qwen_swe.errors import SETUP_EXIT_CODE, ConfigError, WeightSyncError
 from qwen_swe.paths import embedded_model_dir
@@ -369,6 +369,27 @@ def test_fp32_training_is_named_as_what_slime_does_not_do(tmp_path, capsys):
         "MIXED_PRECISION=0: slime trains in bf16 on both its backends, fp32 is not available there"
         in capsys.readouterr().err
     )
+
+
+def test_trainer_restarts_asked_for_under_slime_is_refused(tmp_path):
+    # slime's ranks are its Ray actors: no fault notes tell a native crash from a repeatable error, so nothing restarts
+    def plan(env: dict[str, str]) -> sb.LaunchPlan:
+        given = given_settings([], env)
+        s = Settings.build(
+            backend="slime",
+            slime_dir=V022,
+            vllm_url=closed_port_url(),
+            output_dir=tmp_path / "run",
+            model=seed_model_folder(tmp_path),
+            mixed_precision=True,
+            **given,
+        )
+        return sb.build_plan(s, python="python", env_report=OK, check_server_routes=False, given=given)
+
+    with pytest.raises(sb.SlimeBackendError, match=r"TRAINER_RESTARTS=2: slime's trainer ranks are its Ray actors"):
+        plan({"TRAINER_RESTARTS": "2"})
+    assert not plan({"TRAINER_RESTARTS": "0"}).problems  # asked for none: what slime does
+    assert not plan({}).problems  # the built-in trainer's default, not asked for: the launch goes on
 
 
 def test_the_megatron_layout_is_checked_against_the_gpus_and_the_model(tmp_path):

@@ -41,6 +41,13 @@ def refusals(s: Settings, given: Collection[str] = ()) -> list[str]:
             "MIXED_PRECISION=0: slime trains in bf16 on both its backends, fp32 is not available there; unset "
             "MIXED_PRECISION (or set 1), or use BACKEND=fsdp for fp32"
         )
+    if "trainer_restarts" in given and s.train.trainer_restarts:
+        out.append(
+            f"TRAINER_RESTARTS={s.train.trainer_restarts}: slime's trainer ranks are its Ray actors, where this "
+            "run cannot tell a native crash from an error that starting again would repeat; a crash ends the run, "
+            "and running the same command again resumes from slime's newest checkpoint; unset TRAINER_RESTARTS "
+            "(or set 0), or use BACKEND=fsdp"
+        )
     if s.train.lora_rank:
         out.append(
             f"LORA_RANK={s.train.lora_rank}: slime trains every parameter (no LoRA in v0.2.2's FSDP actor "
