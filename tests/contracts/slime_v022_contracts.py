@@ -63,8 +63,8 @@ def _stub_sglang_argument_surface(monkeypatch) -> None:
             monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(__name__=name, **attrs))
 
 
-def _parse_launcher_argv(slime, tmp_path, monkeypatch, shared_data):
-    """(our settings, slime's args): the exact argv the launcher execs, through v0.2.2's own parse_args."""
+def _parse_launcher_argv(slime, tmp_path, monkeypatch, shared_data, **settings):
+    """(our settings, slime's args, the plan): the exact argv the launcher execs, through v0.2.2's own parse_args."""
     if importlib.util.find_spec("sglang") is None or importlib.util.find_spec("wandb") is None:
         _stub_sglang_argument_surface(monkeypatch)
     instances = tmp_path / "ids.txt"
@@ -78,9 +78,14 @@ def _parse_launcher_argv(slime, tmp_path, monkeypatch, shared_data):
         instance_list=instances,
         output_dir=tmp_path / "run",
         num_rollouts=3,
+        **settings,
     )
     plan = slime.slime_backend.build_plan(
-        s, python="python", env_report={"problems": [], "cuda_devices": 8}, check_server_routes=False
+        s,
+        python="python",
+        env_report={"problems": [], "cuda_devices": 8},
+        check_server_routes=False,
+        environ={"WANDB_MODE": "offline"},
     )
     for path, text in plan.files.items():
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -92,12 +97,12 @@ def _parse_launcher_argv(slime, tmp_path, monkeypatch, shared_data):
     fsdp_pkg = types.ModuleType("slime.backends.fsdp_utils")
     fsdp_pkg.__path__ = [str(slime.root / "slime" / "backends" / "fsdp_utils")]
     monkeypatch.setitem(sys.modules, "slime.backends.fsdp_utils", fsdp_pkg)
-    return s, importlib.import_module("slime.utils.arguments").parse_args()
+    return s, importlib.import_module("slime.utils.arguments").parse_args(), plan
 
 
 def test_launcher_command_line_is_accepted_by_slime_v022s_parser(slime, tmp_path, monkeypatch, shared_data):
     """The exact argv the launcher execs goes through v0.2.2's own parse_args (FSDP branch) and validation."""
-    _, args = _parse_launcher_argv(slime, tmp_path, monkeypatch, shared_data)
+    _, args, _ = _parse_launcher_argv(slime, tmp_path, monkeypatch, shared_data)
     assert (args.train_backend, args.debug_train_only, args.advantage_estimator) == ("fsdp", True, "grpo")
     assert (args.n_samples_per_prompt, args.rollout_batch_size, args.global_batch_size) == (2, 4, 8)
     assert (args.num_rollout, args.save_interval, args.save) == (3, 1, str(tmp_path / "run"))
@@ -117,12 +122,54 @@ def test_launcher_command_line_is_accepted_by_slime_v022s_parser(slime, tmp_path
 def test_our_settings_come_back_from_slimes_custom_config_loader(slime, tmp_path, monkeypatch, shared_data):
     """What generate_rollout does first inside slime: our settings, read back from the args slime built (slime reads
     the file with yaml.safe_load; written as JSON, YAML 1.1 read lr 1e-06 back as a string)."""
-    s, args = _parse_launcher_argv(slime, tmp_path, monkeypatch, shared_data)
+    s, args, _ = _parse_launcher_argv(slime, tmp_path, monkeypatch, shared_data)
     again = slime.slime_backend.settings_from_slime_args(args)
     assert (
         again.to_dict()
         == s.replace(n_samples=args.n_samples_per_prompt, rollout_batch_size=args.rollout_batch_size).to_dict()
     )
+
+
+def test_report_to_drives_slimes_own_trackers_into_the_run_folder(slime, tmp_path, monkeypatch, shared_data):
+    """REPORT_TO=tensorboard,wandb: with the args parse_args built and the plan's environment, v0.2.2's own
+    init_tracking and log write a step's scalars under OUTPUT_DIR/tb and OUTPUT_DIR/wandb (wandb offline)."""
+    if importlib.util.find_spec("wandb") is None or importlib.util.find_spec("tensorboard") is None:
+        pytest.fail("slime's requirements (wandb, tensorboard) are missing: bash scripts/setup/35_slime.sh")
+    _, args, plan = _parse_launcher_argv(slime, tmp_path, monkeypatch, shared_data, report_to="tensorboard,wandb")
+    run = tmp_path / "run"
+    monkeypatch.setenv("TENSORBOARD_DIR", plan.env["TENSORBOARD_DIR"])
+    for key, value in {
+        "WANDB_MODE": "offline",  # slime sets it from --wandb-mode: restored after the test
+        "WANDB_SILENT": "true",
+        "WANDB_ERROR_REPORTING": "false",
+        "WANDB_BASE_URL": "http://127.0.0.1:9",
+        "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"),
+        "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache"),
+        "WANDB_DATA_DIR": str(tmp_path / "wandb-data"),
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    import wandb
+    from slime.utils import logging_utils
+    from slime.utils.misc import SingletonMeta
+    from slime.utils.tensorboard_utils import _TensorboardAdapter
+
+    monkeypatch.setattr(SingletonMeta, "_instances", {})  # slime's one writer per process: this test's own
+    logging_utils.init_tracking(args)
+    try:
+        assert (wandb.run.name, wandb.run.project) == ("run", "qwen-swe")
+        assert Path(wandb.run.dir).is_relative_to(run / "wandb")
+        logging_utils.log(args, {"train/step": 1, "train/loss": 0.5}, step_key="train/step")
+        _TensorboardAdapter(args).finish()
+    finally:
+        wandb.finish()  # v0.2.2 has no finish_tracking; v0.3.x's calls the same
+        wandb.teardown()
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "tb"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("train/loss")] == [(1, 0.5)]
+    assert list((run / "wandb" / "wandb").glob("offline-run-*/run-*.wandb"))
 
 
 def _unpack_sequences(slime):

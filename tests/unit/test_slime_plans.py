@@ -272,8 +272,10 @@ def full_plan(slime_dir: Path, tmp_path: Path, **kw) -> sb.LaunchPlan:
         kl_loss_coef=0.01,
         advantage_mode="mean",
         activation_checkpointing=True,
+        report_to="tensorboard,wandb",
         model=seed_model_folder(tmp_path),
     )
+    environ = kw.pop("environ", {"WANDB_MODE": "offline", "WANDB_ENTITY": "team"})
     s = Settings.build(
         backend="slime",
         slime_dir=slime_dir,
@@ -281,7 +283,7 @@ def full_plan(slime_dir: Path, tmp_path: Path, **kw) -> sb.LaunchPlan:
         output_dir=tmp_path / "run",
         **{**every_option, **kw},
     )
-    return sb.build_plan(s, python="python", env_report=OK, check_server_routes=False)
+    return sb.build_plan(s, python="python", env_report=OK, check_server_routes=False, environ=environ)
 
 
 @pytest.mark.parametrize("release", ["slime-v0.2.2", "slime-v0.3.1"])
@@ -390,6 +392,29 @@ def test_trainer_restarts_asked_for_under_slime_is_refused(tmp_path):
         plan({"TRAINER_RESTARTS": "2"})
     assert not plan({"TRAINER_RESTARTS": "0"}).problems  # asked for none: what slime does
     assert not plan({}).problems  # the built-in trainer's default, not asked for: the launch goes on
+
+
+def test_report_to_becomes_slimes_own_trackers_writing_into_the_run_folder(tmp_path):
+    run = tmp_path / "run"
+    for root in (V022, V031):
+        plan = full_plan(root, tmp_path, environ={"WANDB_MODE": "offline", "WANDB_PROJECT": "p", "WANDB_ENTITY": "t"})
+        flags = flag_values(plan.argv)
+        assert "--use-tensorboard" in plan.argv and plan.env["TENSORBOARD_DIR"] == str(run / "tb")
+        assert (flags["--tb-project-name"], flags["--tb-experiment-name"]) == ("qwen-swe", "run")
+        assert "--use-wandb" in plan.argv and "--disable-wandb-random-suffix" in plan.argv
+        assert flags["--wandb-dir"] == str(run / "wandb") and flags["--wandb-group"] == "run"
+        assert (flags["--wandb-project"], flags["--wandb-team"], flags["--wandb-mode"]) == ("p", "t", "offline")
+        assert not plan.problems
+    # the built-in sink's project when WANDB_PROJECT is unset; no mode nor team flag when theirs are unset
+    flags = flag_values(full_plan(V022, tmp_path, environ={}).argv)
+    assert flags["--wandb-project"] == "qwen-swe" and not {"--wandb-mode", "--wandb-team"} & set(flags)
+    bad = full_plan(V022, tmp_path, environ={"WANDB_MODE": "dryrun"}).problems
+    assert any(p.startswith("WANDB_MODE=dryrun: slime's --wandb-mode takes online, offline, disabled") for p in bad)
+    # only what REPORT_TO names
+    plan = full_plan(V022, tmp_path, report_to="wandb")
+    assert "--use-tensorboard" not in plan.argv and "TENSORBOARD_DIR" not in plan.env and "--use-wandb" in plan.argv
+    plan = full_plan(V031, tmp_path, report_to="")
+    assert not {"--use-tensorboard", "--use-wandb"} & set(plan.argv) and "TENSORBOARD_DIR" not in plan.env
 
 
 def test_the_megatron_layout_is_checked_against_the_gpus_and_the_model(tmp_path):

@@ -45,6 +45,7 @@ COMMON: tuple[tuple[str, str, str, str], ...] = (
         "pip install 'sglang-router>=0.2.3'",
     ),
     ("wandb", "wandb", "slime's logging module", "pip install 'wandb'"),
+    ("tensorboard", "tensorboard", "slime's TensorBoard writer (REPORT_TO=tensorboard)", "pip install 'tensorboard'"),
     ("httpx", "httpx", "slime's HTTP utilities", "pip install 'httpx[http2]'"),
     ("PyYAML", "yaml", "slime's argument parser", "pip install 'pyyaml'"),
     ("safetensors", "safetensors", "the HF export of each checkpoint", "pip install 'safetensors'"),

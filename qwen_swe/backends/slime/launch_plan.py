@@ -4,6 +4,7 @@ written here."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from collections.abc import Collection, Mapping
@@ -15,6 +16,7 @@ from qwen_swe.backends.slime import features, megatron
 from qwen_swe.backends.slime.carry import extra_args_files
 from qwen_swe.backends.slime.checkout import detect_release, link_problem
 from qwen_swe.backends.slime.environment import check_packages_in, check_server
+from qwen_swe.backends.slime.reporting import reporting_args
 from qwen_swe.backends.slime.train_args import global_batch_problems, megatron_train_args, train_args
 from qwen_swe.config.settings import Settings
 from qwen_swe.errors import SlimeBackendError
@@ -78,10 +80,12 @@ def build_plan(
     env_report: dict[str, Any] | None = None,
     check_server_routes: bool = True,
     given: Collection[str] = (),
+    environ: Mapping[str, str] | None = None,
 ) -> LaunchPlan:
     """The full launch plan for ``s``, with every problem found. Raises SlimeBackendError when no command line can
     be built at all (a setting slime cannot honour, no SLIME_DIR, a model without Megatron arguments). ``given``:
-    the settings the user set, as ``given_settings`` names them."""
+    the settings the user set, as ``given_settings`` names them; ``environ``: where WANDB_* are read (default: this
+    process's)."""
     if s.slime_dir is None:
         raise SlimeBackendError("BACKEND=slime needs SLIME_DIR: a slime v0.2.2 or v0.3.x checkout")
     if refused := features.refusals(s, given):
@@ -117,7 +121,9 @@ def build_plan(
         warnings += [f"ALLOW_FROZEN_SERVER is set, so the run trains against a frozen server: {p}" for p in frozen]
     else:
         problems += [p + " (ALLOW_FROZEN_SERVER=1 starts anyway, off-policy)" for p in frozen]
-    env = {"PYTHONPATH": python_path(slime_dir), **devices_env(placed)}
+    trackers, trackers_env, trackers_problems = reporting_args(s, os.environ if environ is None else environ)
+    problems += trackers_problems
+    env = {"PYTHONPATH": python_path(slime_dir), **devices_env(placed), **trackers_env}
     steps: list[Step] = []
     if backend == "fsdp":
         args = train_args(s, gpus=gpus, model=s.model_name)
@@ -149,7 +155,7 @@ def build_plan(
             )
         )
     return LaunchPlan(
-        argv=[python, features.script(s), *args],
+        argv=[python, features.script(s), *args, *trackers],
         env=env,
         cwd=slime_dir,
         backend=backend,

@@ -4,7 +4,8 @@
 (``checkout.py``): v0.2.0 to v0.2.2 train with FSDP (``--train-backend fsdp``), v0.3.x with Megatron, after slime's
 own HF -> torch_dist conversion of MODEL (``megatron.py``). ``launch_plan.py`` builds the whole plan;
 ``train_args.py`` the command line; ``features.py`` which settings slime honours and which it refuses;
-``environment.py`` the packages, GPUs and server it needs; ``carry.py`` how our settings reach slime's Ray actors.
+``environment.py`` the packages, GPUs and server it needs; ``carry.py`` how our settings reach slime's Ray actors;
+``reporting.py`` REPORT_TO as slime's own trackers.
 ``--dry-run`` prints the plan and what a real launch would refuse. Nothing heavier than PyYAML is imported on the
 way to ``--check-env``, which runs inside slime's interpreter. The names below are re-exported for the callers that
 know the backend by its launcher (run.py, the rollout function's tests, the contract suite).
