@@ -29,12 +29,14 @@ from qwen_swe.config.settings import Settings, given_settings
 from qwen_swe.data.sample import Sample, Status
 from qwen_swe.errors import SETUP_EXIT_CODE, ConfigError, WeightSyncError
 from qwen_swe.paths import embedded_model_dir
+from qwen_swe.plan.placement import Gpu
 from tests.conftest import SLIME_VENDOR
 from tests.unit.test_slime_backend import closed_port_url, flag_values, seed_env  # noqa: F401 - the fixture
 
 V022, V031 = SLIME_VENDOR / "slime-v0.2.2", SLIME_VENDOR / "slime-v0.3.1"
 SEED_MODEL = "Qwen/Qwen3-Coder-30B-A3B-Instruct"
 OK = {"problems": [], "cuda_devices": 8}
+EIGHT = tuple(Gpu(i, 81920) for i in range(8))  # an 8-GPU node as nvidia-smi lists it
 
 # Hugging Face config.json values of the models slime v0.3.1 ships scripts/models files for
 QWEN3_30B_A3B = {**megatron.model_config(SEED_MODEL), "intermediate_size": 6144, "rope_theta": 1000000}
@@ -268,6 +270,7 @@ def seed_model_folder(tmp_path: Path) -> str:
 
 def full_plan(slime_dir: Path, tmp_path: Path, **kw) -> sb.LaunchPlan:
     every_option = dict(
+        vllm_url=closed_port_url(),
         lr_warmup_steps=3,
         kl_loss_coef=0.01,
         advantage_mode="mean",
@@ -276,14 +279,9 @@ def full_plan(slime_dir: Path, tmp_path: Path, **kw) -> sb.LaunchPlan:
         model=seed_model_folder(tmp_path),
     )
     environ = kw.pop("environ", {"WANDB_MODE": "offline", "WANDB_ENTITY": "team"})
-    s = Settings.build(
-        backend="slime",
-        slime_dir=slime_dir,
-        vllm_url=closed_port_url(),
-        output_dir=tmp_path / "run",
-        **{**every_option, **kw},
-    )
-    return sb.build_plan(s, python="python", env_report=OK, check_server_routes=False, environ=environ)
+    gpus = kw.pop("gpus", ())  # nvidia-smi's; none, as on this machine, unless the test places GPUs
+    s = Settings.build(backend="slime", slime_dir=slime_dir, output_dir=tmp_path / "run", **{**every_option, **kw})
+    return sb.build_plan(s, python="python", env_report=OK, check_server_routes=False, environ=environ, node_gpus=gpus)
 
 
 @pytest.mark.parametrize("release", ["slime-v0.2.2", "slime-v0.3.1"])
@@ -439,14 +437,36 @@ def test_the_megatron_layout_is_checked_against_the_gpus_and_the_model(tmp_path)
 
 
 def test_train_gpus_place_slimes_actors(tmp_path):
-    plan = full_plan(V031, tmp_path, train_gpus="2-5", slime_tp=2, slime_ep=4)
+    plan = full_plan(V031, tmp_path, train_gpus="2-5", slime_tp=2, slime_ep=4, gpus=EIGHT)
     assert plan.env["CUDA_VISIBLE_DEVICES"] == "2,3,4,5" and not plan.problems
     assert flag_values(plan.argv)["--actor-num-gpus-per-node"] == "4"
     assert "--nproc-per-node=4" in plan.steps[0].argv
-    clash = full_plan(V022, tmp_path, train_gpus="0,1", slime_gpus=4).problems
-    assert any("SLIME_GPUS=4 but TRAIN_GPUS=0,1 places 2" in p for p in clash)
+    clash = full_plan(V022, tmp_path, train_gpus="1,2", slime_gpus=4, gpus=EIGHT).problems
+    assert any("SLIME_GPUS=4 but TRAIN_GPUS=1,2 places 2" in p for p in clash)
     with pytest.raises(ConfigError, match="TRAIN_GPUS=.x."):
         full_plan(V022, tmp_path, train_gpus="x")
+    with pytest.raises(ConfigError, match="INFERENCE_GPUS=.x."):
+        full_plan(V022, tmp_path, inference_gpus="x")
+
+
+def test_slimes_actors_keep_off_the_gpus_of_a_server_on_this_node(tmp_path):
+    def placed(**kw) -> tuple[str | None, str | None, list[str]]:
+        plan = full_plan(V022, tmp_path, gpus=EIGHT, **kw)
+        return plan.env.get("CUDA_VISIBLE_DEVICES"), flag_values(plan.argv)["--actor-num-gpus-per-node"], plan.problems
+
+    # a loopback VLLM_URL: start_vllm.py's server holds INFERENCE_GPUS, else the first TP; the actors take the rest
+    assert placed(inference_gpus="4-7", tp=4) == ("0,1,2,3", "4", [])
+    assert placed(tp=4) == ("4,5,6,7", "4", [])
+    assert placed(slime_gpus=4) == ("1,2,3,4", "4", [])  # TP=1: GPU 0 serves
+    _, _, problems = placed(slime_gpus=8)
+    assert any(p.startswith("SLIME_GPUS=8 but the server on this node holds GPU 0") for p in problems)
+    _, _, problems = placed(train_gpus="0-3", inference_gpus="2,3")
+    assert any("share GPU 2-3" in p for p in problems)
+    # a server on another node leaves every GPU here to slime, as before
+    assert placed(vllm_url="http://10.1.2.3:8000/v1") == (None, "8", [])
+    # no GPU here: INFERENCE_GPUS names what is not there
+    problems = full_plan(V022, tmp_path, inference_gpus="0").problems
+    assert any(p.startswith("INFERENCE_GPUS=0 names GPUs, but nvidia-smi lists none here") for p in problems)
 
 
 class Recorder:

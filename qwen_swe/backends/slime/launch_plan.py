@@ -19,9 +19,9 @@ from qwen_swe.backends.slime.environment import check_packages_in, check_server
 from qwen_swe.backends.slime.reporting import reporting_args
 from qwen_swe.backends.slime.train_args import global_batch_problems, megatron_train_args, train_args
 from qwen_swe.config.settings import Settings
-from qwen_swe.errors import SlimeBackendError
+from qwen_swe.errors import ConfigError, SlimeBackendError
 from qwen_swe.paths import python_path
-from qwen_swe.plan.placement import devices_env, parse_gpus
+from qwen_swe.plan.placement import Gpu, devices_env, nvidia_gpus, parse_gpus, resolve
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,27 @@ class LaunchPlan:
         return " \\\n".join(lines)
 
 
+def actor_gpus(s: Settings, gpus: tuple[Gpu, ...]) -> tuple[tuple[int, ...], list[str]]:
+    """(the GPUs slime's actors see, () = every visible one; problems): TRAIN_GPUS, else, when a server on this node
+    holds GPUs (INFERENCE_GPUS, default the first TP, as start_vllm.py places it), the others, as the built-in
+    trainer takes them; SLIME_GPUS of those when given."""
+    train = parse_gpus("TRAIN_GPUS", s.placement.train_gpus)  # a malformed list raises, naming the setting
+    parse_gpus("INFERENCE_GPUS", s.placement.inference_gpus)
+    try:
+        place = resolve(s, gpus)  # a TRAIN_GPUS on the server's GPUs, or one this node lacks, is a problem
+    except ConfigError as exc:
+        return (), [str(exc)]
+    if train or not place.serve:
+        return train, []
+    if s.slime_gpus and s.slime_gpus > len(place.train):
+        return (), [
+            f"SLIME_GPUS={s.slime_gpus} but the server on this node holds GPU {','.join(map(str, place.serve))} "
+            f"(INFERENCE_GPUS, default the first TP), which leaves {len(place.train)}: lower SLIME_GPUS, or "
+            "serve on another node"
+        ]
+    return place.train[: s.slime_gpus or None], []
+
+
 def build_plan(
     s: Settings,
     *,
@@ -81,11 +102,12 @@ def build_plan(
     check_server_routes: bool = True,
     given: Collection[str] = (),
     environ: Mapping[str, str] | None = None,
+    node_gpus: tuple[Gpu, ...] | None = None,
 ) -> LaunchPlan:
     """The full launch plan for ``s``, with every problem found. Raises SlimeBackendError when no command line can
     be built at all (a setting slime cannot honour, no SLIME_DIR, a model without Megatron arguments). ``given``:
     the settings the user set, as ``given_settings`` names them; ``environ``: where WANDB_* are read (default: this
-    process's)."""
+    process's); ``node_gpus``: this node's GPUs (default: nvidia-smi's)."""
     if s.slime_dir is None:
         raise SlimeBackendError("BACKEND=slime needs SLIME_DIR: a slime v0.2.2 or v0.3.x checkout")
     if refused := features.refusals(s, given):
@@ -104,7 +126,8 @@ def build_plan(
     python = python or s.slime_python or sys.executable
     report = env_report if env_report is not None else check_packages_in(python, backend)
     problems += report["problems"]
-    placed = parse_gpus("TRAIN_GPUS", s.placement.train_gpus)  # slime's actors see only these
+    placed, placement_problems = actor_gpus(s, nvidia_gpus() if node_gpus is None else node_gpus)
+    problems += placement_problems
     gpus = s.slime_gpus or len(placed) or report.get("cuda_devices") or 1
     if s.slime_gpus and report.get("cuda_devices") and s.slime_gpus > report["cuda_devices"]:
         problems.append(f"SLIME_GPUS={s.slime_gpus} but only {report['cuda_devices']} CUDA GPUs are visible")
