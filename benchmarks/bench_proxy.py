@@ -6,7 +6,7 @@ agents). Every session plays the same 4-turn tool-call conversation, streamed wi
 * forward mode: proxy -> the scripted server's chat endpoint; reference = the clients calling that endpoint
   directly. Overhead = proxy latency - direct latency, at p50 and p99.
 * token mode: proxy (render, splice, tokenise, parse) -> the completions endpoint; reference = the clients
-  calling the completions endpoint directly with the same token ids the proxy sent.
+  calling the completions endpoint directly with the same token ids the proxy sent, streamed as the proxy asks.
 
 Also printed: the time each call spent inside the proxy (its latency minus the upstream call, as recorded
 on the turns) and the proxy process's CPU time per call. ``--upstream-delay`` gives the scripted model a
@@ -99,6 +99,8 @@ async def direct_completions(
             "return_token_ids": True,
             "logprobs": 1,
             "skip_special_tokens": False,
+            "stream": True,  # as the proxy asks for it: the same bytes on the wire, read to the end
+            "stream_options": {"include_usage": True},
         }
         t0 = time.perf_counter()
         async with http.post(f"{url}/v1/completions", json=body) as resp:

@@ -28,6 +28,7 @@ import aiohttp
 from aiohttp import web
 
 from qwen_swe import paths
+from qwen_swe.traffic.completion_stream import respond
 from qwen_swe.traffic.sessions import for_template
 from qwen_swe.traffic.toolcalls import parse_completion
 
@@ -190,7 +191,7 @@ class ScriptedServer:
         )
 
     # --- /v1/completions (token mode upstream) -----------------------------------------------------
-    async def _completions(self, request: web.Request) -> web.Response:
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(("completions", body))
         prompt = body["prompt"]
@@ -201,7 +202,9 @@ class ScriptedServer:
         out, ids, lps, finish = self._sample(reply.text, body.get("max_tokens"))
         pieces = [self.tokenizer.decode([t], skip_special_tokens=False) for t in ids] if ids else []
         prompt_ids = prompt if isinstance(prompt, list) else self.tokenizer.encode(prompt, add_special_tokens=False)
-        return web.json_response(
+        return await respond(  # whole, or streamed as vLLM streams it
+            request,
+            body,
             {
                 "id": f"cmpl-{uuid.uuid4().hex}",
                 "object": "text_completion",
@@ -224,7 +227,7 @@ class ScriptedServer:
                     "completion_tokens": len(ids or ()),
                     "total_tokens": len(prompt_ids) + len(ids or ()),
                 },
-            }
+            },
         )
 
     # --- /v1/chat/completions (forward mode upstream) ----------------------------------------------

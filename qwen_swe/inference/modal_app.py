@@ -16,8 +16,9 @@ Weights travel through the ``qwen-swe-weights`` Volume (``modal volume put qwen-
 then vLLM's /pause -> /collective_rpc reload_weights -> /reset_prefix_cache -> /resume through the same
 ``InferenceClient`` the local run uses. A LoRA adapter is a few MB to upload; a full 30B checkpoint is ~61 GB.
 
-Modal ends any web request after 150 s (it answers 303, which OpenAI clients do not follow): agents should stream
-(headers go out at once) and bound max_tokens. Importing this module needs no credentials and does no network I/O.
+Modal ends any web request whose answer has not started after 150 s (it answers 303, which OpenAI clients do not
+follow): the proxy streams its calls (token mode always, forward mode when the agent does, as qwen-code does), so
+the headers go out at once. Importing this module needs no credentials and does no network I/O.
 """
 
 from __future__ import annotations

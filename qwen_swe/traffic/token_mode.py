@@ -1,6 +1,7 @@
 """Token mode of the recording proxy: the session's token history is the proxy's. Each chat request becomes the
 prompt ids the model was conditioned on (``sessions.PromptBuilder``: earlier prompts and sampled ids kept, newly
-rendered messages appended), a ``/v1/completions`` call with those ids, the sampled text parsed into tool calls
+rendered messages appended), a ``/v1/completions`` call with those ids (streamed, and rebuilt whole:
+``completion_stream``), the sampled text parsed into tool calls
 (``toolcalls``), and an answer in the chat API's shape, streamed or not. The training sequence is then exactly what
 the model saw and produced.
 """
@@ -16,6 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from qwen_swe.errors import UpstreamFailure
+from qwen_swe.traffic.completion_stream import STREAM_OPTIONS
 from qwen_swe.traffic.sessions import PromptBuilder, PromptPlan, Session
 from qwen_swe.traffic.sse import sse_chunks
 from qwen_swe.traffic.toolcalls import ParsedReply, parse_completion, split_reasoning, structural_tag
@@ -104,6 +106,8 @@ class TokenMode:
             "return_token_ids": True,
             "logprobs": 1,
             "skip_special_tokens": False,
+            "stream": True,  # bytes from the first token on: no proxy in between (Modal's) ends a long call
+            "stream_options": STREAM_OPTIONS,
         }
         payload.update({k: body[k] for k in SAMPLING_KEYS if body.get(k) is not None})
         forced = forced_tools(turn.tools, body.get("tool_choice"))
@@ -120,7 +124,7 @@ class TokenMode:
                 "structural_tag": json.dumps(structural_tag(forced, self.tool_parser, strict_arguments=False))
             }
             resp = await self.upstream.post_upstream("/completions", payload)
-        data = await self.upstream.read_json(resp, "/completions")
+        data = await self.upstream.read_stream(resp, "/completions")
         turn.upstream_latency = time.perf_counter() - t0
         turn.cached_tokens, turn.server_timing = served_figures(data)
         choice = (data.get("choices") or [{}])[0]

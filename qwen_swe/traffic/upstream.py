@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 
 from qwen_swe.errors import UpstreamFailure
+from qwen_swe.traffic.completion_stream import Assembler
 
 
 def error_body(message: str, kind: str = "proxy_error", code: int | None = None) -> dict[str, Any]:
@@ -99,6 +100,41 @@ class Upstream:
             ) from None
         finally:
             resp.release()
+
+    async def read_stream(self, resp: aiohttp.ClientResponse, path: str) -> dict[str, Any]:
+        """A streamed ``/v1/completions`` answer read to its end and rebuilt whole (``completion_stream``); the
+        server's error event, or a stream cut before ``[DONE]``, raises as an upstream failure. Lines are split here:
+        the first chunk carries the prompt's ids, past aiohttp's line limit (512 KiB) from about 75k tokens."""
+        assembler, pending = Assembler(), bytearray()
+        try:
+            async for block in resp.content.iter_any():
+                pending += block
+                *lines, rest = pending.split(b"\n")
+                pending = bytearray(rest)
+                for line in lines:
+                    assembler.add_line(line.decode())
+                if assembler.done:
+                    break
+        except TimeoutError:
+            raise UpstreamFailure(
+                504, error_body(f"upstream {path} timed out after {self.request_timeout}s", "timeout", 504), "timeout"
+            ) from None
+        except (aiohttp.ClientError, ValueError) as exc:  # a connection cut mid-stream, a chunk that is not JSON
+            raise UpstreamFailure(
+                502, error_body(f"upstream {path} stream broke: {exc!r}", "upstream_error", 502), f"stream: {exc!r}"
+            ) from None
+        finally:
+            resp.release()
+        if assembler.error is not None:
+            code = assembler.error.get("code")
+            status = code if isinstance(code, int) and code >= 400 else 502
+            message = str(assembler.error.get("message", assembler.error))
+            raise UpstreamFailure(status, {"error": assembler.error}, f"upstream {status} mid-stream: {message[:500]}")
+        if not assembler.done:
+            raise UpstreamFailure(
+                502, error_body(f"upstream {path} stream ended before [DONE]", "upstream_error", 502), "stream cut"
+            )
+        return assembler.answer()
 
     async def max_model_len(self) -> int:
         """The served context length (0 when the card does not say); one ``/models`` call for all sessions, not one

@@ -37,6 +37,7 @@ from aiohttp import web
 from qwen_swe.agent.qwen import escape_at
 from qwen_swe.errors import DataError
 from qwen_swe.paths import TESTBED
+from qwen_swe.traffic.completion_stream import respond
 
 # The warm start's cache key holds this, not a hash of this file: bump it whenever a change here changes what the
 # expert writes (a turn, a completion's text, which tasks it plays or gives up on); a cosmetic edit must not rebuild.
@@ -195,7 +196,7 @@ class ExpertServer:
         """The token ids the expert serves for ``text``: its tokens and the end of the turn."""
         return list(self.tokenizer.encode(text, add_special_tokens=False)) + [self.end_id]
 
-    async def _completions(self, request: web.Request) -> web.Response:
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         prompt = body["prompt"]
         text = prompt if isinstance(prompt, str) else self.tokenizer.decode(prompt, skip_special_tokens=False)
@@ -203,7 +204,9 @@ class ExpertServer:
         ids = self.completion_ids(out)
         prompt_ids = prompt if isinstance(prompt, list) else self.tokenizer.encode(prompt, add_special_tokens=False)
         pieces = [self.tokenizer.decode([t], skip_special_tokens=False) for t in ids]
-        return web.json_response(
+        return await respond(
+            request,
+            body,
             {
                 "id": f"cmpl-{uuid.uuid4().hex}",
                 "object": "text_completion",
@@ -229,7 +232,7 @@ class ExpertServer:
                     "completion_tokens": len(ids),
                     "total_tokens": len(prompt_ids) + len(ids),
                 },
-            }
+            },
         )
 
     async def _models(self, request: web.Request) -> web.Response:

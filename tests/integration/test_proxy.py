@@ -13,9 +13,11 @@ import aiohttp
 import pytest
 
 from qwen_swe import paths
+from qwen_swe.traffic.completion_stream import STREAM_OPTIONS
 from qwen_swe.traffic.proxy import ProxyError, RecordingProxy
 from qwen_swe.traffic.sessions import derive_seed
 from qwen_swe.traffic.trajectory import build_sample
+from qwen_swe.traffic.upstream import Upstream, served_figures
 from tests.scripted_server import APIError, Context, Reply, ScriptedServer, chat, fake_logprob, smollm2_tokenizer
 
 TOOLS = [
@@ -494,6 +496,54 @@ def test_token_mode_against_real_vllm_keeps_every_sampled_token(embedded_vllm):
     kept_lps = [traj.rollout_log_probs[i] for i, m in enumerate(traj.loss_mask) if m]
     assert kept_ids == [i for t in turns for i in t.sampled_ids]
     assert kept_lps == [lp for t in turns for lp in t.logprobs]
+
+
+@pytest.mark.vllm
+def test_real_vllms_stream_rebuilds_exactly_its_whole_answer(embedded_vllm):
+    """What token mode reads from a streamed /v1/completions equals the same seeded call answered whole: ids,
+    logprobs, finish reason, token counts and the server's figures."""
+    model_dir = str(paths.embedded_model_dir())
+    source = "".join(f"# step {i}: add the two previous numbers\n" for i in range(20)) + "def fibonacci(n):\n    "
+    prompt = smollm2_tokenizer().encode(source, add_special_tokens=False)  # whole cache blocks, so a repeat hits
+
+    async def main():
+        upstream = Upstream(embedded_vllm, model=model_dir, request_timeout=300)
+        await upstream.start()
+        try:
+            answers = []
+            for stream in (False, True, False, True):  # each twice: a prefix-cache hit changes no token
+                payload = {
+                    "model": model_dir,
+                    "prompt": prompt,
+                    "max_tokens": 48,
+                    "temperature": 1.0,
+                    "seed": 7,
+                    "return_token_ids": True,
+                    "logprobs": 1,
+                    "skip_special_tokens": False,
+                }
+                if stream:
+                    payload |= {"stream": True, "stream_options": STREAM_OPTIONS}
+                resp = await upstream.post_upstream("/completions", payload)
+                read = upstream.read_stream if stream else upstream.read_json
+                answers.append(await read(resp, "/completions"))
+            return answers
+        finally:
+            await upstream.close()
+
+    whole, streamed, whole_again, streamed_again = run(main())
+    w, s = whole["choices"][0], streamed["choices"][0]
+    print(f"{len(w['token_ids'])} tokens, finish {w['finish_reason']}; whole usage {whole['usage']}")
+    assert len(w["token_ids"]) > 8 and s["token_ids"] == w["token_ids"]
+    assert s["logprobs"]["token_logprobs"] == w["logprobs"]["token_logprobs"]
+    assert (s["finish_reason"], s["text"]) == (w["finish_reason"], w["text"])
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        assert streamed["usage"][key] == whole["usage"][key]
+    # what token mode records of the server's figures: the cached prompt tokens, and the same timings named
+    (cached, timing), (cached_whole, timing_whole) = served_figures(streamed_again), served_figures(whole_again)
+    assert cached == cached_whole is not None and cached > 0
+    assert timing and timing_whole and set(timing) == set(timing_whole)
+    assert streamed_again["choices"][0]["token_ids"] == w["token_ids"]
 
 
 @pytest.mark.vllm
