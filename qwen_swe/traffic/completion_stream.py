@@ -5,8 +5,8 @@ server behind Modal, which ends a web request after 150 s without an answer, can
 call needs. ``Assembler`` rebuilds the whole answer from the chunks, exactly as the server would have answered it
 unstreamed: the text, the token ids, their logprobs, the finish and stop reasons, and from the final usage chunk
 (``stream_options.include_usage``) the usage with its cached prompt tokens and vLLM's per-request ``metrics``.
-``events`` is the other side, for the upstreams this project serves itself (the warm start's expert): a whole
-answer cut into vLLM's chunks.
+``events`` (and ``respond``, which serves it) is the other side, for the upstreams this project serves itself (the
+warm start's expert): a whole answer cut into vLLM's chunks.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ class TokenMode:
             "return_token_ids": True,
             "logprobs": 1,
             "skip_special_tokens": False,
-            "stream": True,  # bytes from the first token on: no proxy in between (Modal's) ends a long call
+            "stream": True,  # bytes flow from the first token on, so no proxy in between (Modal's, 150 s) ends it
             "stream_options": STREAM_OPTIONS,
         }
         payload.update({k: body[k] for k in SAMPLING_KEYS if body.get(k) is not None})
