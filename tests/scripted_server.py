@@ -202,9 +202,7 @@ class ScriptedServer:
         out, ids, lps, finish = self._sample(reply.text, body.get("max_tokens"))
         pieces = [self.tokenizer.decode([t], skip_special_tokens=False) for t in ids] if ids else []
         prompt_ids = prompt if isinstance(prompt, list) else self.tokenizer.encode(prompt, add_special_tokens=False)
-        return await respond(  # whole, or streamed as vLLM streams it
-            request,
-            body,
+        answer = self.decorate(
             {
                 "id": f"cmpl-{uuid.uuid4().hex}",
                 "object": "text_completion",
@@ -227,8 +225,13 @@ class ScriptedServer:
                     "completion_tokens": len(ids or ()),
                     "total_tokens": len(prompt_ids) + len(ids or ()),
                 },
-            },
+            }
         )
+        return await respond(request, body, answer)  # whole, or streamed as vLLM streams it
+
+    def decorate(self, answer: dict[str, Any]) -> dict[str, Any]:
+        """What a subclass adds to a ``/v1/completions`` answer before it is served (a server's own figures)."""
+        return answer
 
     # --- /v1/chat/completions (forward mode upstream) ----------------------------------------------
     async def _chat(self, request: web.Request) -> web.StreamResponse:

@@ -95,8 +95,8 @@ class Assembler:
 
 def events(answer: dict[str, Any], *, parts: int = 3, include_usage: bool = False) -> Iterator[bytes]:
     """A whole ``/v1/completions`` answer (one choice) as vLLM streams it: its tokens in up to ``parts`` chunks of
-    text, ids and logprobs (the prompt ids on the first), the finish reason on the last, then the usage chunk when
-    asked for, then ``[DONE]``."""
+    text, ids and logprobs (the prompt ids on the first), the finish reason on the last, then the usage chunk (with
+    the answer's ``metrics``) when asked for, then ``[DONE]``."""
     choice = answer["choices"][0]
     ids, lp, text = choice.get("token_ids"), choice.get("logprobs"), choice.get("text") or ""
     n = len(ids) if ids is not None else len((lp or {}).get("token_logprobs") or [])
@@ -118,8 +118,9 @@ def events(answer: dict[str, Any], *, parts: int = 3, include_usage: bool = Fals
         if k == 0 and choice.get("prompt_token_ids") is not None:
             delta["prompt_token_ids"] = choice["prompt_token_ids"]
         yield _event({**head, "object": "text_completion", "choices": [delta]})
-    if include_usage and answer.get("usage") is not None:
-        yield _event({**head, "object": "text_completion", "choices": [], "usage": answer["usage"]})
+    if include_usage and answer.get("usage") is not None:  # vLLM's per-request metrics ride on this chunk too
+        figures = {k: answer[k] for k in ("usage", "metrics") if answer.get(k) is not None}
+        yield _event({**head, "object": "text_completion", "choices": [], **figures})
     yield f"data: {DONE}\n\n".encode()
 
 

@@ -89,6 +89,8 @@ FIRST = chunk({"choices": [{"index": 0, "text": "x", "token_ids": [87], "logprob
 
 def test_a_streamed_answer_comes_back_whole_even_with_a_first_line_past_aiohttps_limit():
     whole = answer(prompt_len=120_000)  # the first chunk carries the prompt ids: about 830 KB on one line
+    whole["usage"]["prompt_tokens_details"] = {"cached_tokens": 119_984}
+    whole["metrics"] = {"queue_time_ms": 0.5, "time_to_first_token_ms": 12.0, "generation_time_ms": 30.0}
 
     async def handler(request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -100,7 +102,7 @@ def test_a_streamed_answer_comes_back_whole_even_with_a_first_line_past_aiohttps
     assert choice["token_ids"] == want["token_ids"] and choice["text"] == want["text"]
     assert choice["logprobs"]["token_logprobs"] == want["logprobs"]["token_logprobs"]
     assert choice["prompt_token_ids"] == want["prompt_token_ids"]
-    assert (choice["finish_reason"], got["usage"]) == ("length", whole["usage"])
+    assert (choice["finish_reason"], got["usage"], got["metrics"]) == ("length", whole["usage"], whole["metrics"])
 
 
 def test_a_server_without_token_ids_gives_none_not_a_partial_list():

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from qwen_swe.config.settings import Settings
 from qwen_swe.data.prompts import build_prompt
@@ -42,15 +41,11 @@ class ReportingServer(ScriptedServer):
     """The scripted model, its ``/v1/completions`` answers carrying ``usage.prompt_tokens_details.cached_tokens``
     and ``metrics`` as vLLM's do when the server runs with those flags."""
 
-    async def _completions(self, request: web.Request) -> web.Response:
-        resp = await super()._completions(request)
-        assert isinstance(resp.body, bytes)
-        data = json.loads(resp.body)
-        if resp.status == 200:
-            prompt = data["usage"]["prompt_tokens"]
-            data["usage"]["prompt_tokens_details"] = {"cached_tokens": max(0, prompt - UNCACHED)}
-            data["metrics"] = dict(SERVER_METRICS, mean_itl_ms=1.0)
-        return web.json_response(data, status=resp.status)
+    def decorate(self, answer: dict[str, Any]) -> dict[str, Any]:
+        prompt = answer["usage"]["prompt_tokens"]
+        answer["usage"]["prompt_tokens_details"] = {"cached_tokens": max(0, prompt - UNCACHED)}
+        answer["metrics"] = dict(SERVER_METRICS, mean_itl_ms=1.0)
+        return answer
 
 
 @pytest.fixture(scope="module")
