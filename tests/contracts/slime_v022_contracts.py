@@ -23,6 +23,7 @@ import pytest
 
 from qwen_swe.config.settings import Settings
 from tests.contracts.recorded import session
+from tests.offline_wandb import offline_wandb
 
 pytestmark = pytest.mark.slime
 
@@ -138,17 +139,7 @@ def test_report_to_drives_slimes_own_trackers_into_the_run_folder(slime, tmp_pat
     _, args, plan = _parse_launcher_argv(slime, tmp_path, monkeypatch, shared_data, report_to="tensorboard,wandb")
     run = tmp_path / "run"
     monkeypatch.setenv("TENSORBOARD_DIR", plan.env["TENSORBOARD_DIR"])
-    for key, value in {
-        "WANDB_MODE": "offline",  # slime sets it from --wandb-mode: restored after the test
-        "WANDB_SILENT": "true",
-        "WANDB_ERROR_REPORTING": "false",
-        "WANDB_BASE_URL": "http://127.0.0.1:9",
-        "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"),
-        "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache"),
-        "WANDB_DATA_DIR": str(tmp_path / "wandb-data"),
-    }.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    offline_wandb(monkeypatch, tmp_path)  # WANDB_MODE too, which slime sets from --wandb-mode: restored afterwards
     import wandb
     from slime.utils import logging_utils
     from slime.utils.misc import SingletonMeta

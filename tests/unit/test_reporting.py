@@ -16,6 +16,7 @@ from qwen_swe.config.settings import Settings
 from qwen_swe.errors import ConfigError
 from qwen_swe.train.metrics import MetricsLog
 from qwen_swe.train.reporting import parse_report_to
+from tests.offline_wandb import offline_wandb
 
 BLOCK = 32768  # the .wandb file's record blocks (LevelDB's log format, with wandb's own header)
 
@@ -55,20 +56,10 @@ def history(run_dir: Path) -> list[dict[str, object]]:
     return rows
 
 
-@pytest.fixture
-def offline_wandb(monkeypatch, tmp_path):
-    for key, value in {
-        "WANDB_MODE": "offline",
-        "WANDB_SILENT": "true",
-        "WANDB_ERROR_REPORTING": "false",
-        "WANDB_BASE_URL": "http://127.0.0.1:9",
-        "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"),
-        "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache"),
-        "WANDB_DATA_DIR": str(tmp_path / "wandb-data"),
-        "WANDB_PROJECT": "qwen-swe-test",
-    }.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+@pytest.fixture(name="offline_wandb")
+def offline_wandb_env(monkeypatch, tmp_path):
+    offline_wandb(monkeypatch, tmp_path)
+    monkeypatch.setenv("WANDB_PROJECT", "qwen-swe-test")
 
 
 def _steps(run: Path, log: MetricsLog, steps: range) -> None:

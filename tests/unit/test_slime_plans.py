@@ -280,8 +280,11 @@ def full_plan(slime_dir: Path, tmp_path: Path, **kw) -> sb.LaunchPlan:
     )
     environ = kw.pop("environ", {"WANDB_MODE": "offline", "WANDB_ENTITY": "team"})
     gpus = kw.pop("gpus", ())  # nvidia-smi's; none, as on this machine, unless the test places GPUs
+    given = kw.pop("given", ())
     s = Settings.build(backend="slime", slime_dir=slime_dir, output_dir=tmp_path / "run", **{**every_option, **kw})
-    return sb.build_plan(s, python="python", env_report=OK, check_server_routes=False, environ=environ, node_gpus=gpus)
+    return sb.build_plan(
+        s, python="python", env_report=OK, check_server_routes=False, given=given, environ=environ, node_gpus=gpus
+    )
 
 
 @pytest.mark.parametrize("release", ["slime-v0.2.2", "slime-v0.3.1"])
@@ -375,16 +378,7 @@ def test_trainer_restarts_asked_for_under_slime_is_refused(tmp_path):
     # slime's ranks are its Ray actors: no fault notes tell a native crash from a repeatable error, so nothing restarts
     def plan(env: dict[str, str]) -> sb.LaunchPlan:
         given = given_settings([], env)
-        s = Settings.build(
-            backend="slime",
-            slime_dir=V022,
-            vllm_url=closed_port_url(),
-            output_dir=tmp_path / "run",
-            model=seed_model_folder(tmp_path),
-            mixed_precision=True,
-            **given,
-        )
-        return sb.build_plan(s, python="python", env_report=OK, check_server_routes=False, given=given)
+        return full_plan(V022, tmp_path, mixed_precision=True, given=frozenset(given), **given)
 
     with pytest.raises(sb.SlimeBackendError, match=r"TRAINER_RESTARTS=2: slime's trainer ranks are its Ray actors"):
         plan({"TRAINER_RESTARTS": "2"})
