@@ -17,7 +17,7 @@ from aiohttp import web
 
 from qwen_swe.traffic.toolcalls import new_call_id
 from qwen_swe.traffic.trajectory import Turn
-from qwen_swe.traffic.upstream import served_figures
+from qwen_swe.traffic.upstream import served_figures, sse_lines
 
 
 class Upstream(Protocol):
@@ -45,7 +45,7 @@ async def chat_forward(proxy: Upstream, request: web.Request, body: dict[str, An
     await out.prepare(request)
     acc = _StreamAccumulator()
     try:
-        async for line in resp.content:
+        async for line in sse_lines(resp):
             await out.write(line)
             acc.feed(line)
     except TimeoutError:

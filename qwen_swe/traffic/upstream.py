@@ -5,7 +5,9 @@ served context length, asked once per proxy."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import aiohttp
@@ -34,6 +36,21 @@ def served_figures(data: dict[str, Any]) -> tuple[int | None, dict[str, float] |
         ours: float(reported[theirs]) for theirs, ours in SERVER_TIMING.items() if reported.get(theirs) is not None
     }
     return (int(cached) if cached is not None else None), (timing or None)
+
+
+async def sse_lines(resp: aiohttp.ClientResponse) -> AsyncGenerator[bytes, None]:
+    """The lines of a server-sent-event answer, each with its newline. Split here, not by aiohttp's line reader:
+    vLLM's first chunk carries the prompt's ids (``return_token_ids``), past that reader's 512 KiB limit from about
+    75k tokens."""
+    pending = bytearray()
+    async for block in resp.content.iter_any():
+        pending += block
+        *lines, rest = pending.split(b"\n")
+        pending = bytearray(rest)
+        for line in lines:
+            yield bytes(line) + b"\n"
+    if pending:
+        yield bytes(pending)
 
 
 class Upstream:
@@ -103,18 +120,14 @@ class Upstream:
 
     async def read_stream(self, resp: aiohttp.ClientResponse, path: str) -> dict[str, Any]:
         """A streamed ``/v1/completions`` answer read to its end and rebuilt whole (``completion_stream``); the
-        server's error event, or a stream cut before ``[DONE]``, raises as an upstream failure. Lines are split here:
-        the first chunk carries the prompt's ids, past aiohttp's line limit (512 KiB) from about 75k tokens."""
-        assembler, pending = Assembler(), bytearray()
+        server's error event, or a stream cut before ``[DONE]``, raises as an upstream failure."""
+        assembler = Assembler()
         try:
-            async for block in resp.content.iter_any():
-                pending += block
-                *lines, rest = pending.split(b"\n")
-                pending = bytearray(rest)
-                for line in lines:
+            async with contextlib.aclosing(sse_lines(resp)) as lines:
+                async for line in lines:
                     assembler.add_line(line.decode())
-                if assembler.done:
-                    break
+                    if assembler.done:
+                        break
         except TimeoutError:
             raise UpstreamFailure(
                 504, error_body(f"upstream {path} timed out after {self.request_timeout}s", "timeout", 504), "timeout"

@@ -1,7 +1,8 @@
-"""The proxy's streamed ``/v1/completions`` read (``Upstream.read_stream``) over real loopback HTTP, against a stand-in
-server that sends what a server can send: a whole answer cut into vLLM's chunks (with a first line longer than
-aiohttp's line limit), an error event mid-stream, a stream cut before ``[DONE]``, a chunk that is not JSON, a stall.
-The real vLLM server's streams are checked against its whole answers in ``test_proxy.py``."""
+"""The proxy's reads of a server's event stream over real loopback HTTP, against a stand-in server that sends what a
+server can send. Token mode's ``/v1/completions`` read (``Upstream.read_stream``): a whole answer cut into vLLM's
+chunks (with a first line longer than aiohttp's line limit), an error event mid-stream, a stream cut before
+``[DONE]``, a chunk that is not JSON, a stall. Forward mode's chat stream: the same long first line, passed on
+unchanged. The real vLLM server's streams are checked against its whole answers in ``test_proxy.py``."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 
+import aiohttp
 import pytest
 from aiohttp import web
 
 from qwen_swe.errors import UpstreamFailure
 from qwen_swe.traffic.completion_stream import STREAM_OPTIONS, respond
+from qwen_swe.traffic.proxy import RecordingProxy
 from qwen_swe.traffic.upstream import Upstream
+from tests.scripted_server import chat
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -140,3 +144,36 @@ def test_a_stream_that_stalls_past_the_request_timeout_is_a_504():
     with pytest.raises(UpstreamFailure) as failure:
         asyncio.run(read(streaming(FIRST, stall=5.0), timeout=1.0))
     assert failure.value.status == 504 and failure.value.body["error"]["type"] == "timeout"
+
+
+def test_forward_mode_passes_on_and_records_a_chat_stream_whose_first_line_passes_aiohttps_limit():
+    prompt_ids = list(range(120_000))  # vLLM's first chat chunk carries them: about 830 KB on one line
+    head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+    handler = streaming(
+        chunk({**head, "prompt_token_ids": prompt_ids, "choices": [{"index": 0, "delta": {"role": "assistant"}}]}),
+        chunk({**head, "choices": [{"index": 0, "delta": {"content": "x = 1"}, "token_ids": [87, 284, 16]}]}),
+        chunk({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+        b"data: [DONE]\n\n",
+    )
+
+    async def main():
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handler)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+        try:
+            async with RecordingProxy(url, mode="forward", request_timeout=30) as proxy:
+                session = proxy.open_session()
+                async with aiohttp.ClientSession() as http:
+                    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+                    reply = await chat(http, session.base_url, body)
+                return reply, proxy.close_session(session.id)
+        finally:
+            await runner.cleanup()
+
+    reply, turns = asyncio.run(main())
+    assert reply["message"]["content"] == "x = 1" and reply["finish_reason"] == "stop"
+    assert len(turns) == 1 and turns[0].ok, turns[0].error
+    assert turns[0].prompt_ids == prompt_ids and turns[0].sampled_ids == [87, 284, 16]
