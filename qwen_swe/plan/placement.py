@@ -146,14 +146,14 @@ def resolve(settings: Settings, gpus: tuple[Gpu, ...]) -> Placement:
     shared = sorted(set(train) & set(serve))
     if shared:
         raise ConfigError(
-            f"the trainer (TRAIN_GPUS={_span(train)}) and the local vLLM server (INFERENCE_GPUS="
-            f"{_span(serve)}) share GPU {_span(shared)}: outside COLOCATE each needs its own. Give "
-            f"them disjoint sets (e.g. INFERENCE_GPUS={_span(serve)} TRAIN_GPUS="
-            f"{_span([g for g in known if g not in serve]) or 'none left'}), or serve on another node"
+            f"the trainer (TRAIN_GPUS={span(train)}) and the local vLLM server (INFERENCE_GPUS="
+            f"{span(serve)}) share GPU {span(shared)}: outside COLOCATE each needs its own. Give "
+            f"them disjoint sets (e.g. INFERENCE_GPUS={span(serve)} TRAIN_GPUS="
+            f"{span([g for g in known if g not in serve]) or 'none left'}), or serve on another node"
         )
     if not train:
         raise ConfigError(
-            f"the local vLLM server takes all of this node's GPUs ({_span(serve)}) and leaves none "
+            f"the local vLLM server takes all of this node's GPUs ({span(serve)}) and leaves none "
             "for the trainer: lower TP or INFERENCE_GPUS, or serve on another node "
             "(VLLM_URL=http://HOST:8000/v1)"
         )
@@ -192,9 +192,9 @@ def _colocated(settings: Settings, gpus: tuple[Gpu, ...]) -> Placement:
     outside = [g for g in serve if g not in train]
     if outside:
         raise ConfigError(
-            f"COLOCATE=true: the server's GPU {_span(outside)} (INFERENCE_GPUS={_span(serve)}) is not "
-            f"the trainer's (TRAIN_GPUS={_span(train)}), so it would idle while the trainer steps: "
-            f"serve on the trainer's GPUs (e.g. INFERENCE_GPUS={_span(train[: len(serve)])}), or unset "
+            f"COLOCATE=true: the server's GPU {span(outside)} (INFERENCE_GPUS={span(serve)}) is not "
+            f"the trainer's (TRAIN_GPUS={span(train)}), so it would idle while the trainer steps: "
+            f"serve on the trainer's GPUs (e.g. INFERENCE_GPUS={span(train[: len(serve)])}), or unset "
             "COLOCATE to split them"
         )
     _check_procs(settings, train)
@@ -215,7 +215,7 @@ def _check_procs(settings: Settings, train: tuple[int, ...]) -> None:
     procs = settings.train.train_procs
     if procs is not None and procs != len(train):
         raise ConfigError(
-            f"TRAIN_PROCS={procs} but the trainer has {len(train)} GPUs ({_span(train)}), one rank "
+            f"TRAIN_PROCS={procs} but the trainer has {len(train)} GPUs ({span(train)}), one rank "
             "each: unset TRAIN_PROCS, or set TRAIN_GPUS to that many GPUs"
         )
 
@@ -230,11 +230,11 @@ def _check_known(name: str, given: tuple[int, ...], known: list[int]) -> None:
     missing = [g for g in given if g not in known]
     if missing:
         raise ConfigError(
-            f"{name} names GPU {_span(missing)}, which this node does not have: its GPUs are {_span(known)}"
+            f"{name} names GPU {span(missing)}, which this node does not have: its GPUs are {span(known)}"
         )
 
 
-def _span(gpus: list[int] | tuple[int, ...]) -> str:
+def span(gpus: list[int] | tuple[int, ...]) -> str:
     """(0, 1, 2, 5) -> "0-2,5": the form the settings take."""
     runs: list[list[int]] = []
     for g in sorted(gpus):

@@ -21,7 +21,7 @@ from qwen_swe.backends.slime.train_args import global_batch_problems, megatron_t
 from qwen_swe.config.settings import Settings
 from qwen_swe.errors import ConfigError, SlimeBackendError
 from qwen_swe.paths import python_path
-from qwen_swe.plan.placement import Gpu, devices_env, nvidia_gpus, parse_gpus, resolve
+from qwen_swe.plan.placement import Gpu, devices_env, nvidia_gpus, parse_gpus, resolve, span
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def actor_gpus(s: Settings, gpus: tuple[Gpu, ...]) -> tuple[tuple[int, ...], lis
         return train, []
     if s.slime_gpus and s.slime_gpus > len(place.train):
         return (), [
-            f"SLIME_GPUS={s.slime_gpus} but the server on this node holds GPU {','.join(map(str, place.serve))} "
+            f"SLIME_GPUS={s.slime_gpus} but the server on this node holds GPU {span(place.serve)} "
             f"(INFERENCE_GPUS, default the first TP), which leaves {len(place.train)}: lower SLIME_GPUS, or "
             "serve on another node"
         ]
